@@ -1,0 +1,37 @@
+# The two commands a newcomer needs (see README.md):
+#   make run   - install what is needed and start the server on streamdb.conf (data in ./data)
+#   make test  - install what is needed (redis-server included) and run every test
+PY      ?= python3
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+
+.PHONY: run test deps redis-server bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+deps: $(STAMP)
+
+# Differential tests and benchmarks compare against a real redis-server 7.0
+# (Debian's package).  Install it when it is missing.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "installing redis-server from Debian's packages"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools >/dev/null; }
+
+run: deps
+	$(VPY) -m streamdb streamdb.conf
+
+test: deps redis-server
+	$(VPY) -m pytest -q $(PYTEST_ARGS)
+
+bench: deps redis-server
+	$(VPY) tools/bench.py
+
+clean:
+	rm -rf $(VENV) data .pytest_cache .hypothesis

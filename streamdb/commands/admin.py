@@ -1,0 +1,516 @@
+"""Administrative commands: CONFIG, CLIENT, COMMAND, INFO."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import sys
+import time
+
+from .. import __version__
+from ..config import ConfigError, DIRECTIVES
+from ..engine import Stream
+from ..protocol.reply import OK, CommandError, Map, RSet, Status, Verbatim
+from .args import parse_int
+from .context import Ctx, syntax_error
+from .registry import COMMANDS, CommandSpec, command, subcommand
+
+# ---------------------------------------------------------------------------
+# CONFIG
+# ---------------------------------------------------------------------------
+
+
+@command("config", -2, "", since="2.0.0")
+def config(ctx, argv):
+    """CONFIG <subcommand>"""
+
+
+@subcommand("config", "get", -3, "admin noscript loading stale")
+def config_get(ctx: Ctx, argv):
+    """CONFIG GET parameter [parameter ...]"""
+    seen: dict[str, str] = {}
+    for pat in argv[2:]:
+        for name, value in ctx.config.matching(pat.decode("utf-8", "replace")):
+            seen.setdefault(name, value)
+    pairs = [(k.encode(), v.encode()) for k, v in seen.items()]
+    return Map(pairs)
+
+
+@subcommand("config", "set", -4, "admin noscript loading stale")
+def config_set(ctx: Ctx, argv):
+    """CONFIG SET parameter value [parameter value ...]"""
+    if len(argv) % 2:
+        raise CommandError("ERR wrong number of arguments for 'config|set' command")
+    pairs = [(argv[i].decode("utf-8", "replace").lower(), argv[i + 1].decode("utf-8", "replace"))
+             for i in range(2, len(argv), 2)]
+    names = [p[0] for p in pairs]
+    if len(set(names)) != len(names):
+        raise CommandError(f"ERR CONFIG SET failed (possibly related to argument '{names[0]}') - duplicate parameter")
+    old = dict(ctx.config.values)
+    for name, raw in pairs:
+        d = DIRECTIVES.get(name)
+        if d is None:
+            ctx.config.values.update(old)
+            raise CommandError(f"ERR Unknown option or number of arguments for CONFIG SET - '{name}'")
+        try:
+            ctx.config.set(name, raw)
+        except ConfigError as e:
+            ctx.config.values.update(old)
+            raise CommandError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - {e}") from None
+    hook = ctx.core.extra.get("config_changed")
+    if hook is not None:
+        hook([n for n, _ in pairs])
+    return OK
+
+
+@subcommand("config", "resetstat", 2, "admin noscript loading stale")
+def config_resetstat(ctx: Ctx, argv):
+    """CONFIG RESETSTAT"""
+    ctx.core.stats.reset()
+    return OK
+
+
+@subcommand("config", "rewrite", 2, "admin noscript loading stale")
+def config_rewrite(ctx: Ctx, argv):
+    """CONFIG REWRITE"""
+    if not ctx.config.file:
+        raise CommandError("ERR The server is running without a config file")
+    raise CommandError("ERR Rewriting config file: not supported yet")
+
+
+@subcommand("config", "help", 2, "loading stale")
+def config_help(ctx: Ctx, argv):
+    """CONFIG HELP"""
+    return [b"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            b"GET <pattern>", b"    Return parameters matching the glob-like <pattern> and their values.",
+            b"SET <directive> <value>", b"    Set the configuration <directive> to <value>.",
+            b"RESETSTAT", b"    Reset statistics reported by the INFO command.",
+            b"REWRITE", b"    Rewrite the configuration file.",
+            b"HELP", b"    Print this help."]
+
+
+# ---------------------------------------------------------------------------
+# CLIENT
+# ---------------------------------------------------------------------------
+
+
+def validate_client_name(name: bytes) -> None:
+    for ch in name:
+        if ch < 33 or ch > 126:
+            raise CommandError("ERR Client names cannot contain spaces, newlines or special characters.")
+
+
+@command("client", -2, "", since="2.4.0")
+def client_(ctx, argv):
+    """CLIENT <subcommand>"""
+
+
+@subcommand("client", "id", 2, "noscript loading stale")
+def client_id(ctx: Ctx, argv):
+    """CLIENT ID"""
+    return ctx.client.id
+
+
+@subcommand("client", "setname", 3, "noscript loading stale")
+def client_setname(ctx: Ctx, argv):
+    """CLIENT SETNAME connection-name"""
+    validate_client_name(argv[2])
+    ctx.client.name = argv[2]
+    return OK
+
+
+@subcommand("client", "getname", 2, "noscript loading stale")
+def client_getname(ctx: Ctx, argv):
+    """CLIENT GETNAME"""
+    return ctx.client.name or None
+
+
+@subcommand("client", "setinfo", 4, "noscript loading stale")
+def client_setinfo(ctx: Ctx, argv):
+    """CLIENT SETINFO LIB-NAME libname | LIB-VER libver"""
+    attr = argv[2].lower()
+    val = argv[3]
+    if attr == b"lib-name":
+        if any(ch < 33 or ch > 126 for ch in val):
+            raise CommandError("ERR lib-name cannot contain spaces, newlines or special characters.")
+        ctx.client.lib_name = val
+    elif attr == b"lib-ver":
+        if any(ch < 33 or ch > 126 for ch in val):
+            raise CommandError("ERR lib-ver cannot contain spaces, newlines or special characters.")
+        ctx.client.lib_ver = val
+    else:
+        raise CommandError(f"ERR Unrecognized option '{argv[2].decode('utf-8', 'replace')}'")
+    return OK
+
+
+def client_info_line(core, c) -> bytes:
+    now = core.now_ms()
+    flags = "b" if c.blocked is not None else ("x" if c.in_multi else "N")
+    cmd = c.last_cmd.replace("|", "|")
+    fields = [
+        f"id={c.id}", f"addr={c.addr}", f"laddr={c.laddr}", "fd=8",
+        f"name={c.name.decode('utf-8', 'replace')}", f"age={(now - c.created_ms) // 1000}",
+        f"idle={(now - c.last_ms) // 1000}", f"flags={flags}", f"db={c.db}", "sub=0", "psub=0",
+        "ssub=0", f"multi={len(c.multi_queue) if c.in_multi else -1}", f"qbuf={c.query_buffer}",
+        "qbuf-free=0", "argv-mem=0", "multi-mem=0", "rbs=0", "rbp=0", "obl=0", "oll=0",
+        f"omem={c.output_size}", "tot-mem=0", "events=r", f"cmd={cmd}",
+        f"user={c.user.decode('utf-8', 'replace')}", "redir=-1", f"resp={c.resp}",
+        f"lib-name={c.lib_name.decode('utf-8', 'replace')}",
+        f"lib-ver={c.lib_ver.decode('utf-8', 'replace')}",
+    ]
+    return " ".join(fields).encode()
+
+
+@subcommand("client", "info", 2, "noscript loading stale")
+def client_info(ctx: Ctx, argv):
+    """CLIENT INFO"""
+    return Verbatim(client_info_line(ctx.core, ctx.client) + b"\n")
+
+
+@subcommand("client", "list", -2, "admin noscript loading stale")
+def client_list(ctx: Ctx, argv):
+    """CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id [id ...]]"""
+    clients = list(ctx.core.clients.values())
+    i = 2
+    while i < len(argv):
+        lo = argv[i].lower()
+        if lo == b"type" and i + 1 < len(argv):
+            t = argv[i + 1].lower()
+            if t not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
+                raise CommandError(f"ERR Unknown client type '{argv[i + 1].decode('utf-8', 'replace')}'")
+            want = {b"slave": "replica"}.get(t, t.decode())
+            clients = [c for c in clients if c.kind == want]
+            i += 2
+        elif lo == b"id" and i + 1 < len(argv):
+            ids = set()
+            for raw in argv[i + 1:]:
+                try:
+                    v = parse_int(raw)
+                except CommandError:
+                    raise CommandError("ERR Invalid client ID") from None
+                if v <= 0:
+                    raise CommandError("ERR Invalid client ID")
+                ids.add(v)
+            clients = [c for c in clients if c.id in ids]
+            break
+        else:
+            raise syntax_error()
+    return Verbatim(b"".join(client_info_line(ctx.core, c) + b"\n" for c in clients))
+
+
+@subcommand("client", "kill", -3, "admin noscript loading stale")
+def client_kill(ctx: Ctx, argv):
+    """CLIENT KILL ip:port | [ID id] [ADDR ip:port] [LADDR ip:port] [USER name] [SKIPME yes/no]"""
+    core = ctx.core
+    if len(argv) == 3:
+        addr = argv[2].decode("utf-8", "replace")
+        for c in list(core.clients.values()):
+            if c.addr == addr:
+                _kill(core, c)
+                return OK
+        raise CommandError("ERR No such client")
+    filters = []
+    skipme = True
+    i = 2
+    while i < len(argv):
+        if i + 1 >= len(argv):
+            raise syntax_error()
+        opt, val = argv[i].lower(), argv[i + 1]
+        if opt == b"id":
+            try:
+                cid = parse_int(val)
+            except CommandError:
+                raise CommandError("ERR client-id should be greater than 0") from None
+            if cid <= 0:
+                raise CommandError("ERR client-id should be greater than 0")
+            filters.append(lambda c, v=cid: c.id == v)
+        elif opt == b"addr":
+            filters.append(lambda c, v=val.decode(): c.addr == v)
+        elif opt == b"laddr":
+            filters.append(lambda c, v=val.decode(): c.laddr == v)
+        elif opt == b"user":
+            filters.append(lambda c, v=val: c.user == v)
+        elif opt == b"type":
+            filters.append(lambda c, v=val.lower().decode(): c.kind == {"slave": "replica"}.get(v, v))
+        elif opt == b"skipme":
+            if val.lower() == b"yes":
+                skipme = True
+            elif val.lower() == b"no":
+                skipme = False
+            else:
+                raise syntax_error()
+        else:
+            raise syntax_error()
+        i += 2
+    killed = 0
+    for c in list(core.clients.values()):
+        if skipme and c is ctx.client:
+            continue
+        if all(f(c) for f in filters):
+            _kill(core, c)
+            killed += 1
+    return killed
+
+
+def _kill(core, c) -> None:
+    if c.close is not None:
+        c.close()
+    core.remove_client(c)
+
+
+@subcommand("client", "unblock", -3, "admin noscript loading stale")
+def client_unblock(ctx: Ctx, argv):
+    """CLIENT UNBLOCK client-id [TIMEOUT|ERROR]"""
+    try:
+        cid = parse_int(argv[2])
+    except CommandError:
+        raise CommandError("ERR value is not an integer or out of range") from None
+    mode = b"timeout"
+    if len(argv) == 4:
+        mode = argv[3].lower()
+        if mode not in (b"timeout", b"error"):
+            raise CommandError("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+    elif len(argv) > 4:
+        raise syntax_error()
+    c = ctx.core.clients.get(cid)
+    if c is None or c.blocked is None:
+        return 0
+    if mode == b"error":
+        ctx.core.unblock(c, CommandError("UNBLOCKED client unblocked via CLIENT UNBLOCK"))
+    else:
+        ctx.core.unblock_on_timeout(c)
+    return 1
+
+
+@subcommand("client", "no-evict", 3, "admin noscript loading stale")
+def client_no_evict(ctx: Ctx, argv):
+    """CLIENT NO-EVICT ON|OFF"""
+    if argv[2].lower() not in (b"on", b"off"):
+        raise syntax_error()
+    return OK
+
+
+@subcommand("client", "no-touch", 3, "noscript loading stale")
+def client_no_touch(ctx: Ctx, argv):
+    """CLIENT NO-TOUCH ON|OFF"""
+    if argv[2].lower() not in (b"on", b"off"):
+        raise syntax_error()
+    return OK
+
+
+@subcommand("client", "help", 2, "loading stale")
+def client_help(ctx: Ctx, argv):
+    """CLIENT HELP"""
+    return [b"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            b"ID", b"GETNAME", b"SETNAME <name>", b"SETINFO <option> <value>", b"INFO",
+            b"LIST [TYPE <type>] [ID <id> ...]", b"KILL <ip:port> | <option> <value> ...",
+            b"UNBLOCK <clientid> [TIMEOUT|ERROR]", b"HELP"]
+
+
+# ---------------------------------------------------------------------------
+# COMMAND
+# ---------------------------------------------------------------------------
+
+
+def _flags_reply(spec: CommandSpec) -> RSet:
+    return RSet([Status(f) for f in sorted(spec.flags) if f not in ("no-auth",)] +
+                ([Status("no_auth")] if "no-auth" in spec.flags else []))
+
+
+def command_info(spec: CommandSpec) -> list:
+    first, last, step = spec.first_key, spec.last_key, spec.key_step
+    return [
+        spec.name.encode(), spec.arity, _flags_reply(spec), first, last, step,
+        RSet([Status(c) for c in spec.acl_categories]), [], [],
+        [command_info(s) for s in spec.subcommands.values()],
+    ]
+
+
+@command("command", -1, "loading stale", since="2.8.13")
+def command_(ctx: Ctx, argv):
+    """COMMAND [COUNT | INFO name ... | DOCS name ... | LIST | GETKEYS cmd ...]"""
+    if len(argv) == 1:
+        return [command_info(s) for s in COMMANDS.values()]
+    sub = argv[1].lower()
+    if sub == b"count":
+        return len(COMMANDS)
+    if sub == b"list":
+        return [name.encode() for name in COMMANDS]
+    if sub == b"info":
+        names = argv[2:] or [n.encode() for n in COMMANDS]
+        return [command_info(COMMANDS[n.decode("latin-1").lower()])
+                if n.decode("latin-1").lower() in COMMANDS else None for n in names]
+    if sub == b"docs":
+        names = [n.decode("latin-1").lower() for n in argv[2:]] or list(COMMANDS)
+        out = []
+        for n in names:
+            spec = COMMANDS.get(n)
+            if spec is None:
+                continue
+            doc = Map([(b"summary", spec.summary.encode()), (b"since", spec.since.encode()),
+                       (b"group", spec.group.encode())])
+            if spec.subcommands:
+                doc.append((b"subcommands", Map([
+                    (s.name.encode(), Map([(b"summary", s.summary.encode()), (b"since", s.since.encode()),
+                                           (b"group", s.group.encode())]))
+                    for s in spec.subcommands.values()])))
+            out.append((n.encode(), doc))
+        return Map(out)
+    if sub == b"getkeys" and len(argv) >= 3:
+        from . import registry
+        spec = registry.lookup(argv[2:])
+        if spec is None:
+            raise CommandError("ERR Invalid command specified")
+        keys = spec.keys(argv[2:])
+        if not keys:
+            raise CommandError("ERR The command has no key arguments")
+        return keys
+    if sub == b"help":
+        return [b"COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                b"(no subcommand)", b"COUNT", b"INFO [<command-name> ...]", b"DOCS [<command-name> ...]",
+                b"LIST", b"GETKEYS <full-command>", b"HELP"]
+    raise CommandError(f"ERR unknown subcommand '{argv[1].decode('utf-8', 'replace')}'. Try COMMAND HELP.")
+
+
+# ---------------------------------------------------------------------------
+# INFO
+# ---------------------------------------------------------------------------
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def used_memory(core) -> int:
+    """Our equivalent of Redis's used_memory: the process's resident set size.
+
+    Python has no cheap allocator-level counter; RSS is what an operator's
+    memory limit sees, and it is what the benchmark compares.
+    """
+    return _rss_bytes()
+
+
+def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
+    core = ctx.core
+    now = core.clock()
+    uptime = int(now - core.start_time)
+    cfg = ctx.config
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    mem = used_memory(core)
+    sections: dict[str, list[tuple[str, object]]] = {}
+    sections["server"] = [
+        ("redis_version", "7.0.15"), ("streamdb_version", __version__),
+        ("redis_git_sha1", "00000000"), ("redis_git_dirty", 0), ("redis_build_id", "streamdb"),
+        ("redis_mode", "standalone"), ("os", f"{platform.system()} {platform.release()} {platform.machine()}"),
+        ("arch_bits", 64), ("multiplexing_api", "epoll"), ("atomicvar_api", "python"),
+        ("gcc_version", "0.0.0"), ("python_version", platform.python_version()),
+        ("process_id", os.getpid()), ("process_supervised", "no"),
+        ("run_id", core.extra.get("run_id", "0" * 40)),
+        ("tcp_port", cfg["port"]), ("server_time_usec", int(now * 1_000_000)),
+        ("uptime_in_seconds", uptime), ("uptime_in_days", uptime // 86400), ("hz", cfg["hz"]),
+        ("configured_hz", cfg["hz"]), ("lru_clock", int(now) & 0xFFFFFF),
+        ("executable", os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""),
+        ("config_file", os.path.abspath(cfg.file) if cfg.file else ""), ("io_threads_active", 0),
+    ]
+    blocked = [c for c in core.clients.values() if c.blocked is not None]
+    sections["clients"] = [
+        ("connected_clients", len(core.clients)), ("cluster_connections", 0),
+        ("maxclients", cfg["maxclients"]), ("client_recent_max_input_buffer", 0),
+        ("client_recent_max_output_buffer", 0), ("blocked_clients", len(blocked)),
+        ("tracking_clients", 0), ("clients_in_timeout_table", sum(1 for c in blocked if c.blocked.timeout_ms)),
+        ("total_blocking_keys", len(core.blocking_keys)),
+        ("total_blocking_keys_on_nokey", 0),
+    ]
+    peak = max(mem, core.extra.get("peak_memory", 0))
+    core.extra["peak_memory"] = peak
+    sections["memory"] = [
+        ("used_memory", mem), ("used_memory_human", _human(mem)), ("used_memory_rss", mem),
+        ("used_memory_rss_human", _human(mem)), ("used_memory_peak", peak),
+        ("used_memory_peak_human", _human(peak)), ("used_memory_dataset", mem),
+        ("maxmemory", cfg["maxmemory"]), ("maxmemory_human", _human(cfg["maxmemory"])),
+        ("maxmemory_policy", cfg["maxmemory-policy"]), ("mem_fragmentation_ratio", "1.00"),
+        ("mem_allocator", "pymalloc"),
+    ]
+    sections["persistence"] = core.extra.get("info_persistence", lambda: [
+        ("loading", 0), ("async_loading", 0), ("rdb_changes_since_last_save", core.dirty),
+        ("rdb_bgsave_in_progress", 0), ("rdb_last_save_time", int(core.start_time)),
+        ("rdb_last_bgsave_status", "ok"), ("aof_enabled", 0), ("aof_rewrite_in_progress", 0),
+        ("aof_last_write_status", "ok"),
+    ])()
+    st = core.stats
+    sections["stats"] = [
+        ("total_connections_received", st.connections_received),
+        ("total_commands_processed", st.commands_processed),
+        ("instantaneous_ops_per_sec", 0),
+        ("total_net_input_bytes", st.net_input_bytes), ("total_net_output_bytes", st.net_output_bytes),
+        ("rejected_connections", st.rejected_connections), ("expired_keys", st.expired_keys),
+        ("evicted_keys", 0), ("keyspace_hits", st.keyspace_hits), ("keyspace_misses", st.keyspace_misses),
+        ("pubsub_channels", 0), ("pubsub_patterns", 0),
+        ("total_error_replies", st.error_replies),
+        ("total_reads_processed", 0), ("total_writes_processed", 0),
+    ]
+    sections["replication"] = core.extra.get("info_replication", lambda: [
+        ("role", "master"), ("connected_slaves", 0),
+        ("master_replid", core.extra.get("replid", "0" * 40)),
+        ("master_replid2", "0" * 40), ("master_repl_offset", 0),
+        ("second_repl_offset", -1), ("repl_backlog_active", 0),
+        ("repl_backlog_size", cfg["repl-backlog-size"]),
+        ("repl_backlog_first_byte_offset", 0), ("repl_backlog_histlen", 0),
+    ])()
+    sections["cpu"] = [
+        ("used_cpu_sys", f"{ru.ru_stime:.6f}"), ("used_cpu_user", f"{ru.ru_utime:.6f}"),
+        ("used_cpu_sys_children", "0.000000"), ("used_cpu_user_children", "0.000000"),
+    ]
+    sections["modules"] = []
+    sections["errorstats"] = [(f"errorstat_{code}", f"count={n}") for code, n in sorted(st.errors.items())]
+    sections["commandstats"] = [
+        (f"cmdstat_{name}",
+         f"calls={cs.calls},usec={cs.usec},usec_per_call={(cs.usec / cs.calls) if cs.calls else 0:.2f},"
+         f"rejected_calls={cs.rejected},failed_calls={cs.failed}")
+        for name, cs in sorted(st.commands.items()) if cs.calls or cs.rejected or cs.failed]
+    ks = []
+    for db in core.keyspace.dbs:
+        if db.data:
+            ks.append((f"db{db.index}", f"keys={len(db.data)},expires={len(db.expires)},avg_ttl=0"))
+    sections["keyspace"] = ks
+    return sections
+
+
+_DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication",
+                     "cpu", "modules", "errorstats", "keyspace"]
+_ALL_SECTIONS = _DEFAULT_SECTIONS[:-1] + ["commandstats", "keyspace"]
+
+
+def _human(n: int) -> str:
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n}B"
+
+
+@command("info", -1, "loading stale", since="1.0.0")
+def info(ctx: Ctx, argv):
+    """INFO [section [section ...]]"""
+    wanted = [a.decode("utf-8", "replace").lower() for a in argv[1:]] or ["default"]
+    names: list[str] = []
+    for w in wanted:
+        if w == "default":
+            names += _DEFAULT_SECTIONS
+        elif w in ("all", "everything"):
+            names += _ALL_SECTIONS
+        else:
+            names.append(w)
+    sections = info_sections(ctx)
+    parts = []
+    for name in dict.fromkeys(names):
+        if name not in sections:
+            continue
+        lines = [f"# {name.capitalize() if name not in ('commandstats', 'errorstats') else name.capitalize()}"]
+        lines += [f"{k}:{v}" for k, v in sections[name]]
+        parts.append("\r\n".join(lines) + "\r\n")
+    return Verbatim("\r\n".join(parts).encode())

@@ -1,0 +1,109 @@
+"""What a command handler sees: the ``Ctx`` of one command execution.
+
+A handler ``f(ctx, argv)`` reads and changes engine objects through the ctx,
+returns a reply value (protocol/reply.py) or raises CommandError, and states
+what it did as *effects*: deterministic argv lists that, executed against the
+same prior state, produce the same new state (``XADD key * ..`` is recorded as
+``XADD key <id> ..``).  The server routes effects to the AOF, to replicas and
+to the WATCH/blocked-client machinery; handlers never do I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..engine import Stream
+from ..protocol.reply import CommandError
+
+__all__ = ["Ctx", "BlockRequest", "WRONGTYPE", "syntax_error"]
+
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+
+def syntax_error() -> CommandError:
+    return CommandError("ERR syntax error")
+
+
+class BlockRequest:
+    """Returned by a handler that must wait for ``keys`` (XREAD/XREADGROUP BLOCK).
+
+    ``serve(ctx)`` is called when one of the keys may have changed; it returns
+    the reply, or None to keep waiting, and may raise CommandError.
+    ``timeout_ms`` 0 waits forever; on timeout the client gets ``timeout_reply``.
+    """
+
+    __slots__ = ("keys", "timeout_ms", "serve", "timeout_reply", "command")
+
+    def __init__(self, keys: list[bytes], timeout_ms: int, serve: Callable,
+                 timeout_reply, command: str) -> None:
+        self.keys = keys
+        self.timeout_ms = timeout_ms
+        self.serve = serve
+        self.timeout_reply = timeout_reply
+        self.command = command
+
+
+class Ctx:
+    __slots__ = ("core", "client", "db", "now_ms", "effects", "argv", "config",
+                 "in_exec", "replaying", "dirty")
+
+    def __init__(self, core, client, now_ms: int, argv: list[bytes],
+                 in_exec: bool = False, replaying: bool = False) -> None:
+        self.core = core
+        self.client = client
+        self.db = core.keyspace[client.db]
+        self.now_ms = now_ms
+        self.effects: list[list[bytes]] = []
+        self.argv = argv
+        self.config = core.config
+        self.in_exec = in_exec          # inside MULTI/EXEC: never block
+        self.replaying = replaying      # applying effects from the AOF or a primary
+        self.dirty = 0
+
+    @property
+    def resp3(self) -> bool:
+        return self.client.resp == 3
+
+    # -- effects --------------------------------------------------------------
+
+    def propagate(self, argv: list[bytes], dirty: int = 1) -> None:
+        """Record one deterministic effect of this command."""
+        self.effects.append(argv)
+        self.dirty += dirty
+
+    def propagate_as_is(self, dirty: int = 1) -> None:
+        self.propagate(list(self.argv), dirty)
+
+    # -- key access -----------------------------------------------------------
+
+    def lookup(self, key: bytes):
+        """The value at ``key``, or None.  An expired key is deleted (and a DEL propagated)."""
+        db = self.db
+        value = db.data.get(key)
+        if value is None:
+            return None
+        if db.expires and db.is_expired(key, self.now_ms):
+            if self.core.is_replica and not self.replaying:
+                # Replicas never expire keys themselves; the primary's DEL will
+                # arrive.  Reads still treat the key as gone, as Redis does.
+                return None
+            if self.replaying:
+                return value
+            db.delete(key)
+            self.core.stats.expired_keys += 1
+            self.propagate([b"DEL", key], dirty=0)
+            return None
+        return value
+
+    def lookup_stream(self, key: bytes) -> Stream | None:
+        value = self.lookup(key)
+        if value is None or type(value) is Stream:
+            return value
+        raise CommandError(WRONGTYPE)
+
+    def stream_or_create(self, key: bytes) -> Stream:
+        s = self.lookup_stream(key)
+        if s is None:
+            s = Stream()
+            self.db.set(key, s)
+        return s

@@ -1,0 +1,1 @@
+"""Consumer group commands (XGROUP XREADGROUP XACK XPENDING XCLAIM XAUTOCLAIM)."""

@@ -1,0 +1,111 @@
+"""The command table: one source of truth for dispatch, arity and flags.
+
+Each command module declares its commands with ``@command(...)``.  The table
+drives arity errors, the read-only check on replicas, MULTI queueing rules,
+key extraction (WATCH invalidation and blocked clients are fed from the keys of
+propagated effects) and the COMMAND replies redis-cli and redis-py ask for.
+
+Arity follows Redis: positive = exact argc, negative = at least -arity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+__all__ = ["CommandSpec", "COMMANDS", "command", "subcommand", "lookup"]
+
+
+@dataclass
+class CommandSpec:
+    name: str                      # lower case; "xgroup|create" for subcommands
+    arity: int
+    flags: frozenset[str]
+    first_key: int = 0
+    last_key: int = 0
+    key_step: int = 0
+    handler: Callable | None = None
+    group: str = "generic"
+    summary: str = ""
+    since: str = "1.0.0"
+    acl_categories: tuple[str, ...] = ()
+    subcommands: dict[str, "CommandSpec"] = field(default_factory=dict)
+    # For commands whose keys cannot be described by first/last/step.
+    key_finder: Callable[[list[bytes]], list[int]] | None = None
+
+    @property
+    def is_write(self) -> bool:
+        return "write" in self.flags
+
+    def key_positions(self, argv: list[bytes]) -> list[int]:
+        if self.key_finder is not None:
+            return self.key_finder(argv)
+        if not self.first_key:
+            return []
+        last = self.last_key if self.last_key >= 0 else len(argv) + self.last_key
+        return list(range(self.first_key, min(last, len(argv) - 1) + 1, self.key_step or 1))
+
+    def keys(self, argv: list[bytes]) -> list[bytes]:
+        return [argv[i] for i in self.key_positions(argv)]
+
+
+COMMANDS: dict[str, CommandSpec] = {}
+
+
+def _categories(flags: frozenset[str], group: str) -> tuple[str, ...]:
+    cats = []
+    if "write" in flags:
+        cats.append("@write")
+    if "readonly" in flags:
+        cats.append("@read")
+    if group == "stream":
+        cats.append("@stream")
+    if "admin" in flags:
+        cats += ["@admin", "@dangerous"]
+    if "fast" in flags:
+        cats.append("@fast")
+    else:
+        cats.append("@slow")
+    if "blocking" in flags:
+        cats.append("@blocking")
+    return tuple(cats)
+
+
+def command(name: str, arity: int, flags: str = "", keys: tuple[int, int, int] = (0, 0, 0),
+            group: str = "generic", since: str = "1.0.0", key_finder=None,
+            categories: tuple[str, ...] = ()):
+    """Register a handler ``f(ctx, argv) -> reply`` (argv[0] is the command name)."""
+    def register(fn):
+        fl = frozenset(flags.split())
+        spec = CommandSpec(name=name, arity=arity, flags=fl, first_key=keys[0],
+                           last_key=keys[1], key_step=keys[2], handler=fn, group=group,
+                           summary=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
+                           since=since, key_finder=key_finder,
+                           acl_categories=categories or _categories(fl, group))
+        COMMANDS[name] = spec
+        return fn
+    return register
+
+
+def subcommand(parent: str, name: str, arity: int, flags: str = "",
+               keys: tuple[int, int, int] = (0, 0, 0), since: str = "1.0.0"):
+    """Register ``PARENT NAME`` (e.g. XGROUP CREATE).  The parent must exist."""
+    def register(fn):
+        parent_spec = COMMANDS[parent]
+        fl = frozenset(flags.split())
+        spec = CommandSpec(name=f"{parent}|{name}", arity=arity, flags=fl,
+                           first_key=keys[0], last_key=keys[1], key_step=keys[2],
+                           handler=fn, group=parent_spec.group, since=since,
+                           summary=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
+                           acl_categories=_categories(fl, parent_spec.group))
+        parent_spec.subcommands[name] = spec
+        return fn
+    return register
+
+
+def lookup(argv: list[bytes]) -> CommandSpec | None:
+    """The spec of the command named by argv[0] (not resolving subcommands)."""
+    try:
+        return COMMANDS.get(argv[0].decode("latin-1").lower())
+    except (AttributeError, IndexError):
+        return None

@@ -1,0 +1,317 @@
+"""Connection and server commands: PING ECHO HELLO AUTH SELECT QUIT RESET,
+MULTI EXEC DISCARD WATCH UNWATCH, TIME, DEBUG, SHUTDOWN.
+
+CONFIG, CLIENT, COMMAND and INFO live in admin.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+
+from .. import __version__
+from ..engine import Stream
+from ..protocol.reply import NULL_ARRAY, OK, PONG, CommandError, Map, Status
+from .args import parse_int
+from .context import Ctx, syntax_error
+from .registry import command, subcommand
+
+
+@command("ping", -1, "fast", since="1.0.0")
+def ping(ctx: Ctx, argv):
+    """PING [message]"""
+    if len(argv) > 2:
+        raise CommandError("ERR wrong number of arguments for 'ping' command")
+    return PONG if len(argv) == 1 else argv[1]
+
+
+@command("echo", 2, "fast", since="1.0.0")
+def echo(ctx: Ctx, argv):
+    """ECHO message"""
+    return argv[1]
+
+
+@command("select", 2, "fast", since="1.0.0")
+def select(ctx: Ctx, argv):
+    """SELECT index"""
+    try:
+        idx = parse_int(argv[1])
+    except CommandError:
+        raise CommandError("ERR value is not an integer or out of range") from None
+    if not 0 <= idx < len(ctx.core.keyspace):
+        raise CommandError("ERR DB index is out of range")
+    ctx.client.db = idx
+    ctx.db = ctx.core.keyspace[idx]
+    return OK
+
+
+@command("quit", -1, "fast", since="1.0.0")
+def quit_(ctx: Ctx, argv):
+    """QUIT"""
+    ctx.client.close_after_reply = True
+    return OK
+
+
+def _check_password(ctx: Ctx, user: bytes, password: bytes) -> bool:
+    required = ctx.config["requirepass"].encode()
+    if user != b"default":
+        return False
+    if not required:
+        return True   # Redis: the default user with "nopass" accepts any password
+    return hmac.compare_digest(hashlib.sha256(password).digest(), hashlib.sha256(required).digest())
+
+
+@command("auth", -2, "fast no-auth", since="1.0.0")
+def auth(ctx: Ctx, argv):
+    """AUTH [username] password"""
+    if len(argv) > 3:
+        raise syntax_error()
+    if len(argv) == 2 and not ctx.config["requirepass"]:
+        raise CommandError("ERR AUTH <password> called without any password configured for "
+                           "the default user. Are you sure your configuration is correct?")
+    user, password = (b"default", argv[1]) if len(argv) == 2 else (argv[1], argv[2])
+    if not _check_password(ctx, user, password):
+        raise CommandError("WRONGPASS invalid username-password pair or user is disabled.")
+    ctx.client.authenticated = True
+    ctx.client.user = user
+    return OK
+
+
+def hello_map(ctx: Ctx) -> Map:
+    return Map([
+        ("server", b"redis"),
+        ("version", b"7.0.15"),
+        ("proto", ctx.client.resp),
+        ("id", ctx.client.id),
+        ("mode", b"standalone"),
+        ("role", b"replica" if ctx.core.is_replica else b"master"),
+        ("modules", []),
+    ])
+
+
+@command("hello", -1, "fast no-auth", since="6.0.0")
+def hello(ctx: Ctx, argv):
+    """HELLO [protover [AUTH username password] [SETNAME clientname]]"""
+    ver = None
+    if len(argv) >= 2:
+        try:
+            ver = parse_int(argv[1])
+        except CommandError:
+            raise CommandError("ERR Protocol version is not an integer or out of range") from None
+        if ver < 2 or ver > 3:
+            raise CommandError("NOPROTO unsupported protocol version")
+    i = 2
+    name = None
+    while i < len(argv):
+        more = len(argv) - i - 1
+        lo = argv[i].lower()
+        if lo == b"auth" and more >= 2:
+            if not _check_password(ctx, argv[i + 1], argv[i + 2]):
+                raise CommandError("WRONGPASS invalid username-password pair or user is disabled.")
+            ctx.client.authenticated = True
+            ctx.client.user = argv[i + 1]
+            i += 3
+        elif lo == b"setname" and more:
+            name = argv[i + 1]
+            from .admin import validate_client_name
+            validate_client_name(name)
+            i += 2
+        else:
+            raise CommandError(f"ERR Syntax error in HELLO option '{argv[i].decode('utf-8', 'replace')}'")
+    if not ctx.client.authenticated:
+        raise CommandError("NOAUTH HELLO must be called with the client already authenticated, "
+                           "otherwise the HELLO <proto> AUTH <user> <pass> option can be used to "
+                           "authenticate the client and select the RESP protocol version at the same time")
+    if name is not None:
+        ctx.client.name = name
+    if ver is not None:
+        ctx.client.resp = ver
+    return hello_map(ctx)
+
+
+@command("reset", 1, "fast no-auth", since="6.2.0")
+def reset(ctx: Ctx, argv):
+    """RESET"""
+    c = ctx.client
+    c.in_multi = False
+    c.multi_queue = []
+    c.multi_error = False
+    ctx.core.unwatch_all(c)
+    c.db = 0
+    c.resp = 2
+    c.name = b""
+    if ctx.config["requirepass"]:
+        c.authenticated = False
+    return Status("RESET")
+
+
+# ---------------------------------------------------------------------------
+# Transactions
+# ---------------------------------------------------------------------------
+
+
+@command("multi", 1, "fast no-multi", since="1.2.0")
+def multi(ctx: Ctx, argv):
+    """MULTI"""
+    if ctx.client.in_multi:
+        raise CommandError("ERR MULTI calls can not be nested")
+    ctx.client.in_multi = True
+    ctx.client.multi_queue = []
+    ctx.client.multi_error = False
+    return OK
+
+
+@command("exec", 1, "no-multi", since="1.2.0")
+def exec_(ctx: Ctx, argv):
+    """EXEC"""
+    if not ctx.client.in_multi:
+        raise CommandError("ERR EXEC without MULTI")
+    return ctx.core.exec_transaction(ctx.client)
+
+
+@command("discard", 1, "fast no-multi", since="2.0.0")
+def discard(ctx: Ctx, argv):
+    """DISCARD"""
+    c = ctx.client
+    if not c.in_multi:
+        raise CommandError("ERR DISCARD without MULTI")
+    c.in_multi = False
+    c.multi_queue = []
+    c.multi_error = False
+    ctx.core.unwatch_all(c)
+    return OK
+
+
+@command("watch", -2, "fast no-multi", keys=(1, -1, 1), since="2.2.0")
+def watch(ctx: Ctx, argv):
+    """WATCH key [key ...]"""
+    if ctx.client.in_multi:
+        raise CommandError("ERR WATCH inside MULTI is not allowed")
+    ctx.core.watch(ctx.client, argv[1:])
+    return OK
+
+
+@command("unwatch", 1, "fast no-multi", since="2.2.0")
+def unwatch(ctx: Ctx, argv):
+    """UNWATCH"""
+    ctx.core.unwatch_all(ctx.client)
+    return OK
+
+
+# ---------------------------------------------------------------------------
+# Server
+# ---------------------------------------------------------------------------
+
+
+@command("time", 1, "fast", since="2.6.0")
+def time_(ctx: Ctx, argv):
+    """TIME"""
+    now = ctx.core.clock()
+    sec = int(now)
+    return [b"%d" % sec, b"%d" % int((now - sec) * 1_000_000)]
+
+
+@command("lastsave", 1, "fast", since="1.0.0")
+def lastsave(ctx: Ctx, argv):
+    """LASTSAVE"""
+    return int(ctx.core.extra.get("last_save_time", ctx.core.start_time))
+
+
+@command("shutdown", -1, "admin no-multi", since="1.0.0")
+def shutdown(ctx: Ctx, argv):
+    """SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]"""
+    for opt in argv[1:]:
+        if opt.lower() not in (b"nosave", b"save", b"now", b"force", b"abort"):
+            raise syntax_error()
+    opts = {a.lower() for a in argv[1:]}
+    if b"abort" in opts:
+        raise CommandError("ERR No shutdown in progress.")
+    hook = ctx.core.extra.get("before_shutdown")
+    if hook is not None:
+        hook(save=b"save" in opts, nosave=b"nosave" in opts)
+    if ctx.core.shutdown_requested is not None:
+        ctx.core.shutdown_requested()
+    ctx.client.close_after_reply = True
+    return OK
+
+
+@command("debug", -2, "admin noscript", since="1.0.0")
+def debug(ctx: Ctx, argv):
+    """DEBUG DIGEST | DIGEST-VALUE key [key ...] | SLEEP seconds | RELOAD | LOADAOF | HELP"""
+    sub = argv[1].lower()
+    if sub == b"digest":
+        return digest_keyspace(ctx.core).encode()
+    if sub == b"digest-value":
+        out = []
+        for key in argv[2:]:
+            v = ctx.db.data.get(key)
+            out.append(digest_value(key, v, None).hexdigest().encode() if v is not None else b"0" * 40)
+        return out
+    if sub == b"sleep" and len(argv) == 3:
+        try:
+            secs = float(argv[2])
+        except ValueError:
+            raise CommandError("ERR value is not a valid float") from None
+        time.sleep(max(secs, 0))
+        return OK
+    if sub == b"set-active-expire" and len(argv) == 3:
+        ctx.core.extra["active_expire_disabled"] = argv[2] == b"0"
+        return OK
+    hook = ctx.core.extra.get("debug_" + sub.decode("latin-1", "replace"))
+    if hook is not None:
+        return hook(ctx, argv)
+    if sub == b"help":
+        return [b"DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                b"DIGEST", b"    Output a hex signature representing the current DB content.",
+                b"DIGEST-VALUE <key> [<key> ...]", b"    Output a hex signature of the values of all the specified keys.",
+                b"SLEEP <seconds>", b"    Stop the server for <seconds>. Decimals allowed.",
+                b"RELOAD", b"    Save the snapshot, flush the dataset and load it back.",
+                b"LOADAOF", b"    Flush the AOF buffers, flush the dataset and load the AOF."]
+    raise CommandError(f"ERR unknown subcommand '{argv[1].decode('utf-8', 'replace')}'. Try DEBUG HELP.")
+
+
+def digest_value(key: bytes, value, expire: int | None):
+    """SHA-1 over one key's complete logical state."""
+    h = hashlib.sha1()
+    h.update(b"k%d:%s" % (len(key), key))
+    if expire is not None:
+        h.update(b"e%d" % expire)
+    if type(value) is bytes:
+        h.update(b"s%d:%s" % (len(value), value))
+        return h
+    s: Stream = value
+    h.update(b"x%d/%d/%d/%d/%d" % (s.length, s.last_id, s.entries_added, s.max_deleted_id,
+                                     s.first_id()))
+    for sid, fv in s:
+        h.update(b"i%d" % sid)
+        for x in fv:
+            h.update(b"%d:%s" % (len(x), x))
+    for name in sorted(s.groups or {}):
+        g = s.groups[name]
+        h.update(b"g%d:%s/%d/%d" % (len(name), name, g.last_id, g.entries_read))
+        for sid, pe in g.pel.items():
+            h.update(b"p%d/%s/%d/%d" % (sid, pe.consumer.name, pe.delivery_time, pe.delivery_count))
+        for cname in sorted(g.consumers):
+            c = g.consumers[cname]
+            h.update(b"c%d:%s/%d" % (len(cname), cname, len(c.pending)))
+    return h
+
+
+def digest_keyspace(core) -> str:
+    """DEBUG DIGEST: XOR of per-key digests (order independent), 40 zeros when empty.
+
+    Covers entries, stream metadata, groups, PELs (owner, delivery time and
+    count) and consumers.  Consumer seen/active times are left out: they are
+    wall-clock observations that Redis does not propagate either.
+    """
+    acc = 0
+    any_key = False
+    for db in core.keyspace.dbs:
+        for key, value in db.data.items():
+            any_key = True
+            h = digest_value(b"%d:" % db.index + key, value, db.expires.get(key))
+            acc ^= int.from_bytes(h.digest(), "big")
+    if not any_key:
+        return "0" * 40
+    return f"{acc:040x}"

@@ -1,0 +1,545 @@
+"""Stream commands without consumer groups: XADD XTRIM XDEL XLEN XRANGE XREVRANGE XREAD XSETID.
+
+Each command's grammar is in its docstring; argument checks happen in the
+order Redis makes them, so that a request with several problems gets the same
+error from us as from Redis.
+"""
+
+from __future__ import annotations
+
+from ..engine import MAX_ID, MIN_ID, Stream, format_id
+from ..engine.ids import U64, InvalidID, id_ms, id_seq, make_id, parse_id
+from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map
+from .args import (eq, invalid_id_error, parse_int, parse_range_bound,
+                   parse_strict_stream_id)
+from .context import BlockRequest, Ctx, syntax_error
+from .registry import command
+
+# ---------------------------------------------------------------------------
+# Shared helpers: entry replies, trimming arguments, effects of a trim
+# ---------------------------------------------------------------------------
+
+
+def entry_reply(sid: int, fv: list) -> list:
+    return [format_id(sid), fv]
+
+
+def entries_reply(entries) -> list:
+    return [[format_id(sid), fv] for sid, fv in entries]
+
+
+TRIM_KEEPREF, TRIM_DELREF, TRIM_ACKED = b"keepref", b"delref", b"acked"
+
+
+class TrimArgs:
+    """Parsed ``[NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT n]] [KEEPREF|DELREF|ACKED]``."""
+
+    __slots__ = ("strategy", "maxlen", "minid", "approx", "limit", "limit_given",
+                 "nomkstream", "id_arg", "policy", "id", "seq_given")
+
+    def __init__(self) -> None:
+        self.strategy: str | None = None
+        self.maxlen = -1
+        self.minid = MIN_ID
+        self.approx = False
+        self.limit = 0
+        self.limit_given = False
+        self.nomkstream = False
+        self.id_arg: int | None = None     # XADD: index of the ID argument
+        self.policy = TRIM_KEEPREF
+        self.id: int | None = None         # XADD: explicit ID (None for "*")
+        self.seq_given = True              # False for the "<ms>-*" form
+
+
+def parse_trim_args(ctx: Ctx, argv: list[bytes], xadd: bool) -> TrimArgs:
+    """Parse the options of XADD (up to and including the ID) or XTRIM."""
+    a = TrimArgs()
+    i = 2
+    n = len(argv)
+    policy_given = False
+    while i < n:
+        more = n - 1 - i
+        opt = argv[i]
+        lo = opt.lower()
+        if xadd and opt == b"*":
+            a.id_arg = i
+            break
+        if lo == b"maxlen" and more:
+            if a.strategy is not None:
+                raise CommandError("ERR syntax error, MAXLEN and MINID options at the same time are not compatible")
+            a.approx = False
+            nxt = argv[i + 1]
+            if more >= 2 and nxt == b"~":
+                a.approx = True
+                i += 1
+            elif more >= 2 and nxt == b"=":
+                i += 1
+            a.maxlen = parse_int(argv[i + 1])
+            if a.maxlen < 0:
+                raise CommandError("ERR The MAXLEN argument must be >= 0.")
+            i += 2
+            a.strategy = "maxlen"
+            continue
+        if lo == b"minid" and more:
+            if a.strategy is not None:
+                raise CommandError("ERR syntax error, MAXLEN and MINID options at the same time are not compatible")
+            a.approx = False
+            nxt = argv[i + 1]
+            if more >= 2 and nxt == b"~":
+                a.approx = True
+                i += 1
+            elif more >= 2 and nxt == b"=":
+                i += 1
+            a.minid = parse_strict_stream_id(argv[i + 1])
+            i += 2
+            a.strategy = "minid"
+            continue
+        if lo == b"limit" and more:
+            a.limit = parse_int(argv[i + 1])
+            if a.limit < 0:
+                raise CommandError("ERR The LIMIT argument must be >= 0.")
+            a.limit_given = True
+            i += 2
+            continue
+        if lo in (TRIM_KEEPREF, TRIM_DELREF, TRIM_ACKED):
+            if policy_given:
+                raise syntax_error()
+            a.policy = lo
+            policy_given = True
+            i += 1
+            continue
+        if xadd and lo == b"nomkstream":
+            a.nomkstream = True
+            i += 1
+            continue
+        if xadd:
+            try:
+                a.id, a.seq_given = parse_id(opt, 0, strict=True, allow_seq_star=True)
+            except InvalidID:
+                raise invalid_id_error() from None
+            a.id_arg = i
+            break
+        raise syntax_error()
+    if a.limit and a.strategy is None:
+        raise CommandError("ERR syntax error, LIMIT cannot be used without specifying a trimming strategy")
+    if not xadd and a.strategy is None:
+        raise CommandError("ERR syntax error, XTRIM must be called with a trimming strategy")
+    if ctx.replaying:
+        a.limit = 0   # effects are exact already
+    elif a.limit_given:
+        if not a.approx:
+            raise CommandError("ERR syntax error, LIMIT cannot be used without the special ~ option")
+    elif a.approx:
+        a.limit = 100 * ctx.config["stream-node-max-entries"]
+        if a.limit <= 0 or a.limit > 1_000_000:
+            a.limit = 10000
+    else:
+        a.limit = 0
+    return a
+
+
+def acked_bound(s: Stream) -> int:
+    """The lowest id that some consumer group may still need (ACKED policy).
+
+    An entry is safe to delete when every group has read past it and none has
+    it pending.  Without groups everything is safe.
+    """
+    bound = MAX_ID
+    for g in (s.groups or {}).values():
+        b = g.last_id + 1 if g.last_id < MAX_ID else MAX_ID
+        if g.pel:
+            b = min(b, g.pel.peekitem(0)[0])
+        bound = min(bound, b)
+    return bound
+
+
+def drop_references(s: Stream, ids) -> None:
+    """DELREF: remove ``ids`` from every group's PEL."""
+    if not s.groups:
+        return
+    for g in s.groups.values():
+        if g.pel:
+            for sid in ids:
+                g.ack(sid)
+
+
+def apply_trim(s: Stream, a: TrimArgs) -> int:
+    """Trim ``s`` per ``a``; returns the number of entries removed."""
+    stop = acked_bound(s) if a.policy == TRIM_ACKED else MAX_ID
+    removed: list | None = [] if (a.policy == TRIM_DELREF and s.groups) else None
+    if a.strategy == "maxlen":
+        n = s.trim(maxlen=a.maxlen, approx=a.approx, limit=a.limit, stop_id=stop, removed=removed)
+    else:
+        n = s.trim(minid=a.minid, approx=a.approx, limit=a.limit, stop_id=stop, removed=removed)
+    if removed:
+        drop_references(s, removed)
+    return n
+
+
+def trim_effect(key: bytes, s: Stream, a: TrimArgs) -> list[bytes]:
+    """The exact, deterministic form of a trim that removed something.
+
+    MINID = <first remaining id> removes exactly the entries the trim removed,
+    whatever strategy, approximation or limit the client used (an empty stream
+    becomes MAXLEN = 0).
+    """
+    policy = [b"DELREF"] if a.policy == TRIM_DELREF else []
+    if s.length:
+        return [b"XTRIM", key, b"MINID", b"=", format_id(s.first_id()), *policy]
+    return [b"XTRIM", key, b"MAXLEN", b"=", b"0", *policy]
+
+
+# ---------------------------------------------------------------------------
+# XADD
+# ---------------------------------------------------------------------------
+
+
+def next_auto_id(last: int, now_ms: int) -> int | None:
+    """The ID for ``*``: now, or one more than the last ID if the clock is behind."""
+    if now_ms > id_ms(last):
+        return make_id(now_ms, 0)
+    if last == MAX_ID:
+        return None
+    return last + 1
+
+
+@command("xadd", -5, "write denyoom fast", keys=(1, 1, 1), group="stream", since="5.0.0")
+def xadd(ctx: Ctx, argv: list[bytes]):
+    """XADD key [NOMKSTREAM] [KEEPREF|DELREF|ACKED] [MAXLEN|MINID [=|~] threshold [LIMIT count]] <*|id> field value [field value ...]"""
+    a = parse_trim_args(ctx, argv, xadd=True)
+    idpos = a.id_arg
+    if idpos is None:
+        raise CommandError("ERR wrong number of arguments for 'xadd' command")
+    nfields = len(argv) - idpos - 1
+    if nfields < 2 or nfields % 2:
+        raise CommandError("ERR wrong number of arguments for 'xadd' command")
+    explicit = a.id is not None
+    sid, seq_given = a.id, a.seq_given
+    if explicit and seq_given and sid == MIN_ID:
+        raise CommandError("ERR The ID specified in XADD must be greater than 0-0")
+    key = argv[1]
+    s = ctx.lookup_stream(key)
+    if s is None:
+        if a.nomkstream:
+            return None
+        s = Stream()
+        created = True
+    else:
+        created = False
+    if s.last_id == MAX_ID:
+        raise CommandError("ERR The stream has exhausted the last possible ID, unable to add more items")
+    if not explicit:
+        sid = next_auto_id(s.last_id, ctx.now_ms)
+    elif not seq_given:
+        ms = id_ms(sid)
+        last_ms = id_ms(s.last_id)
+        if ms == last_ms:
+            if id_seq(s.last_id) == U64:
+                sid = None
+            else:
+                sid = s.last_id + 1
+        elif ms < last_ms:
+            sid = None
+    if sid is None or sid <= s.last_id:
+        raise CommandError("ERR The ID specified in XADD is equal or smaller than the target stream top item")
+    fv = argv[idpos + 1:]
+    if created:
+        ctx.db.set(key, s, keep_ttl=True)
+    cfg = ctx.config.values
+    s.append(sid, fv, cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
+    reply = format_id(sid)
+    ctx.propagate([b"XADD", key, reply, *fv])
+    if a.strategy is not None and apply_trim(s, a):
+        ctx.propagate(trim_effect(key, s, a))
+    return reply
+
+
+# ---------------------------------------------------------------------------
+# XTRIM, XDEL, XLEN
+# ---------------------------------------------------------------------------
+
+
+@command("xtrim", -4, "write", keys=(1, 1, 1), group="stream", since="5.0.0")
+def xtrim(ctx: Ctx, argv: list[bytes]):
+    """XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count] [KEEPREF|DELREF|ACKED]"""
+    a = parse_trim_args(ctx, argv, xadd=False)
+    s = ctx.lookup_stream(argv[1])
+    if s is None:
+        return 0
+    n = apply_trim(s, a)
+    if n:
+        ctx.propagate(trim_effect(argv[1], s, a), dirty=n)
+    return n
+
+
+@command("xdel", -3, "write fast", keys=(1, 1, 1), group="stream", since="5.0.0")
+def xdel(ctx: Ctx, argv: list[bytes]):
+    """XDEL key id [id ...]"""
+    s = ctx.lookup_stream(argv[1])
+    if s is None:
+        return 0
+    ids = [parse_strict_stream_id(raw) for raw in argv[2:]]
+    deleted = 0
+    for sid in ids:
+        if s.delete(sid):
+            deleted += 1
+    if deleted:
+        ctx.propagate_as_is(dirty=deleted)
+    return deleted
+
+
+@command("xlen", 2, "readonly fast", keys=(1, 1, 1), group="stream", since="5.0.0")
+def xlen(ctx: Ctx, argv: list[bytes]):
+    """XLEN key"""
+    s = ctx.lookup_stream(argv[1])
+    return s.length if s is not None else 0
+
+
+# ---------------------------------------------------------------------------
+# XRANGE, XREVRANGE
+# ---------------------------------------------------------------------------
+
+
+def _range(ctx: Ctx, argv: list[bytes], rev: bool):
+    start_arg, end_arg = (argv[3], argv[2]) if rev else (argv[2], argv[3])
+    start, start_ex = parse_range_bound(start_arg, 0)
+    if start_ex:
+        if start == MAX_ID:
+            raise CommandError("ERR invalid start ID for the interval")
+        start += 1
+    end, end_ex = parse_range_bound(end_arg, U64)
+    if end_ex:
+        if end == MIN_ID:
+            raise CommandError("ERR invalid end ID for the interval")
+        end -= 1
+    count = -1
+    j = 4
+    while j < len(argv):
+        if eq(argv[j], b"count") and j + 1 < len(argv):
+            count = parse_int(argv[j + 1])
+            if count < 0:
+                count = 0
+            j += 2
+        else:
+            raise syntax_error()
+    s = ctx.lookup_stream(argv[1])
+    if s is None:
+        return []
+    if count == 0:
+        return NULL_ARRAY
+    return entries_reply(s.range(start, end, max(count, 0), rev))
+
+
+@command("xrange", -4, "readonly", keys=(1, 1, 1), group="stream", since="5.0.0")
+def xrange(ctx: Ctx, argv: list[bytes]):
+    """XRANGE key start end [COUNT count]"""
+    return _range(ctx, argv, rev=False)
+
+
+@command("xrevrange", -4, "readonly", keys=(1, 1, 1), group="stream", since="5.0.0")
+def xrevrange(ctx: Ctx, argv: list[bytes]):
+    """XREVRANGE key end start [COUNT count]"""
+    return _range(ctx, argv, rev=True)
+
+
+# ---------------------------------------------------------------------------
+# XREAD (and the argument parser XREADGROUP shares)
+# ---------------------------------------------------------------------------
+
+XREAD_BLOCKED_DEFAULT_COUNT = 1000
+NEW_ONLY = -1          # the ">" id of XREADGROUP
+LAST_ENTRY = -2        # the "+" id of XREAD (last entry of the stream)
+
+
+class ReadArgs:
+    __slots__ = ("timeout", "count", "keys", "raw_ids", "group", "consumer", "noack",
+                 "claim_min_idle")
+
+    def __init__(self) -> None:
+        self.timeout = -1          # -1 = no BLOCK
+        self.count = 0
+        self.keys: list[bytes] = []
+        self.raw_ids: list[bytes] = []
+        self.group: bytes | None = None
+        self.consumer: bytes | None = None
+        self.noack = False
+        self.claim_min_idle: int | None = None
+
+
+def parse_timeout_ms(raw: bytes) -> int:
+    t = parse_int(raw, "ERR timeout is not an integer or out of range")
+    if t < 0:
+        raise CommandError("ERR timeout is negative")
+    return t
+
+
+def parse_read_args(argv: list[bytes], group_cmd: bool) -> ReadArgs:
+    a = ReadArgs()
+    name = "xreadgroup" if group_cmd else "xread"
+    n = len(argv)
+    i = 1
+    streams_arg = 0
+    while i < n:
+        more = n - i - 1
+        lo = argv[i].lower()
+        if lo == b"block" and more:
+            a.timeout = parse_timeout_ms(argv[i + 1])
+            i += 2
+        elif lo == b"count" and more:
+            a.count = max(parse_int(argv[i + 1]), 0)
+            i += 2
+        elif lo == b"streams" and more:
+            streams_arg = i + 1
+            nargs = n - streams_arg
+            if nargs % 2:
+                symbol = ">" if group_cmd else "$"
+                raise CommandError(f"ERR Unbalanced '{name}' list of streams: for each stream key "
+                                   f"an ID or '{symbol}' must be specified.")
+            half = nargs // 2
+            a.keys = argv[streams_arg:streams_arg + half]
+            a.raw_ids = argv[streams_arg + half:]
+            break
+        elif lo == b"group" and more >= 2:
+            if not group_cmd:
+                raise CommandError("ERR The GROUP option is only supported by XREADGROUP. "
+                                   "You called XREAD instead.")
+            a.group, a.consumer = argv[i + 1], argv[i + 2]
+            i += 3
+        elif lo == b"noack":
+            if not group_cmd:
+                raise CommandError("ERR The NOACK option is only supported by XREADGROUP. "
+                                   "You called XREAD instead.")
+            a.noack = True
+            i += 1
+        elif lo == b"claim" and more and group_cmd:
+            a.claim_min_idle = parse_int(argv[i + 1])
+            if a.claim_min_idle < 0:
+                raise CommandError("ERR min-idle-time must be a positive integer")
+            i += 2
+        else:
+            raise syntax_error()
+    if not streams_arg:
+        raise syntax_error()
+    if group_cmd and a.group is None:
+        raise CommandError("ERR Missing GROUP option for XREADGROUP")
+    return a
+
+
+def xread_reply(ctx: Ctx, items: list) -> object:
+    """[[key, entries], ...] under RESP2, {key: entries} under RESP3."""
+    if ctx.resp3:
+        return Map(items)
+    return [[k, v] for k, v in items]
+
+
+def _xread_serve(keys: list[bytes], after: list[int], count: int):
+    """The closure a blocked XREAD uses: reply when some key has entries past its id."""
+    def serve(ctx: Ctx):
+        items = []
+        for key, gt in zip(keys, after):
+            s = ctx.db.data.get(key)
+            if type(s) is not Stream or not s.length or s.last_id <= gt:
+                continue
+            got = s.range(gt + 1, MAX_ID, count)
+            if got:
+                items.append((key, entries_reply(got)))
+        return xread_reply(ctx, items) if items else None
+    return serve
+
+
+@command("xread", -4, "readonly blocking", group="stream", since="5.0.0",
+         key_finder=lambda argv: _stream_key_positions(argv))
+def xread(ctx: Ctx, argv: list[bytes]):
+    """XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]"""
+    a = parse_read_args(argv, group_cmd=False)
+    after: list[int] = []
+    streams: list[Stream | None] = []
+    for key, raw in zip(a.keys, a.raw_ids):
+        s = ctx.lookup_stream(key)
+        streams.append(s)
+        if raw == b"$":
+            after.append(s.last_id if s is not None else MIN_ID)
+        elif raw == b">":
+            raise CommandError("ERR The > ID can be specified only when calling XREADGROUP "
+                               "using the GROUP <group> <consumer> option.")
+        elif raw == b"+":
+            after.append(LAST_ENTRY)
+        else:
+            after.append(parse_strict_stream_id(raw))
+    items = []
+    for key, s, gt in zip(a.keys, streams, after):
+        if s is None or not s.length:
+            continue
+        if gt == LAST_ENTRY:
+            last = s.last_entry()
+            items.append((key, [entry_reply(*last)]))
+            continue
+        if s.last_id <= gt:
+            continue
+        got = s.range(gt + 1, MAX_ID, a.count)
+        if got:
+            items.append((key, entries_reply(got)))
+    if items:
+        return xread_reply(ctx, items)
+    if a.timeout == -1:
+        return NULL_ARRAY
+    # "+" on an empty stream waits for the next entry, like "$".
+    after = [(s.last_id if s is not None else MIN_ID) if gt == LAST_ENTRY else gt
+             for s, gt in zip(streams, after)]
+    return BlockRequest(list(a.keys), a.timeout,
+                        _xread_serve(list(a.keys), after, a.count or XREAD_BLOCKED_DEFAULT_COUNT),
+                        NULL_ARRAY, "xread")
+
+
+def _stream_key_positions(argv: list[bytes]) -> list[int]:
+    """Key positions of XREAD/XREADGROUP: the first half of the args after STREAMS."""
+    for i in range(1, len(argv)):
+        if argv[i].lower() == b"streams":
+            rest = len(argv) - i - 1
+            return list(range(i + 1, i + 1 + rest // 2))
+    return []
+
+
+# ---------------------------------------------------------------------------
+# XSETID
+# ---------------------------------------------------------------------------
+
+
+@command("xsetid", -3, "write denyoom fast", keys=(1, 1, 1), group="stream", since="5.0.0")
+def xsetid(ctx: Ctx, argv: list[bytes]):
+    """XSETID key last-id [ENTRIESADDED entries-added] [MAXDELETEDID max-deleted-id]"""
+    sid = parse_strict_stream_id(argv[2])
+    entries_added = -1
+    max_xdel = MIN_ID
+    i = 3
+    while i < len(argv):
+        more = len(argv) - i - 1
+        lo = argv[i].lower()
+        if lo == b"entriesadded" and more:
+            entries_added = parse_int(argv[i + 1])
+            if entries_added < 0:
+                raise CommandError("ERR entries_added must be positive")
+            i += 2
+        elif lo == b"maxdeletedid" and more:
+            max_xdel = parse_strict_stream_id(argv[i + 1])
+            if sid < max_xdel:
+                raise CommandError("ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id")
+            i += 2
+        else:
+            raise syntax_error()
+    s = ctx.lookup_stream(argv[1])
+    if s is None:
+        raise CommandError("ERR no such key")
+    if s.length:
+        last = s.last_entry()[0]
+        if sid < last:
+            raise CommandError("ERR The ID specified in XSETID is smaller than the target stream top item")
+        if entries_added != -1 and s.length > entries_added:
+            raise CommandError("ERR The entries_added specified in XSETID is smaller than the target stream length")
+    s.last_id = sid
+    if entries_added != -1:
+        s.entries_added = entries_added
+    if max_xdel != MIN_ID:
+        s.max_deleted_id = max_xdel
+    ctx.propagate_as_is()
+    return OK

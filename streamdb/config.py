@@ -1,0 +1,228 @@
+"""Configuration: streamdb.conf (redis.conf syntax), command-line overrides, CONFIG GET/SET.
+
+Every directive is declared once in ``DIRECTIVES`` with its type, default and a
+one-line description; ``streamdb.conf`` documents the same list and a test keeps
+the two in step.  Values are stored parsed (ints, bools, strings) and rendered
+back as Redis does for CONFIG GET.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import shlex
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = ["Config", "ConfigError", "DIRECTIVES", "Directive", "parse_memory"]
+
+
+class ConfigError(ValueError):
+    pass
+
+
+_UNITS = {"k": 1000, "kb": 1024, "m": 1000**2, "mb": 1024**2, "g": 1000**3, "gb": 1024**3}
+
+
+def parse_memory(text: str) -> int:
+    t = text.strip().lower()
+    for unit in ("kb", "mb", "gb", "k", "m", "g"):
+        if t.endswith(unit):
+            num = t[: -len(unit)]
+            if not num.lstrip("-").isdigit():
+                raise ConfigError(f"argument must be a memory value")
+            return int(num) * _UNITS[unit]
+    if not t.lstrip("-").isdigit():
+        raise ConfigError("argument must be a memory value")
+    return int(t)
+
+
+def _parse_bool(text: str) -> bool:
+    t = text.lower()
+    if t == "yes":
+        return True
+    if t == "no":
+        return False
+    raise ConfigError("argument must be 'yes' or 'no'")
+
+
+def _parse_int(lo: int, hi: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise ConfigError("argument couldn't be parsed into an integer") from None
+        if not lo <= v <= hi:
+            raise ConfigError(f"argument must be between {lo} and {hi} inclusive")
+        return v
+    return parse
+
+
+def _parse_mem(lo: int = 0, hi: int = 2**63 - 1) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        v = parse_memory(text)
+        if not lo <= v <= hi:
+            raise ConfigError(f"argument must be between {lo} and {hi} inclusive")
+        return v
+    return parse
+
+
+def _parse_enum(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        t = text.lower()
+        if t not in choices:
+            raise ConfigError("argument(s) must be one of the following: " + ", ".join(choices))
+        return t
+    return parse
+
+
+def _parse_save(text: str) -> str:
+    parts = text.split()
+    if len(parts) % 2:
+        raise ConfigError("Invalid save parameters")
+    for p in parts:
+        if not p.isdigit():
+            raise ConfigError("Invalid save parameters")
+    return " ".join(parts)
+
+
+def _render_bool(v: bool) -> str:
+    return "yes" if v else "no"
+
+
+@dataclass
+class Directive:
+    name: str
+    default: str
+    parse: Callable[[str], Any]
+    doc: str
+    mutable: bool = True
+    render: Callable[[Any], str] = str
+
+
+def _d(name, default, parse, doc, mutable=True, render=str) -> Directive:
+    return Directive(name, default, parse, doc, mutable, render)
+
+
+_S = str
+DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
+    # -- network
+    _d("port", "6379", _parse_int(0, 65535), "TCP port to listen on (0 = no TCP listener).", False),
+    _d("bind", "127.0.0.1", _S, "Space-separated addresses to listen on.", False),
+    _d("protected-mode", "yes", _parse_bool, "Refuse non-loopback clients when no password is set.", True, _render_bool),
+    _d("tcp-backlog", "511", _parse_int(0, 65535), "listen() backlog.", False),
+    _d("timeout", "0", _parse_int(0, 2**31 - 1), "Close a client idle this many seconds (0 = never)."),
+    _d("tcp-keepalive", "300", _parse_int(0, 2**31 - 1), "TCP keepalive interval in seconds."),
+    _d("maxclients", "10000", _parse_int(1, 2**31 - 1), "Maximum number of connected clients."),
+    # -- general
+    _d("daemonize", "no", _parse_bool, "Not supported: run under a supervisor instead.", False, _render_bool),
+    _d("pidfile", "", _S, "Write the process id to this file when set.", False),
+    _d("loglevel", "notice", _parse_enum("debug", "verbose", "notice", "warning"), "Log verbosity."),
+    _d("logfile", "", _S, "Log file; empty logs to standard output.", False),
+    _d("databases", "16", _parse_int(1, 2**31 - 1), "Number of databases (SELECT 0..n-1).", False),
+    _d("dir", "./data", _S, "Working directory for the AOF and snapshots."),
+    _d("requirepass", "", _S, "Password of the default user (empty = no password)."),
+    _d("hz", "10", _parse_int(1, 500), "Frequency of background tasks (active expiry, timeouts)."),
+    # -- limits
+    _d("proto-max-bulk-len", "536870912", _parse_mem(1024 * 1024), "Largest bulk string a client may send.", True),
+    _d("client-query-buffer-limit", "1073741824", _parse_mem(1024 * 1024), "Largest query buffer of one client."),
+    _d("maxmemory", "0", _parse_mem(), "Memory limit in bytes (0 = none); writes fail with OOM past it."),
+    _d("maxmemory-policy", "noeviction", _parse_enum("noeviction"), "Only noeviction: a log never drops data silently."),
+    # -- streams
+    _d("stream-node-max-entries", "100", _parse_int(0, 2**63 - 1), "Entries per stream node before it is sealed."),
+    _d("stream-node-max-bytes", "4096", _parse_mem(0), "Approximate bytes per stream node before it is sealed."),
+    _d("stream-idmp-duration", "100", _parse_int(1, 86400), "Seconds an IDMP idempotent id is remembered (XCFGSET overrides per stream)."),
+    _d("stream-idmp-maxsize", "100", _parse_int(1, 10000), "Idempotent ids remembered per producer (XCFGSET overrides per stream)."),
+    # -- persistence
+    _d("appendonly", "yes", _parse_bool, "Log every write to the append-only file.", True, _render_bool),
+    _d("appendfsync", "everysec", _parse_enum("always", "everysec", "no"), "When the AOF is fsynced."),
+    _d("appenddirname", "appendonlydir", _S, "Directory (under dir) of AOF segments and manifest.", False),
+    _d("appendfilename", "appendonly.aof", _S, "Base name of AOF segment files.", False),
+    _d("aof-load-truncated", "yes", _parse_bool, "Start after cutting a torn last command off the AOF.", True, _render_bool),
+    _d("auto-aof-rewrite-percentage", "100", _parse_int(0, 2**31 - 1), "Rewrite the AOF when it grew by this percentage."),
+    _d("auto-aof-rewrite-min-size", "67108864", _parse_mem(), "Minimum AOF size before an automatic rewrite."),
+    _d("save", "3600 1 300 100 60 10000", _parse_save, "Snapshot after <seconds> <changes> pairs."),
+    _d("dbfilename", "snapshot.lmdb", _S, "Snapshot directory name (an LMDB environment) under dir.", False),
+    # -- observability
+    _d("slowlog-log-slower-than", "10000", _parse_int(-1, 2**63 - 1), "Log commands slower than this many microseconds."),
+    _d("slowlog-max-len", "128", _parse_int(0, 2**31 - 1), "Slow log length."),
+    _d("latency-tracking", "yes", _parse_bool, "Track per-command latency.", True, _render_bool),
+    # -- replication
+    _d("replicaof", "", _S, "<host> <port> of the primary to follow (empty = primary).", False),
+    _d("masterauth", "", _S, "Password for the primary."),
+    _d("masteruser", "", _S, "User for the primary."),
+    _d("replica-read-only", "yes", _parse_bool, "Replicas reject writes.", True, _render_bool),
+    _d("repl-backlog-size", "1048576", _parse_mem(16384), "Replication backlog size in bytes."),
+    _d("repl-timeout", "60", _parse_int(1, 2**31 - 1), "Seconds before a silent replication link is dropped."),
+]}
+
+# Names redis-cli, redis-py and monitoring tools ask for that we answer with fixed values.
+_ALIASES = {"slaveof": "replicaof", "hash-max-ziplist-entries": None}
+
+
+class Config:
+    """The live configuration.  ``cfg["port"]`` gives the parsed value."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.file: str | None = None
+        for d in DIRECTIVES.values():
+            self.values[d.name] = d.parse(d.default)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def set(self, name: str, raw: str, startup: bool = False) -> None:
+        name = name.lower()
+        d = DIRECTIVES.get(name)
+        if d is None:
+            raise ConfigError(f"Bad directive or wrong number of arguments")
+        if not startup and not d.mutable:
+            raise ConfigError("can't set immutable config")
+        self.values[name] = d.parse(raw)
+
+    def render(self, name: str) -> str:
+        return DIRECTIVES[name].render(self.values[name])
+
+    def matching(self, pattern: str) -> list[tuple[str, str]]:
+        pat = pattern.lower()
+        return [(n, self.render(n)) for n in DIRECTIVES if fnmatch.fnmatchcase(n, pat)]
+
+    # -- loading ------------------------------------------------------------------
+
+    def load_text(self, text: str, origin: str = "config") -> None:
+        for lineno, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            try:
+                parts = shlex.split(line)
+            except ValueError as e:
+                raise ConfigError(f"{origin}:{lineno}: {e}") from None
+            name, args = parts[0].lower(), parts[1:]
+            try:
+                self.set(name, " ".join(args), startup=True)
+            except ConfigError as e:
+                raise ConfigError(f"{origin}:{lineno}: '{line}': {e}") from None
+
+    def load_file(self, path: str) -> None:
+        with open(path, encoding="utf-8") as f:
+            self.load_text(f.read(), path)
+        self.file = path
+
+    def load_args(self, args: list[str]) -> None:
+        """``--port 7000 --save "" --appendfsync always`` as redis-server takes them."""
+        i = 0
+        while i < len(args):
+            a = args[i]
+            if not a.startswith("--"):
+                raise ConfigError(f"unexpected argument '{a}'")
+            name = a[2:]
+            vals = []
+            i += 1
+            while i < len(args) and not args[i].startswith("--"):
+                vals.append(args[i])
+                i += 1
+            try:
+                self.set(name, " ".join(vals), startup=True)
+            except ConfigError as e:
+                raise ConfigError(f"--{name}: {e}") from None

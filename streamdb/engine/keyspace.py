@@ -1,0 +1,82 @@
+"""The keyspace: numbered databases mapping keys to values, with expiry times.
+
+Values are ``Stream`` objects or ``bytes`` (the string type, used for consumer
+checkpoints and to make WRONGTYPE real).  Expiry *decisions* need the current
+time, which callers pass in; deleting an expired key is the caller's job too,
+because it must also be propagated as a DEL (see commands/context.py).
+"""
+
+from __future__ import annotations
+
+from .stream import Stream
+
+__all__ = ["Database", "Keyspace", "type_name"]
+
+
+def type_name(value) -> bytes:
+    if isinstance(value, Stream):
+        return b"stream"
+    return b"string"
+
+
+class Database:
+    __slots__ = ("index", "data", "expires", "watchers")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.data: dict[bytes, object] = {}
+        self.expires: dict[bytes, int] = {}      # key -> unix ms
+        # key -> set of watcher objects (clients in WATCH); each has .dirty_cas
+        self.watchers: dict[bytes, set] = {}
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def is_expired(self, key: bytes, now_ms: int) -> bool:
+        when = self.expires.get(key)
+        return when is not None and when <= now_ms
+
+    def set(self, key: bytes, value, keep_ttl: bool = False) -> None:
+        self.data[key] = value
+        if not keep_ttl:
+            self.expires.pop(key, None)
+
+    def delete(self, key: bytes) -> bool:
+        if key in self.data:
+            del self.data[key]
+            self.expires.pop(key, None)
+            return True
+        return False
+
+    def touch(self, key: bytes) -> None:
+        """A key changed: invalidate the transactions watching it."""
+        w = self.watchers.get(key)
+        if w:
+            for client in w:
+                client.dirty_cas = True
+
+    def touch_all(self) -> None:
+        for key, w in self.watchers.items():
+            if key in self.data:
+                for client in w:
+                    client.dirty_cas = True
+
+    def clear(self) -> None:
+        self.touch_all()
+        self.data.clear()
+        self.expires.clear()
+
+
+class Keyspace:
+    """All databases of one server (``databases`` directive)."""
+
+    __slots__ = ("dbs",)
+
+    def __init__(self, count: int = 16) -> None:
+        self.dbs = [Database(i) for i in range(count)]
+
+    def __getitem__(self, index: int) -> Database:
+        return self.dbs[index]
+
+    def __len__(self) -> int:
+        return len(self.dbs)

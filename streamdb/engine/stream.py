@@ -1,0 +1,399 @@
+"""The stream data type: entries in nodes, plus the metadata Redis keeps.
+
+Layout (see docs/ARCHITECTURE.md, "Data structures"):
+
+* A stream is a list of nodes ordered by ID and a parallel list of each node's
+  first ID, so that finding the node holding an ID is one ``bisect``.
+* The last node is *open*: plain Python lists, so XADD appends and tail reads
+  cost almost nothing.  When it holds ``stream-node-max-entries`` entries
+  (live plus deleted, as Redis counts) or about ``stream-node-max-bytes``
+  bytes, it is *sealed* into one msgpack blob.  Entries whose field names equal
+  the node's first entry's ("master" fields) are stored as values only, which
+  is Redis's listpack trick.  A sealed node is one bytes object: it is cheap in
+  memory, invisible to the cyclic GC, and is already its own snapshot form.
+* Deleting an entry only marks it (the node keeps counting it towards its
+  size, as in Redis, so ``~`` trimming removes the same nodes Redis would);
+  a node whose entries are all deleted is dropped.
+* Decoded sealed nodes are kept in a small LRU cache for readers.
+
+Nothing here does I/O or reads a clock.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import OrderedDict
+from typing import Iterator
+
+import msgpack
+
+from .ids import MAX_ID, MIN_ID, SEQ_MASK
+
+__all__ = ["Stream", "Node", "Entry"]
+
+Entry = tuple[int, list]  # (id, [field, value, field, value, ...])
+
+# Per element overhead we charge when estimating a node's byte size; it keeps
+# our node boundaries close to Redis's listpack boundaries.
+_ELEMENT_OVERHEAD = 2
+_ENTRY_OVERHEAD = 6
+
+_DECODED_CACHE_SIZE = 64
+
+
+class Node:
+    """A run of consecutive entries: open (lists) or sealed (one msgpack blob)."""
+
+    __slots__ = ("first", "last", "total", "live", "nbytes", "master",
+                 "ids", "entries", "blob", "deleted")
+
+    def __init__(self, first_id: int, fields: list) -> None:
+        self.first = first_id
+        self.last = first_id
+        self.total = 0          # live + marked-deleted entries
+        self.live = 0
+        self.nbytes = 0
+        self.master = fields[0::2]
+        self.ids: list[int] | None = []
+        self.entries: list[list] | None = []
+        self.blob: bytes | None = None
+        self.deleted: set[int] | None = None   # ids marked deleted
+
+    # -- encoding ---------------------------------------------------------
+
+    def seal(self) -> None:
+        """Pack the open node into its msgpack blob and drop the lists."""
+        if self.blob is not None:
+            return
+        self.blob = encode_node(self.first, self.master, self.ids, self.entries)
+        self.ids = None
+        self.entries = None
+
+    def unseal(self) -> None:
+        """Turn a sealed node back into lists (used when it must change shape)."""
+        if self.blob is None:
+            return
+        self.ids, self.entries = decode_node(self.blob)
+        self.blob = None
+        _cache.pop(self, None)
+
+    def contents(self) -> tuple[list[int], list[list]]:
+        """(ids, entries) including deleted ones; sealed nodes decode through the cache."""
+        if self.blob is None:
+            return self.ids, self.entries
+        hit = _cache.get(self)
+        if hit is not None:
+            _cache.move_to_end(self)
+            return hit
+        hit = decode_node(self.blob)
+        _cache[self] = hit
+        if len(_cache) > _DECODED_CACHE_SIZE:
+            _cache.popitem(last=False)
+        return hit
+
+    def forget(self) -> None:
+        _cache.pop(self, None)
+
+    def is_deleted(self, sid: int) -> bool:
+        return self.deleted is not None and sid in self.deleted
+
+
+_cache: "OrderedDict[Node, tuple[list[int], list[list]]]" = OrderedDict()
+
+
+def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -> bytes:
+    """Blob = [master_fields, [ms_delta, seq, ...], [entry, ...]].
+
+    An entry with the master field names is stored as its values; any other
+    entry as ``[None, f1, v1, ...]`` (a value is never None, so it is unambiguous).
+    """
+    base_ms = first >> 64
+    id_pairs = []
+    for sid in ids:
+        id_pairs.append((sid >> 64) - base_ms)
+        id_pairs.append(sid & SEQ_MASK)
+    packed = []
+    nmaster = len(master)
+    for fv in entries:
+        if len(fv) == 2 * nmaster and fv[0::2] == master:
+            packed.append(fv[1::2])
+        else:
+            packed.append([None, *fv])
+    return msgpack.packb([base_ms, master, id_pairs, packed], use_bin_type=True)
+
+
+def decode_node(blob: bytes) -> tuple[list[int], list[list]]:
+    base_ms, master, id_pairs, packed = msgpack.unpackb(blob, raw=True, use_list=True)
+    it = iter(id_pairs)
+    ids = [((base_ms + dms) << 64) | seq for dms, seq in zip(it, it)]
+    entries = []
+    for e in packed:
+        if e and e[0] is None:
+            del e[0]
+            entries.append(e)
+        else:
+            fv = [None] * (2 * len(e))
+            fv[0::2] = master
+            fv[1::2] = e
+            entries.append(fv)
+    return ids, entries
+
+
+def _entry_bytes(fv: list, same_fields: bool) -> int:
+    n = _ENTRY_OVERHEAD
+    vals = fv[1::2] if same_fields else fv
+    for x in vals:
+        n += len(x) + _ELEMENT_OVERHEAD
+    return n
+
+
+class Stream:
+    """A Redis stream: entries, its counters, and its consumer groups."""
+
+    __slots__ = ("nodes", "firsts", "length", "last_id", "entries_added",
+                 "max_deleted_id", "groups", "idmp")
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self.firsts: list[int] = []
+        self.length = 0
+        self.last_id = MIN_ID
+        self.entries_added = 0
+        self.max_deleted_id = MIN_ID
+        # name -> ConsumerGroup; created on demand (most streams have none).
+        self.groups: dict | None = None
+        self.idmp = None   # idempotent-producer state (engine.idmp), on demand
+
+    # -- appending ------------------------------------------------------------
+
+    def append(self, sid: int, fv: list, max_entries: int, max_bytes: int) -> None:
+        """Add an entry whose ID is already known to be > last_id."""
+        tail = self.nodes[-1] if self.nodes else None
+        if tail is not None:
+            same = len(fv) == 2 * len(tail.master) and fv[0::2] == tail.master
+            size = _entry_bytes(fv, same)
+            if (max_bytes and tail.nbytes + size >= max_bytes) or \
+                    (max_entries and tail.total >= max_entries):
+                tail.seal()
+                tail = None
+        if tail is None:
+            tail = Node(sid, fv)
+            tail.nbytes = sum(len(f) + _ELEMENT_OVERHEAD for f in tail.master) + 8
+            size = _entry_bytes(fv, True)
+            self.nodes.append(tail)
+            self.firsts.append(sid)
+        elif tail.blob is not None:
+            tail.unseal()
+        tail.ids.append(sid)
+        tail.entries.append(fv)
+        tail.last = sid
+        tail.total += 1
+        tail.live += 1
+        tail.nbytes += size
+        self.length += 1
+        self.last_id = sid
+        self.entries_added += 1
+
+    # -- reading --------------------------------------------------------------
+
+    def first_id(self) -> int:
+        """ID of the first live entry, 0-0 when empty (Redis's s->first_id)."""
+        if not self.length:
+            return MIN_ID
+        node = self.nodes[0]
+        if node.deleted is None:
+            return node.first
+        ids, _ = node.contents()
+        for sid in ids:
+            if sid not in node.deleted:
+                return sid
+        raise AssertionError("node without live entries")
+
+    def get(self, sid: int) -> list | None:
+        """The fields of entry ``sid``, or None if it does not exist (or was deleted)."""
+        i = bisect_right(self.firsts, sid) - 1
+        if i < 0:
+            return None
+        node = self.nodes[i]
+        if sid > node.last or node.is_deleted(sid):
+            return None
+        ids, entries = node.contents()
+        j = bisect_left(ids, sid)
+        if j < len(ids) and ids[j] == sid:
+            return entries[j]
+        return None
+
+    def range(self, start: int, end: int, count: int = 0, rev: bool = False) -> list[Entry]:
+        """Live entries with start <= id <= end, ascending (or descending if rev).
+
+        ``count`` 0 means no limit.
+        """
+        out: list[Entry] = []
+        if start > end or not self.length:
+            return out
+        nodes = self.nodes
+        if not rev:
+            i = max(bisect_right(self.firsts, start) - 1, 0)
+            while i < len(nodes):
+                node = nodes[i]
+                if node.first > end:
+                    break
+                if node.last >= start:
+                    ids, entries = node.contents()
+                    j = bisect_left(ids, start) if ids[0] < start else 0
+                    deleted = node.deleted
+                    n = len(ids)
+                    while j < n:
+                        sid = ids[j]
+                        if sid > end:
+                            return out
+                        if deleted is None or sid not in deleted:
+                            out.append((sid, entries[j]))
+                            if count and len(out) >= count:
+                                return out
+                        j += 1
+                i += 1
+        else:
+            i = bisect_right(self.firsts, end) - 1
+            while i >= 0:
+                node = nodes[i]
+                if node.last < start:
+                    break
+                ids, entries = node.contents()
+                j = bisect_right(ids, end) - 1
+                deleted = node.deleted
+                while j >= 0:
+                    sid = ids[j]
+                    if sid < start:
+                        return out
+                    if deleted is None or sid not in deleted:
+                        out.append((sid, entries[j]))
+                        if count and len(out) >= count:
+                            return out
+                    j -= 1
+                i -= 1
+        return out
+
+    def last_entry(self) -> Entry | None:
+        got = self.range(MIN_ID, MAX_ID, 1, rev=True)
+        return got[0] if got else None
+
+    def first_entry(self) -> Entry | None:
+        got = self.range(MIN_ID, MAX_ID, 1)
+        return got[0] if got else None
+
+    def __iter__(self) -> Iterator[Entry]:
+        for node in self.nodes:
+            ids, entries = node.contents()
+            deleted = node.deleted
+            for sid, fv in zip(ids, entries):
+                if deleted is None or sid not in deleted:
+                    yield sid, fv
+
+    # -- deleting -------------------------------------------------------------
+
+    def delete(self, sid: int) -> bool:
+        """Mark entry ``sid`` deleted (XDEL).  Returns whether it existed.
+
+        Updates length and max-deleted-entry-id; drops a node left empty.
+        """
+        i = bisect_right(self.firsts, sid) - 1
+        if i < 0:
+            return False
+        node = self.nodes[i]
+        if sid > node.last or node.is_deleted(sid):
+            return False
+        ids, _ = node.contents()
+        j = bisect_left(ids, sid)
+        if j == len(ids) or ids[j] != sid:
+            return False
+        if node.deleted is None:
+            node.deleted = set()
+        node.deleted.add(sid)
+        node.live -= 1
+        self.length -= 1
+        if sid > self.max_deleted_id:
+            self.max_deleted_id = sid
+        if node.live == 0:
+            self._drop_node(i)
+        return True
+
+    def _drop_node(self, i: int) -> None:
+        node = self.nodes.pop(i)
+        self.firsts.pop(i)
+        node.forget()
+
+    # -- trimming -------------------------------------------------------------
+
+    def trim(self, *, maxlen: int | None = None, minid: int | None = None,
+             approx: bool = False, limit: int = 0, stop_id: int = MAX_ID,
+             removed: list | None = None) -> int:
+        """Trim from the head as Redis's streamTrim() does; returns entries removed.
+
+        Exactly one of ``maxlen``/``minid``.  With ``approx`` only whole nodes go.
+        ``limit`` (0 = none) caps the work in entries, counted per whole node as
+        Redis does.  ``stop_id``: no entry with id >= stop_id is removed (the
+        ACKED policy).  ``removed``, if given, collects the removed ids.
+        """
+        deleted_total = 0
+        while self.nodes:
+            if maxlen is not None and self.length <= maxlen:
+                break
+            node = self.nodes[0]
+            entries = node.live
+            if limit and deleted_total + entries > limit:
+                break
+            if maxlen is not None:
+                remove_node = self.length - entries >= maxlen
+            else:
+                remove_node = node.last < minid
+            if remove_node and node.last < stop_id:
+                if removed is not None:
+                    ids, _ = node.contents()
+                    removed.extend(x for x in ids if not node.is_deleted(x))
+                self._drop_node(0)
+                self.length -= entries
+                deleted_total += entries
+                continue
+            if approx:
+                break
+            # Mark entries deleted inside the first node, from its head.
+            ids, _ = node.contents()
+            for sid in ids:
+                if maxlen is not None:
+                    if self.length <= maxlen:
+                        break
+                elif sid >= minid:
+                    break
+                if sid >= stop_id:
+                    break
+                if node.is_deleted(sid):
+                    continue
+                if node.deleted is None:
+                    node.deleted = set()
+                node.deleted.add(sid)
+                node.live -= 1
+                self.length -= 1
+                deleted_total += 1
+                if removed is not None:
+                    removed.append(sid)
+            if node.live == 0:   # only possible when its last entry was already deleted
+                self._drop_node(0)
+            break
+        return deleted_total
+
+    # -- introspection --------------------------------------------------------
+
+    def node_count(self) -> int:
+        return len(self.nodes)
+
+    def memory_estimate(self) -> int:
+        total = 200
+        for node in self.nodes:
+            if node.blob is not None:
+                total += len(node.blob) + 120
+            else:
+                total += node.nbytes + 120 + 16 * node.total
+            if node.deleted:
+                total += 40 * len(node.deleted)
+        return total

@@ -1,0 +1,164 @@
+"""Reply values and their RESP2/RESP3 encoding.
+
+Handlers return plain Python values; the connection encodes them for the
+client's protocol version:
+
+=====================  ==================  =====================
+value                  RESP2               RESP3
+=====================  ==================  =====================
+bytes / str            ``$`` bulk          ``$`` bulk
+int                    ``:``               ``:``
+None                   ``$-1``             ``_``
+NULL_ARRAY             ``*-1``             ``_``
+list / tuple           ``*`` array         ``*`` array
+Status                 ``+``               ``+``
+CommandError           ``-``               ``-``
+Map                    flat ``*`` array    ``%`` map
+RSet                   ``*`` array         ``~`` set
+Double                 ``$`` bulk          ``,`` double
+Verbatim               ``$`` bulk          ``=`` verbatim (txt)
+=====================  ==================  =====================
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["CommandError", "Status", "Map", "RSet", "Double", "Verbatim", "NULL_ARRAY",
+           "OK", "QUEUED", "PONG", "encode_reply"]
+
+
+class CommandError(Exception):
+    """An error reply.  ``message`` is the full text after ``-``, e.g. ``ERR syntax error``.
+
+    Raised by handlers; also a value inside EXEC's reply array.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    @property
+    def code(self) -> str:
+        return self.message.split(" ", 1)[0]
+
+
+class Status(str):
+    """A simple string reply: ``+OK``."""
+    __slots__ = ()
+
+
+class Map(list):
+    """A RESP3 map given as a list of (key, value) pairs, in order."""
+    __slots__ = ()
+
+
+class RSet(list):
+    """A RESP3 set (an array under RESP2)."""
+    __slots__ = ()
+
+
+class Double(float):
+    """A RESP3 double (a bulk string under RESP2)."""
+    __slots__ = ()
+
+
+class Verbatim(bytes):
+    """A RESP3 verbatim text string (``=``, format ``txt``); bulk under RESP2."""
+    __slots__ = ()
+
+
+class _NullArray:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NULL_ARRAY"
+
+
+NULL_ARRAY = _NullArray()
+OK = Status("OK")
+QUEUED = Status("QUEUED")
+PONG = Status("PONG")
+
+_OK_BYTES = b"+OK\r\n"
+
+
+def _format_double(value: float) -> bytes:
+    if math.isinf(value):
+        return b"inf" if value > 0 else b"-inf"
+    if math.isnan(value):
+        return b"nan"
+    if value == int(value) and abs(value) < 1e17:
+        return b"%d" % int(value)
+    return repr(value).encode()
+
+
+def encode_reply(value, resp3: bool) -> bytes:
+    """Encode one reply value as RESP bytes."""
+    # Fast paths for the replies a stream server sends most.
+    if value is OK:
+        return _OK_BYTES
+    t = type(value)
+    if t is bytes:
+        return b"$%d\r\n%s\r\n" % (len(value), value)
+    if t is int:
+        return b":%d\r\n" % value
+    out: list[bytes] = []
+    _encode(value, resp3, out)
+    return b"".join(out)
+
+
+def _encode(value, resp3: bool, out: list) -> None:
+    t = type(value)
+    if t is bytes:
+        out.append(b"$%d\r\n%s\r\n" % (len(value), value))
+    elif t is list or t is tuple:
+        out.append(b"*%d\r\n" % len(value))
+        for item in value:
+            if type(item) is bytes:
+                out.append(b"$%d\r\n%s\r\n" % (len(item), item))
+            else:
+                _encode(item, resp3, out)
+    elif t is int:
+        out.append(b":%d\r\n" % value)
+    elif value is None:
+        out.append(b"_\r\n" if resp3 else b"$-1\r\n")
+    elif t is Status:
+        out.append(b"+%s\r\n" % value.encode())
+    elif t is str:
+        raw = value.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+    elif t is Map:
+        if resp3:
+            out.append(b"%%%d\r\n" % len(value))
+        else:
+            out.append(b"*%d\r\n" % (2 * len(value)))
+        for k, v in value:
+            _encode(k, resp3, out)
+            _encode(v, resp3, out)
+    elif isinstance(value, CommandError):
+        msg = value.message.replace("\r", " ").replace("\n", " ")
+        out.append(b"-%s\r\n" % msg.encode())
+    elif value is NULL_ARRAY:
+        out.append(b"_\r\n" if resp3 else b"*-1\r\n")
+    elif t is RSet:
+        out.append((b"~%d\r\n" if resp3 else b"*%d\r\n") % len(value))
+        for item in value:
+            _encode(item, resp3, out)
+    elif t is Double:
+        raw = _format_double(value)
+        if resp3:
+            out.append(b",%s\r\n" % raw)
+        else:
+            out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+    elif t is Verbatim:
+        if resp3:
+            out.append(b"=%d\r\ntxt:%s\r\n" % (len(value) + 4, value))
+        else:
+            out.append(b"$%d\r\n%s\r\n" % (len(value), value))
+    elif t is bool:
+        out.append(b":%d\r\n" % int(value))
+    elif t is float:
+        _encode(Double(value), resp3, out)
+    else:
+        raise TypeError(f"cannot encode reply of type {t.__name__}")

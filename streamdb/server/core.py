@@ -1,0 +1,403 @@
+"""The server core: command dispatch, MULTI/EXEC, blocking, and the effect path.
+
+This is everything about executing commands that does not touch a socket, so
+the asyncio front end (server/network.py), the AOF loader and a replica's
+apply loop all drive the same object:
+
+    execute(client, argv) -> reply | BLOCKED
+        1. look the command up, check arity, auth, MULTI queueing, read-only replica
+        2. run the handler with a Ctx (commands/context.py)
+        3. hand the effects it recorded to ``_emit``: one path that
+           invalidates WATCHed keys, marks keys ready for blocked clients,
+           and passes the batch to every registered effect sink (AOF, replicas,
+           test recorders) with the SELECT needed to make it self-contained
+        4. serve clients blocked on keys that became ready, FIFO per key
+
+Rules:
+* Effects are deterministic argv lists.  A command (or an EXEC) whose effects
+  are several argv is given to sinks as one batch; sinks wrap it in MULTI/EXEC
+  so that a torn write never applies half of it.
+* A blocked client is served in the same call that made its key ready, and
+  its reply goes out through ``client.deliver``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict, deque
+from typing import Callable
+
+from ..commands import registry
+from ..commands.context import BlockRequest, Ctx
+from ..config import Config
+from ..engine import Keyspace
+from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status
+from .client import Client
+
+__all__ = ["Core", "BLOCKED", "Stats"]
+
+
+class _Blocked:
+    def __repr__(self) -> str:
+        return "BLOCKED"
+
+
+BLOCKED = _Blocked()
+
+# Commands allowed before AUTH when a password is set.
+_NO_AUTH_OK = {"auth", "hello", "quit", "reset"}
+# Commands executed immediately even inside MULTI.
+_MULTI_IMMEDIATE = {"exec", "discard", "multi", "watch", "quit", "reset", "unwatch"}
+
+
+class CommandStats:
+    __slots__ = ("calls", "usec", "rejected", "failed")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.usec = 0
+        self.rejected = 0
+        self.failed = 0
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.commands_processed = 0
+        self.connections_received = 0
+        self.rejected_connections = 0
+        self.expired_keys = 0
+        self.error_replies = 0
+        self.errors: dict[str, int] = defaultdict(int)
+        self.commands: dict[str, CommandStats] = defaultdict(CommandStats)
+        self.net_input_bytes = 0
+        self.net_output_bytes = 0
+        self.keyspace_hits = 0
+        self.keyspace_misses = 0
+
+
+class Core:
+    def __init__(self, config: Config | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.config = config or Config()
+        self.keyspace = Keyspace(self.config["databases"])
+        self.clock = clock
+        self.clients: dict[int, Client] = {}
+        self._next_client_id = 1
+        self.stats = Stats()
+        self.start_time = clock()
+        self.is_replica = False
+        self.dirty = 0                       # changes since the last snapshot
+        # (db, key) -> deque of blocked clients, FIFO
+        self.blocking_keys: dict[tuple[int, bytes], deque] = {}
+        self.ready_keys: dict[tuple[int, bytes], None] = {}   # ordered set
+        self.effect_sinks: list[Callable[[int, list[list[bytes]]], None]] = []
+        self.on_client_blocked: Callable[[Client], None] | None = None
+        self.on_client_unblocked: Callable[[Client], None] | None = None
+        self.shutdown_requested: Callable | None = None
+        self.extra = {}                      # subsystems hang state here (aof, replication)
+
+    # -- clock ----------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # -- clients --------------------------------------------------------------
+
+    def new_client(self, deliver=None, addr: str = "", laddr: str = "", kind: str = "normal") -> Client:
+        c = Client(self._next_client_id, self.now_ms(), deliver, addr, laddr)
+        c.kind = kind
+        self._next_client_id += 1
+        if self.config["requirepass"] and kind == "normal":
+            c.authenticated = False
+        if kind == "normal":
+            self.clients[c.id] = c
+            self.stats.connections_received += 1
+        return c
+
+    def remove_client(self, client: Client) -> None:
+        if client.blocked is not None:
+            self.unblock(client, None)
+        self.unwatch_all(client)
+        self.clients.pop(client.id, None)
+
+    # -- dispatch -------------------------------------------------------------
+
+    def execute(self, client: Client, argv: list[bytes]):
+        """Run one request.  Returns the reply, or BLOCKED (reply comes via client.deliver)."""
+        spec = registry.lookup(argv)
+        now = self.now_ms()
+        client.last_ms = now
+        if spec is None:
+            err = _unknown_command(argv)
+            if client.in_multi:
+                client.multi_error = True
+            return self._error(err, None)
+        name = spec.name
+        if (spec.arity > 0 and len(argv) != spec.arity) or len(argv) < -spec.arity:
+            if client.in_multi:
+                client.multi_error = True
+            return self._error(CommandError(
+                f"ERR wrong number of arguments for '{name}' command"), name, rejected=True)
+        if spec.subcommands:
+            sub = argv[1].decode("latin-1").lower()
+            sspec = spec.subcommands.get(sub)
+            if sspec is None:
+                if client.in_multi:
+                    client.multi_error = True
+                return self._error(CommandError(
+                    f"ERR unknown subcommand '{_trunc(argv[1])}'. Try {name.upper()} HELP."),
+                    name, rejected=True)
+            if (sspec.arity > 0 and len(argv) != sspec.arity) or len(argv) < -sspec.arity:
+                if client.in_multi:
+                    client.multi_error = True
+                return self._error(CommandError(
+                    f"ERR wrong number of arguments for '{sspec.name}' command"),
+                    sspec.name, rejected=True)
+            spec = sspec
+        if not client.authenticated and name not in _NO_AUTH_OK:
+            if client.in_multi:
+                client.multi_error = True
+            return self._error(CommandError("NOAUTH Authentication required."), spec.name,
+                               rejected=True)
+        if client.in_multi and name not in _MULTI_IMMEDIATE:
+            if "no-multi" in spec.flags:
+                client.multi_error = True
+                return self._error(CommandError(
+                    f"ERR Command not allowed inside a transaction"), spec.name, rejected=True)
+            client.multi_queue.append(argv)
+            return QUEUED
+        if self.is_replica and spec.is_write and client.kind == "normal" \
+                and self.config["replica-read-only"]:
+            return self._error(CommandError(
+                "READONLY You can't write against a read only replica."), spec.name,
+                rejected=True)
+        client.last_cmd = spec.name
+        reply, effects, db = self._call(client, spec, argv, now)
+        if effects:
+            self._emit(db, effects)
+        if isinstance(reply, BlockRequest):
+            return self._block(client, reply)
+        if self.ready_keys:
+            self.serve_ready_keys()
+        return reply
+
+    def _call(self, client: Client, spec, argv, now: int, in_exec: bool = False):
+        """Run a handler; returns (reply, effects, db index).  Errors become replies."""
+        ctx = Ctx(self, client, now, argv, in_exec=in_exec, replaying=client.kind in ("aof", "master"))
+        stats = self.stats.commands[spec.name]
+        t0 = time.perf_counter_ns()
+        try:
+            reply = spec.handler(ctx, argv)
+            if isinstance(reply, BlockRequest) and (in_exec or ctx.replaying):
+                reply = reply.timeout_reply
+        except CommandError as e:
+            reply = e
+            stats.failed += 1
+            self._count_error(e)
+        stats.calls += 1
+        stats.usec += (time.perf_counter_ns() - t0) // 1000
+        self.stats.commands_processed += 1
+        self.dirty += ctx.dirty
+        return reply, ctx.effects, ctx.db.index
+
+    def _error(self, err: CommandError, name: str | None, rejected: bool = False) -> CommandError:
+        if name is not None and rejected:
+            self.stats.commands[name].rejected += 1
+        self._count_error(err)
+        return err
+
+    def _count_error(self, err: CommandError) -> None:
+        self.stats.error_replies += 1
+        self.stats.errors[err.code] += 1
+
+    # -- MULTI/EXEC -----------------------------------------------------------
+
+    def exec_transaction(self, client: Client):
+        """Run the queued commands of ``client``; called by the EXEC handler."""
+        queue = client.multi_queue
+        client.multi_queue = []
+        client.in_multi = False
+        if client.multi_error:
+            client.multi_error = False
+            self.unwatch_all(client)
+            raise CommandError("EXECABORT Transaction discarded because of previous errors.")
+        if client.dirty_cas:
+            self.unwatch_all(client)
+            return NULL_ARRAY
+        self.unwatch_all(client)
+        replies = []
+        batch: list[list[bytes]] = []
+        db_at_start = cur_db = client.db
+        now = self.now_ms()
+        for argv in queue:
+            spec = registry.lookup(argv)
+            if spec.subcommands:
+                spec = spec.subcommands[argv[1].decode("latin-1").lower()]
+            reply, effects, db = self._call(client, spec, argv, now, in_exec=True)
+            if effects:
+                if db != cur_db:   # a SELECT inside the transaction
+                    batch.append([b"SELECT", b"%d" % db])
+                    cur_db = db
+                batch.extend(effects)
+            replies.append(reply)
+        if batch:
+            self._emit(db_at_start, batch)
+        if self.ready_keys:
+            self.serve_ready_keys()
+        return replies
+
+    def watch(self, client: Client, keys: list[bytes]) -> None:
+        db = self.keyspace[client.db]
+        for key in keys:
+            if (client.db, key) in client.watched:
+                continue
+            client.watched.append((client.db, key))
+            db.watchers.setdefault(key, set()).add(client)
+
+    def unwatch_all(self, client: Client) -> None:
+        for dbi, key in client.watched:
+            w = self.keyspace[dbi].watchers.get(key)
+            if w is not None:
+                w.discard(client)
+                if not w:
+                    del self.keyspace[dbi].watchers[key]
+        client.watched = []
+        client.dirty_cas = False
+
+    # -- effects ------------------------------------------------------------------
+
+    def _emit(self, db_index: int, effects: list[list[bytes]]) -> None:
+        """The one path every change takes: WATCH, blocked clients, then the sinks."""
+        db = self.keyspace[db_index]
+        cur = db_index
+        for argv in effects:
+            if argv[0] == b"SELECT":
+                cur = int(argv[1])
+                db = self.keyspace[cur]
+                continue
+            name = argv[0].lower()
+            if name in (b"flushall", b"flushdb"):
+                continue     # their handlers invalidate watches themselves
+            spec = registry.lookup(argv)
+            if spec.subcommands:
+                spec = spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
+            for key in spec.keys(argv):
+                if db.watchers:
+                    db.touch(key)
+                if (cur, key) in self.blocking_keys:
+                    self.ready_keys[(cur, key)] = None
+        if len(effects) > 1:
+            effects = [[b"MULTI"], *effects, [b"EXEC"]]
+        for sink in self.effect_sinks:
+            sink(db_index, effects)
+
+    def signal_key(self, db_index: int, key: bytes) -> None:
+        """Wake clients blocked on a key without an effect (e.g. a lazily deleted key)."""
+        if (db_index, key) in self.blocking_keys:
+            self.ready_keys[(db_index, key)] = None
+
+    # -- blocking -------------------------------------------------------------------
+
+    def _block(self, client: Client, req: BlockRequest):
+        client.blocked = req
+        for key in req.keys:
+            self.blocking_keys.setdefault((client.db, key), deque()).append(client)
+        if self.on_client_blocked is not None:
+            self.on_client_blocked(client)
+        if self.ready_keys:
+            self.serve_ready_keys()
+        return BLOCKED
+
+    def unblock(self, client: Client, reply) -> None:
+        """Stop blocking ``client``; deliver ``reply`` unless it is None."""
+        req = client.blocked
+        if req is None:
+            return
+        client.blocked = None
+        for key in req.keys:
+            q = self.blocking_keys.get((client.db, key))
+            if q is not None:
+                try:
+                    q.remove(client)
+                except ValueError:
+                    pass
+                if not q:
+                    del self.blocking_keys[(client.db, key)]
+        if self.on_client_unblocked is not None:
+            self.on_client_unblocked(client)
+        if reply is not None and client.deliver is not None:
+            client.deliver(reply)
+
+    def unblock_on_timeout(self, client: Client) -> None:
+        if client.blocked is not None:
+            self.unblock(client, client.blocked.timeout_reply)
+
+    def serve_ready_keys(self) -> None:
+        """Serve blocked clients whose keys changed, FIFO per key, until nothing is ready."""
+        while self.ready_keys:
+            ready = list(self.ready_keys)
+            self.ready_keys.clear()
+            for dbi, key in ready:
+                q = self.blocking_keys.get((dbi, key))
+                if not q:
+                    continue
+                for client in list(q):
+                    req = client.blocked
+                    if req is None or client.db != dbi:
+                        continue
+                    now = self.now_ms()
+                    ctx = Ctx(self, client, now, [req.command.encode()])
+                    try:
+                        reply = req.serve(ctx)
+                    except CommandError as e:
+                        self._count_error(e)
+                        reply = e
+                    if ctx.effects:
+                        self._emit(dbi, ctx.effects)
+                    self.dirty += ctx.dirty
+                    if reply is not None:
+                        self.unblock(client, reply)
+
+    def blocked_count(self) -> int:
+        return sum(1 for c in self.clients.values() if c.blocked is not None)
+
+    # -- expiry ---------------------------------------------------------------------
+
+    def active_expire_cycle(self, budget: int = 200) -> int:
+        """Delete up to ``budget`` expired keys (Redis's active expiry), propagating DELs."""
+        if self.is_replica:
+            return 0
+        now = self.now_ms()
+        removed = 0
+        for db in self.keyspace.dbs:
+            if not db.expires:
+                continue
+            expired = [k for k, when in db.expires.items() if when <= now][:budget - removed]
+            for key in expired:
+                db.delete(key)
+                self.stats.expired_keys += 1
+                self._emit(db.index, [[b"DEL", key]])
+                removed += 1
+            if removed >= budget:
+                break
+        if self.ready_keys:
+            self.serve_ready_keys()
+        return removed
+
+    # -- replay ---------------------------------------------------------------------
+
+    def replay_client(self, kind: str = "aof") -> Client:
+        """A client that applies effects (AOF load, a replica's link): no auth, no blocking."""
+        return self.new_client(kind=kind)
+
+
+def _trunc(raw: bytes, n: int = 128) -> str:
+    return raw[:n].decode("utf-8", "replace")
+
+
+def _unknown_command(argv: list[bytes]) -> CommandError:
+    args = "".join(f"'{_trunc(a)}' " for a in argv[1:])
+    return CommandError(f"ERR unknown command '{_trunc(argv[0])}', with args beginning with: {args}")
+

@@ -1,0 +1,213 @@
+"""The asyncio front end: sockets in, replies out, one event loop.
+
+Each connection owns a RequestParser and a list of encoded replies.  Replies are
+not written when produced: at the end of the loop turn ``Server._end_of_turn``
+first lets the persistence hooks write (and, under ``appendfsync always``,
+fsync) the effects of the whole turn, and only then writes every reply.  That
+is group commit: one write and one fsync however many clients wrote.
+
+A client whose command blocked stops being read from until it is served; its
+pipelined requests wait in its parser, as in Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from .. import log
+from ..protocol.reply import encode_reply
+from ..protocol.request import ProtocolError, RequestParser
+from .core import BLOCKED, Core
+
+__all__ = ["Server", "Connection"]
+
+
+class Connection(asyncio.Protocol):
+    __slots__ = ("server", "core", "transport", "parser", "client", "out", "closing",
+                 "paused")
+
+    def __init__(self, server: "Server") -> None:
+        self.server = server
+        self.core = server.core
+        self.transport = None
+        self.parser = RequestParser(server.core.config["proto-max-bulk-len"])
+        self.client = None
+        self.out: list[bytes] = []
+        self.closing = False
+
+    # -- asyncio callbacks --------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        sock = transport.get_extra_info("sockname") or ("?", 0)
+        addr = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        laddr = f"{sock[0]}:{sock[1]}" if isinstance(sock, tuple) else str(sock)
+        core = self.core
+        if len(core.clients) >= core.config["maxclients"]:
+            transport.write(b"-ERR max number of clients reached\r\n")
+            core.stats.rejected_connections += 1
+            transport.close()
+            self.closing = True
+            return
+        self.client = core.new_client(deliver=self.deliver, addr=addr, laddr=laddr)
+        self.client.close = self.close_after_flush
+        self.parser.authenticated = self.client.authenticated
+
+    def connection_lost(self, exc) -> None:
+        self.closing = True
+        if self.client is not None:
+            self.core.remove_client(self.client)
+            self.server.connections.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.core.stats.net_input_bytes += len(data)
+        self.parser.feed(data)
+        if self.parser.buffered() > self.core.config["client-query-buffer-limit"]:
+            log.log(log.WARNING, f"Closing client that reached max query buffer length: id={self.client.id} addr={self.client.addr}")
+            self.transport.close()
+            self.closing = True
+            return
+        self.process()
+
+    # -- request processing -------------------------------------------------------
+
+    def process(self) -> None:
+        client = self.client
+        core = self.core
+        parser = self.parser
+        out = self.out
+        try:
+            while client.blocked is None and not self.closing:
+                argv = parser.next_command()
+                if argv is None:
+                    break
+                reply = core.execute(client, argv)
+                parser.authenticated = client.authenticated
+                if reply is BLOCKED:
+                    break
+                out.append(encode_reply(reply, client.resp == 3))
+                if client.close_after_reply:
+                    self.closing = True
+                    break
+        except ProtocolError as e:
+            out.append(b"-ERR %s\r\n" % str(e).encode())
+            log.log(log.VERBOSE, f"Protocol error ({e}) from client: id={client.id} addr={client.addr}")
+            self.closing = True
+        client.query_buffer = parser.buffered()
+        if out or self.closing:
+            self.server.schedule_flush(self)
+
+    def deliver(self, reply) -> None:
+        """A reply produced outside the request path (a blocked client served)."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        self.out.append(encode_reply(reply, self.client.resp == 3))
+        self.server.schedule_flush(self)
+        if self.client.blocked is None and self.parser.buffered():
+            # Resume the requests that arrived while blocked, on a later turn.
+            asyncio.get_running_loop().call_soon(self.process)
+
+    def close_after_flush(self) -> None:
+        self.closing = True
+        self.server.schedule_flush(self)
+
+    def flush(self) -> None:
+        if self.out:
+            data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
+            self.out.clear()
+            self.core.stats.net_output_bytes += len(data)
+            self.transport.write(data)
+        if self.closing:
+            self.transport.close()
+
+
+class Server:
+    """Listens, runs the loop's periodic work, and ends each turn with the flush."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.connections: set[Connection] = set()
+        self._to_flush: dict[Connection, None] = {}
+        self._flush_scheduled = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.servers: list = []
+        # Called at the end of each turn, before replies go out (AOF write + fsync).
+        self.before_reply_hooks: list = []
+        self.stopped: asyncio.Future | None = None
+        core.on_client_blocked = self._on_blocked
+        core.on_client_unblocked = self._on_unblocked
+        core.shutdown_requested = self.request_stop
+
+    # -- turn structure -----------------------------------------------------------
+
+    def schedule_flush(self, conn: Connection) -> None:
+        self._to_flush[conn] = None
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._end_of_turn)
+
+    def _end_of_turn(self) -> None:
+        self._flush_scheduled = False
+        for hook in self.before_reply_hooks:
+            hook()
+        conns = self._to_flush
+        self._to_flush = {}
+        for conn in conns:
+            conn.flush()
+
+    # -- blocking -------------------------------------------------------------------
+
+    def _on_blocked(self, client) -> None:
+        req = client.blocked
+        if req.timeout_ms > 0:
+            client.block_timer = self.loop.call_later(
+                req.timeout_ms / 1000.0, self.core.unblock_on_timeout, client)
+
+    def _on_unblocked(self, client) -> None:
+        if client.block_timer is not None:
+            client.block_timer.cancel()
+            client.block_timer = None
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def _new_connection(self) -> Connection:
+        conn = Connection(self)
+        self.connections.add(conn)
+        return conn
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.stopped = self.loop.create_future()
+        cfg = self.core.config
+        port = cfg["port"]
+        if port:
+            for addr in cfg["bind"].split():
+                addr = addr.lstrip("-")
+                srv = await self.loop.create_server(
+                    self._new_connection, addr, port, backlog=cfg["tcp-backlog"],
+                    reuse_address=True)
+                self.servers.append(srv)
+        self._cron_handle = self.loop.call_later(1.0 / cfg["hz"], self._cron)
+
+    def _cron(self) -> None:
+        """Periodic work (Redis's serverCron): active expiry."""
+        try:
+            self.core.active_expire_cycle()
+        finally:
+            self._cron_handle = self.loop.call_later(1.0 / self.core.config["hz"], self._cron)
+
+    def request_stop(self) -> None:
+        if self.stopped is not None and not self.stopped.done():
+            self.stopped.set_result(True)
+
+    async def serve_until_stopped(self) -> None:
+        await self.stopped
+        for conn in list(self.connections):
+            conn.flush()
+        for srv in self.servers:
+            srv.close()
+        self._cron_handle.cancel()

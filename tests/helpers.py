@@ -1,0 +1,138 @@
+"""Start real servers on loopback for tests: StreamDB and, for differential tests, redis-server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(64).startswith(b"+PONG"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"server on port {port} did not answer PING")
+
+
+class ServerProcess:
+    """A StreamDB server process: ``with ServerProcess(tmp_path) as srv: srv.port``."""
+
+    def __init__(self, data_dir: Path, *args: str, port: int | None = None,
+                 config: str | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.args = list(args)
+        self.config = config
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.data_dir / f"streamdb-{self.port}.log"
+
+    def start(self) -> "ServerProcess":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "streamdb"]
+        if self.config:
+            cmd.append(self.config)
+        cmd += ["--port", str(self.port), "--dir", str(self.data_dir), *self.args]
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
+        wait_for_port(self.port, self.proc)
+        return self
+
+    def kill9(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if getattr(self, "_log", None):
+            self._log.close()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class RedisProcess:
+    """A real redis-server (Debian's 7.0) without persistence, for differential tests."""
+
+    def __init__(self, data_dir: Path, *args: str) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = free_port()
+        self.args = list(args)
+        self.proc: subprocess.Popen | None = None
+
+    @staticmethod
+    def available() -> bool:
+        return shutil.which("redis-server") is not None
+
+    def start(self) -> "RedisProcess":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--dir", str(self.data_dir), "--daemonize", "no",
+               "--logfile", str(self.data_dir / "redis.log"), *self.args]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(self.port, self.proc)
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def __enter__(self) -> "RedisProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def raw_exchange(port: int, payload: bytes, timeout: float = 2.0, expect_close: bool = False) -> bytes:
+    """Send raw bytes, return everything received until the reply stops (or the peer closes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(payload)
+        chunks = []
+        s.settimeout(0.3 if not expect_close else timeout)
+        while True:
+            try:
+                data = s.recv(65536)
+            except socket.timeout:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        return b"".join(chunks)
