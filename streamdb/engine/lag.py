@@ -1,0 +1,71 @@
+"""Consumer-group progress: the logical read counter ("entries-read") and lag.
+
+Redis tracks, per stream, how many entries were ever added (entries_added)
+and, per group, how many of them the group has read (entries_read).  The lag
+is their difference, but only when no deleted entry (tombstone) lies ahead of
+the group; otherwise the counter is estimated or reported as unknown (nil).
+These functions follow Redis's streamEstimateDistanceFromFirstEverEntry(),
+streamRangeHasTombstones() and the XINFO lag rules.
+"""
+
+from __future__ import annotations
+
+from .groups import ENTRIES_READ_INVALID, ConsumerGroup
+from .ids import MAX_ID, MIN_ID
+from .stream import Stream
+
+__all__ = ["range_has_tombstones", "estimate_entries_read", "group_lag", "advance_entries_read"]
+
+
+def range_has_tombstones(s: Stream, start: int | None, end: int | None) -> bool:
+    """Whether a deleted entry may lie in [start, end] (None = open end)."""
+    if not s.length or s.max_deleted_id == MIN_ID:
+        return False
+    if s.first_id() > s.max_deleted_id:
+        return False
+    lo = MIN_ID if start is None else start
+    hi = MAX_ID if end is None else end
+    return lo <= s.max_deleted_id <= hi
+
+
+def estimate_entries_read(s: Stream, sid: int) -> int:
+    """The entries-read counter a group would have after reading up to ``sid``.
+
+    ENTRIES_READ_INVALID (-1) when it cannot be known.
+    """
+    if not s.entries_added:
+        return 0
+    if not s.length and sid <= s.last_id:
+        return s.entries_added
+    if sid == s.last_id:
+        return s.entries_added
+    if sid > s.last_id:
+        return ENTRIES_READ_INVALID
+    first = s.first_id()
+    if s.max_deleted_id == MIN_ID or s.max_deleted_id < first:
+        if sid < first:
+            return s.entries_added - s.length
+        if sid == first:
+            return s.entries_added - s.length + 1
+    return ENTRIES_READ_INVALID
+
+
+def advance_entries_read(s: Stream, g: ConsumerGroup, sid: int) -> None:
+    """Update ``g`` after it was delivered entry ``sid`` (> its last id)."""
+    if g.entries_read != ENTRIES_READ_INVALID and not range_has_tombstones(s, sid, None):
+        g.entries_read += 1
+    elif s.entries_added:
+        g.entries_read = estimate_entries_read(s, sid)
+    g.last_id = sid
+
+
+def group_lag(s: Stream, g: ConsumerGroup) -> int | None:
+    """The group's lag for XINFO, or None (nil) when it cannot be computed."""
+    if not s.entries_added:
+        return 0
+    if g.entries_read != ENTRIES_READ_INVALID and not range_has_tombstones(s, g.last_id, None):
+        return s.entries_added - g.entries_read
+    est = estimate_entries_read(s, g.last_id)
+    if est != ENTRIES_READ_INVALID:
+        return s.entries_added - est
+    return None
