@@ -486,6 +486,9 @@ _DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "rep
 _ALL_SECTIONS = _DEFAULT_SECTIONS[:-1] + ["commandstats", "keyspace"]
 
 
+_SECTION_TITLES = {"cpu": "CPU"}
+
+
 def _human(n: int) -> str:
     for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if n >= size:
@@ -510,7 +513,7 @@ def info(ctx: Ctx, argv):
     for name in dict.fromkeys(names):
         if name not in sections:
             continue
-        lines = [f"# {name.capitalize() if name not in ('commandstats', 'errorstats') else name.capitalize()}"]
+        lines = [f"# {_SECTION_TITLES.get(name, name.capitalize())}"]
         lines += [f"{k}:{v}" for k, v in sections[name]]
         parts.append("\r\n".join(lines) + "\r\n")
     return Verbatim("\r\n".join(parts).encode())
