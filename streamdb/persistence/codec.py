@@ -13,7 +13,7 @@ from __future__ import annotations
 import msgpack
 
 from ..engine import ConsumerGroup, Stream
-from ..engine.stream import Node, decode_node
+from ..engine.stream import Node, decode_node, encode_node
 
 __all__ = ["encode_value", "decode_value", "clone_value", "CodecError"]
 
@@ -24,33 +24,39 @@ class CodecError(ValueError):
     pass
 
 
+def _id(sid: int) -> bytes:
+    """Stream IDs are 128-bit ints; msgpack carries them as 16 big-endian bytes."""
+    return sid.to_bytes(16, "big")
+
+
+def _sid(raw) -> int:
+    if type(raw) is not bytes or len(raw) != 16:
+        raise CodecError("bad stream id")
+    return int.from_bytes(raw, "big")
+
+
 def _encode_node(node: Node) -> list:
     blob = node.blob
     if blob is None:
-        from ..engine.stream import encode_node
         blob = encode_node(node.first, node.master, node.ids, node.entries)
-    return [node.first, node.last, node.total, node.live, node.nbytes,
-            sorted(node.deleted) if node.deleted else [], blob, node.blob is None]
+    return [_id(node.first), _id(node.last), node.total, node.live, node.nbytes,
+            [_id(x) for x in sorted(node.deleted)] if node.deleted else [], blob, node.blob is None]
 
 
 def _encode_stream(s: Stream) -> dict:
     groups = []
     for g in (s.groups or {}).values():
         consumers = [[c.name, c.seen_time, c.active_time] for c in g.consumers.values()]
-        pel = [[sid, pe.consumer.name, pe.delivery_time, pe.delivery_count]
+        pel = [[_id(sid), pe.consumer.name, pe.delivery_time, pe.delivery_count]
                for sid, pe in g.pel.items()]
-        groups.append([g.name, g.last_id, g.entries_read, consumers, pel])
+        groups.append([g.name, _id(g.last_id), g.entries_read, consumers, pel])
     return {
         "t": "stream",
-        "length": s.length, "last_id": s.last_id, "entries_added": s.entries_added,
-        "max_deleted_id": s.max_deleted_id,
+        "length": s.length, "last_id": _id(s.last_id), "entries_added": s.entries_added,
+        "max_deleted_id": _id(s.max_deleted_id),
         "nodes": [_encode_node(n) for n in s.nodes],
         "groups": groups,
     }
-
-
-def _to_bytes(x: int) -> bytes:
-    return x.to_bytes(16, "big")
 
 
 def encode_value(value) -> bytes:
@@ -91,31 +97,37 @@ def decode_value(raw: bytes):
     if t != "stream":
         raise CodecError(f"unknown value type {t!r}")
     s = Stream()
-    s.length = _int(doc["length"])
-    s.last_id = _int(doc["last_id"])
-    s.entries_added = _int(doc["entries_added"])
-    s.max_deleted_id = _int(doc["max_deleted_id"])
-    for item in doc["nodes"]:
-        first, last, total, live, nbytes, deleted, blob, is_open = item
-        ids, entries = decode_node(_bytes(blob))   # validates the blob
-        node = Node(_int(first), [])
-        node.last, node.total, node.live, node.nbytes = _int(last), _int(total), _int(live), _int(nbytes)
-        node.deleted = set(deleted) if deleted else None
-        if entries:
-            first_fv = entries[0]
-            node.master = first_fv[0::2]
-        if is_open:
-            node.ids, node.entries, node.blob = ids, entries, None
-            # The open node's master fields are those of its first entry.
-        else:
-            node.ids = node.entries = None
-            node.blob = blob
-            import msgpack as _m
-            node.master = _m.unpackb(blob, raw=True)[1]
-        s.nodes.append(node)
-        s.firsts.append(node.first)
-    for name, last_id, entries_read, consumers, pel in doc["groups"]:
-        g = ConsumerGroup(_bytes(name), _int(last_id), _int(entries_read))
+    try:
+        s.length = _int(doc["length"])
+        s.last_id = _sid(doc["last_id"])
+        s.entries_added = _int(doc["entries_added"])
+        s.max_deleted_id = _sid(doc["max_deleted_id"])
+        for first, last, total, live, nbytes, deleted, blob, is_open in doc["nodes"]:
+            try:
+                ids, entries = decode_node(_bytes(blob))
+                master = msgpack.unpackb(blob, raw=True)[1]
+            except CodecError:
+                raise
+            except Exception as e:
+                raise CodecError(f"bad stream node: {e}") from None
+            node = Node(_sid(first), [])
+            node.master = master
+            node.last, node.total, node.live, node.nbytes = _sid(last), _int(total), _int(live), _int(nbytes)
+            node.deleted = {_sid(x) for x in deleted} if deleted else None
+            if is_open:
+                node.ids, node.entries, node.blob = ids, entries, None
+            else:
+                node.ids = node.entries = None
+                node.blob = blob
+            s.nodes.append(node)
+            s.firsts.append(node.first)
+        groups = doc["groups"]
+    except (KeyError, TypeError, ValueError) as e:
+        if isinstance(e, CodecError):
+            raise
+        raise CodecError(f"bad stream document: {e}") from None
+    for name, last_id, entries_read, consumers, pel in groups:
+        g = ConsumerGroup(_bytes(name), _sid(last_id), _int(entries_read))
         for cname, seen, active in consumers:
             c = g.create_consumer(_bytes(cname), _int(seen))
             c.active_time = _int(active)
@@ -123,7 +135,7 @@ def decode_value(raw: bytes):
             c = g.consumers.get(owner)
             if c is None:
                 raise CodecError("PEL entry owned by an unknown consumer")
-            g.add_pending(_int(sid), c, _int(dtime), _int(dcount))
+            g.add_pending(_sid(sid), c, _int(dtime), _int(dcount))
         if s.groups is None:
             s.groups = {}
         s.groups[g.name] = g

@@ -24,9 +24,11 @@ Rules:
 from __future__ import annotations
 
 import time
+import traceback
 from collections import defaultdict, deque
 from typing import Callable
 
+from .. import log
 from ..commands import registry
 from ..commands.context import BlockRequest, Ctx
 from ..config import Config
@@ -196,6 +198,12 @@ class Core:
             reply = e
             stats.failed += 1
             self._count_error(e)
+        except Exception as e:  # a bug must cost one reply, never the connection or the server
+            log.log(log.WARNING, f"Internal error in '{spec.name}': {e!r}\n" +
+                    "".join(traceback.format_exc()).replace("\n", " | "))
+            reply = CommandError(f"ERR internal error in '{spec.name}': {type(e).__name__}")
+            stats.failed += 1
+            self._count_error(reply)
         stats.calls += 1
         stats.usec += (time.perf_counter_ns() - t0) // 1000
         self.stats.commands_processed += 1
