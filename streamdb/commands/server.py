@@ -295,6 +295,12 @@ def digest_value(key: bytes, value, expire: int | None):
         for cname in sorted(g.consumers):
             c = g.consumers[cname]
             h.update(b"c%d:%s/%d" % (len(cname), cname, len(c.pending)))
+    st = s.idmp
+    if st is not None:   # IDMP: settings, maps and iids-added (duplicates is a statistic)
+        h.update(b"m%d/%d/%d" % (-1 if st.duration is None else st.duration,
+                                 -1 if st.maxsize is None else st.maxsize, st.added))
+        for pid, iid, sid, t in st.items():
+            h.update(b"q%d:%s/%d:%s/%d/%d" % (len(pid), pid, len(iid), iid, sid, t))
     return h
 
 

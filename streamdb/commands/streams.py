@@ -8,6 +8,8 @@ error from us as from Redis.
 from __future__ import annotations
 
 from ..engine import MAX_ID, MIN_ID, Stream, format_id
+from ..engine.idmp import (DURATION_MAX, DURATION_MIN, MAXSIZE_MAX, MAXSIZE_MIN,
+                           IdmpState, auto_iid)
 from ..engine.ids import U64, InvalidID, id_ms, id_seq, make_id, parse_id
 from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map
 from .args import (eq, invalid_id_error, parse_int, parse_range_bound,
@@ -35,7 +37,8 @@ class TrimArgs:
     """Parsed ``[NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT n]] [KEEPREF|DELREF|ACKED]``."""
 
     __slots__ = ("strategy", "maxlen", "minid", "approx", "limit", "limit_given",
-                 "nomkstream", "id_arg", "policy", "id", "seq_given")
+                 "nomkstream", "id_arg", "policy", "id", "seq_given",
+                 "idmp_pid", "idmp_iid", "idmp_auto")
 
     def __init__(self) -> None:
         self.strategy: str | None = None
@@ -49,6 +52,9 @@ class TrimArgs:
         self.policy = TRIM_KEEPREF
         self.id: int | None = None         # XADD: explicit ID (None for "*")
         self.seq_given = True              # False for the "<ms>-*" form
+        self.idmp_pid: bytes | None = None # XADD IDMP/IDMPAUTO producer id
+        self.idmp_iid: bytes | None = None # XADD IDMP idempotent id (None for IDMPAUTO)
+        self.idmp_auto = False
 
 
 def parse_trim_args(ctx: Ctx, argv: list[bytes], xadd: bool) -> TrimArgs:
@@ -112,12 +118,28 @@ def parse_trim_args(ctx: Ctx, argv: list[bytes], xadd: bool) -> TrimArgs:
             a.nomkstream = True
             i += 1
             continue
+        if xadd and ((lo == b"idmp" and more >= 2) or (lo == b"idmpauto" and more)):
+            if a.idmp_pid is not None:
+                raise CommandError("ERR IDMP/IDMPAUTO specified multiple times")
+            auto = lo == b"idmpauto"
+            pid = argv[i + 1]
+            if not pid:
+                raise CommandError("ERR IDMPAUTO requires a non-empty producer ID" if auto
+                                   else "ERR IDMP requires a non-empty producer ID")
+            if not auto and not argv[i + 2]:
+                raise CommandError("ERR IDMP requires a non-empty idempotent ID")
+            a.idmp_pid, a.idmp_auto = pid, auto
+            a.idmp_iid = None if auto else argv[i + 2]
+            i += 2 if auto else 3
+            continue
         if xadd:
             try:
                 a.id, a.seq_given = parse_id(opt, 0, strict=True, allow_seq_star=True)
             except InvalidID:
                 raise invalid_id_error() from None
             a.id_arg = i
+            if a.idmp_pid is not None:
+                raise CommandError("ERR IDMP/IDMPAUTO can be used only with auto-generated IDs")
             break
         raise syntax_error()
     if a.limit and a.strategy is None:
@@ -205,7 +227,12 @@ def next_auto_id(last: int, now_ms: int) -> int | None:
 
 @command("xadd", -5, "write denyoom fast", keys=(1, 1, 1), group="stream", since="5.0.0")
 def xadd(ctx: Ctx, argv: list[bytes]):
-    """XADD key [NOMKSTREAM] [KEEPREF|DELREF|ACKED] [MAXLEN|MINID [=|~] threshold [LIMIT count]] <*|id> field value [field value ...]"""
+    """XADD key [NOMKSTREAM] [KEEPREF|DELREF|ACKED] [IDMPAUTO pid | IDMP pid iid] [MAXLEN|MINID [=|~] threshold [LIMIT count]] <*|id> field value [field value ...]
+
+    With IDMP/IDMPAUTO (only with ``*``) a pid/iid seen before adds nothing and
+    answers the original entry's id, propagating nothing; a new one propagates
+    ``XADD key <id> ..`` then ``XIDMPRECORD key pid iid <id>``.
+    """
     a = parse_trim_args(ctx, argv, xadd=True)
     idpos = a.id_arg
     if idpos is None:
@@ -226,6 +253,11 @@ def xadd(ctx: Ctx, argv: list[bytes]):
         created = True
     else:
         created = False
+    idmp = None
+    if a.idmp_pid is not None:
+        idmp = _idmp_check(ctx, s, a, argv[idpos + 1:])
+        if type(idmp) is bytes:
+            return idmp                  # a duplicate: the original entry's id
     if s.last_id == MAX_ID:
         raise CommandError("ERR The stream has exhausted the last possible ID, unable to add more items")
     if not explicit:
@@ -249,9 +281,40 @@ def xadd(ctx: Ctx, argv: list[bytes]):
     s.append(sid, fv, cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
     reply = format_id(sid)
     ctx.propagate([b"XADD", key, reply, *fv])
+    if idmp is not None:
+        _idmp_record(ctx, s, key, idmp, sid)
     if a.strategy is not None and apply_trim(s, a):
         ctx.propagate(trim_effect(key, s, a))
     return reply
+
+
+def idmp_settings(ctx: Ctx, s: Stream) -> tuple[int, int]:
+    """The stream's effective (duration seconds, maxsize) for IDMP."""
+    cfg = ctx.config
+    d, m = cfg["stream-idmp-duration"], cfg["stream-idmp-maxsize"]
+    return s.idmp.effective(d, m) if s.idmp is not None else (d, m)
+
+
+def _idmp_check(ctx: Ctx, s: Stream, a: TrimArgs, fv: list[bytes]):
+    """XADD IDMP/IDMPAUTO before adding: the original id (bytes) if this is a
+    duplicate, else the (pid, iid) to record once the entry exists."""
+    iid = auto_iid(fv) if a.idmp_auto else a.idmp_iid
+    if s.idmp is not None:
+        duration, _ = idmp_settings(ctx, s)
+        hit = s.idmp.lookup(a.idmp_pid, iid, ctx.now_ms, duration)
+        if hit is not None:
+            s.idmp.duplicates += 1
+            return format_id(hit)
+    return (a.idmp_pid, iid)
+
+
+def _idmp_record(ctx: Ctx, s: Stream, key: bytes, pid_iid: tuple[bytes, bytes], sid: int) -> None:
+    pid, iid = pid_iid
+    duration, maxsize = idmp_settings(ctx, s)
+    if s.idmp is None:
+        s.idmp = IdmpState()
+    s.idmp.record(pid, iid, sid, duration, maxsize)
+    ctx.propagate([b"XIDMPRECORD", key, pid, iid, format_id(sid)], dirty=0)
 
 
 # ---------------------------------------------------------------------------
@@ -541,5 +604,168 @@ def xsetid(ctx: Ctx, argv: list[bytes]):
         s.entries_added = entries_added
     if max_xdel != MIN_ID:
         s.max_deleted_id = max_xdel
+    ctx.propagate_as_is()
+    return OK
+
+
+# ---------------------------------------------------------------------------
+# Deletion policies: XDELEX (and the function XACKDEL shares)
+# ---------------------------------------------------------------------------
+
+DEL_MISSING, DEL_DELETED, DEL_REFERENCED = -1, 1, 2
+
+
+def entry_referenced(s: Stream, sid: int) -> bool:
+    """ACKED: whether some consumer group still needs entry ``sid``.
+
+    It does when the entry is pending in a group's PEL, or when a group has not
+    read that far yet (its last-delivered id is below ``sid``).
+    """
+    for g in (s.groups or {}).values():
+        if g.last_id < sid or sid in g.pel:
+            return True
+    return False
+
+
+def delete_with_policy(s: Stream, ids, policy: bytes, changed: list | None = None) -> list[int]:
+    """Delete ``ids`` from ``s`` under KEEPREF/DELREF/ACKED; one code per id.
+
+    -1: no such entry; 1: deleted; 2: kept because still referenced (ACKED).
+    KEEPREF leaves PEL references alone (like XDEL); DELREF removes the
+    references of each id from every group, also for an id that is no longer
+    in the stream but still dangles in a PEL.  ``changed``, if given, collects
+    the ids whose deletion or reference removal changed something.
+    """
+    codes: list[int] = []
+    delref = policy == TRIM_DELREF and bool(s.groups)
+    for sid in ids:
+        if policy == TRIM_ACKED and s.get(sid) is not None and entry_referenced(s, sid):
+            codes.append(DEL_REFERENCED)
+            continue
+        deleted = s.delete(sid)
+        dropped = False
+        if delref:
+            for g in s.groups.values():
+                if g.ack(sid):
+                    dropped = True
+        codes.append(DEL_DELETED if deleted else DEL_MISSING)
+        if changed is not None and (deleted or dropped):
+            changed.append(sid)
+    return codes
+
+
+def parse_policy_ids(argv: list[bytes], pos: int) -> tuple[bytes, list[int]]:
+    """``[KEEPREF|DELREF|ACKED] IDS numids id [id ...]`` from ``argv[pos:]``, as
+    XDELEX and XACKDEL take it.  Returns (policy, ids)."""
+    policy = None
+    ids: list[bytes] | None = None
+    n = len(argv)
+    i = pos
+    while i < n:
+        lo = argv[i].lower()
+        if lo == b"ids" and i + 1 < n:
+            try:
+                numids = parse_int(argv[i + 1])
+            except CommandError:
+                numids = 0
+            if numids < 1:
+                raise CommandError("ERR Number of IDs must be a positive integer")
+            start = i + 2
+            if numids > n - start:
+                raise CommandError("ERR The `numids` parameter must match the number of arguments")
+            ids = argv[start:start + numids]
+            i = start + numids
+        elif policy is None and lo in (TRIM_KEEPREF, TRIM_DELREF, TRIM_ACKED):
+            policy = lo
+            i += 1
+        else:
+            raise syntax_error()
+    if ids is None:
+        raise CommandError("ERR IDS option is required")
+    return policy or TRIM_KEEPREF, [parse_strict_stream_id(raw) for raw in ids]
+
+
+@command("xdelex", -5, "write fast", keys=(1, 1, 1), group="stream", since="8.2.0")
+def xdelex(ctx: Ctx, argv: list[bytes]):
+    """XDELEX key [KEEPREF|DELREF|ACKED] IDS numids id [id ...]"""
+    policy, ids = parse_policy_ids(argv, 2)
+    s = ctx.lookup_stream(argv[1])
+    if s is None:
+        return [DEL_MISSING] * len(ids)
+    changed: list[int] = []
+    codes = delete_with_policy(s, ids, policy, changed)
+    if changed:
+        # Deterministic as given: the decisions depend only on the stream's state.
+        ctx.propagate_as_is(dirty=len(changed))
+    return codes
+
+
+# ---------------------------------------------------------------------------
+# IDMP configuration and records: XCFGSET, XIDMPRECORD
+# ---------------------------------------------------------------------------
+
+
+@command("xcfgset", -2, "write fast", keys=(1, 1, 1), group="stream", since="8.6.0")
+def xcfgset(ctx: Ctx, argv: list[bytes]):
+    """XCFGSET key [IDMP-DURATION duration] [IDMP-MAXSIZE maxsize]"""
+    duration = maxsize = None
+    i = 2
+    n = len(argv)
+    while i < n:
+        lo = argv[i].lower()
+        if lo == b"idmp-duration" and i + 1 < n:
+            duration = parse_int(argv[i + 1])
+            if not DURATION_MIN <= duration <= DURATION_MAX:
+                raise CommandError(f"ERR IDMP-DURATION must be between {DURATION_MIN} and "
+                                   f"{DURATION_MAX} seconds")
+            i += 2
+        elif lo == b"idmp-maxsize" and i + 1 < n:
+            maxsize = parse_int(argv[i + 1])
+            if not MAXSIZE_MIN <= maxsize <= MAXSIZE_MAX:
+                raise CommandError(f"ERR IDMP-MAXSIZE must be between {MAXSIZE_MIN} and "
+                                   f"{MAXSIZE_MAX} entries")
+            i += 2
+        else:
+            raise syntax_error()
+    if duration is None and maxsize is None:
+        raise CommandError("ERR At least one parameter must be specified")
+    s = ctx.lookup_stream(argv[1])
+    if s is None:
+        raise CommandError("ERR no such key")
+    if s.idmp is None:
+        s.idmp = IdmpState()
+    cfg = ctx.config
+    s.idmp.configure(duration, maxsize, cfg["stream-idmp-duration"], cfg["stream-idmp-maxsize"])
+    ctx.propagate_as_is()
+    return OK
+
+
+@command("xidmprecord", 5, "write denyoom fast", keys=(1, 1, 1), group="stream", since="8.8.0")
+def xidmprecord(ctx: Ctx, argv: list[bytes]):
+    """XIDMPRECORD key pid iid stream-id"""
+    key, pid, iid = argv[1], argv[2], argv[3]
+    if not pid:
+        raise CommandError("ERR IDMP requires a non-empty producer ID")
+    if not iid:
+        raise CommandError("ERR IDMP requires a non-empty idempotent ID")
+    sid = parse_strict_stream_id(argv[4])
+    s = ctx.lookup_stream(key)
+    if s is None:
+        raise CommandError("ERR no such key")
+    if s.get(sid) is None:
+        raise CommandError("ERR The stream ID does not exist or was deleted")
+    if s.idmp is None:
+        s.idmp = IdmpState()
+    duration, maxsize = idmp_settings(ctx, s)
+    have = s.idmp.mapped(pid, iid)
+    if have is not None:
+        if have[0] == sid:
+            return OK
+        # A mapping that had expired by the time of this entry was legitimately
+        # replaced on the primary (XADD IDMP reusing an expired iid).
+        if have[1] + duration * 1000 > id_ms(sid):
+            raise CommandError("ERR The producer ID and idempotent ID are already mapped "
+                               "to a different stream ID")
+    s.idmp.record(pid, iid, sid, duration, maxsize)
     ctx.propagate_as_is()
     return OK
