@@ -150,11 +150,13 @@ def xinfo_stream(ctx: Ctx, argv: list[bytes]):
         ])
     n = len(argv)
     if argv[3].lower() != b"full" or not (n == 4 or (n == 6 and argv[4].lower() == b"count")):
-        raise CommandError("ERR unknown subcommand or wrong number of arguments for 'stream'. "
-                           "Try XINFO HELP.")
+        raise CommandError("ERR unknown subcommand or wrong number of arguments for "
+                           f"'{argv[1].decode('utf-8', 'replace')}'. Try XINFO HELP.")
     count = FULL_DEFAULT_COUNT
     if n == 6:
-        count = max(parse_int(argv[5]), 0)     # 0 (or negative) = everything
+        count = parse_int(argv[5])
+        if count < 0:
+            count = FULL_DEFAULT_COUNT            # as Redis: negative = the default; 0 = all
     return _stream_full(ctx, s, count)
 
 
