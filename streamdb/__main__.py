@@ -23,6 +23,8 @@ def build_config(args: list[str]) -> Config:
 
 async def serve(cfg: Config) -> int:
     from . import commands  # noqa: F401  (fills the command table)
+    from .commands import persistence
+    from .persistence.aof import Aof, AofError
     from .server.core import Core
     from .server.network import Server
 
@@ -30,6 +32,21 @@ async def serve(cfg: Config) -> int:
     core.extra["run_id"] = os.urandom(20).hex()
     server = Server(core)
     os.makedirs(cfg["dir"], exist_ok=True)
+    persistence.install(core)
+    aof = None
+    if cfg["appendonly"]:
+        aof = Aof(core, os.path.join(cfg["dir"], cfg["appenddirname"]), cfg["appendfilename"],
+                  cfg["appendfsync"], cfg["aof-load-truncated"])
+        try:
+            aof.load()
+        except AofError as e:
+            log.log(log.WARNING, f"Fatal error loading the AOF: {e}")
+            return 1
+        aof.open_for_append()
+        core.extra["aof"] = aof
+        core.effect_sinks.append(aof.append_batch)
+        server.before_reply_hooks.append(aof.flush)
+        core.extra["config_changed"] = lambda names: _apply_config(core, aof, names)
     # Long-lived data is loaded by now: keep the cyclic GC from rescanning it.
     gc.collect()
     gc.freeze()
@@ -42,8 +59,19 @@ async def serve(cfg: Config) -> int:
                         f"config={cfg.file or '(none)'}")
     log.log(log.NOTICE, "Ready to accept connections tcp")
     await server.serve_until_stopped()
+    if aof is not None:
+        aof.close()
+        log.log(log.NOTICE, "AOF flushed and fsynced on shutdown")
     log.log(log.NOTICE, "StreamDB is now ready to exit, bye bye...")
     return 0
+
+
+def _apply_config(core, aof, names: list[str]) -> None:
+    """CONFIG SET of directives that live objects cache."""
+    if "appendfsync" in names and aof is not None:
+        aof.policy = core.config["appendfsync"]
+    if "aof-load-truncated" in names and aof is not None:
+        aof.load_truncated = core.config["aof-load-truncated"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,12 +10,14 @@ error, not an exception deep inside the engine.
 
 from __future__ import annotations
 
+import zlib
+
 import msgpack
 
 from ..engine import ConsumerGroup, Stream
 from ..engine.stream import Node, decode_node, encode_node
 
-__all__ = ["encode_value", "decode_value", "clone_value", "CodecError"]
+__all__ = ["encode_value", "decode_value", "clone_value", "dump_payload", "load_payload", "CodecError"]
 
 FORMAT_VERSION = 1
 
@@ -140,6 +142,23 @@ def decode_value(raw: bytes):
             s.groups = {}
         s.groups[g.name] = g
     return s
+
+
+PAYLOAD_MAGIC = b"SDB1"
+
+
+def dump_payload(value) -> bytes:
+    """DUMP/RESTORE and AOF-rewrite form of a value: magic + codec bytes + CRC32."""
+    body = PAYLOAD_MAGIC + encode_value(value)
+    return body + zlib.crc32(body).to_bytes(4, "big")
+
+
+def load_payload(raw: bytes):
+    """Inverse of dump_payload; CodecError on a bad version or checksum."""
+    if len(raw) < 8 or not raw.startswith(PAYLOAD_MAGIC) or \
+            zlib.crc32(raw[:-4]).to_bytes(4, "big") != raw[-4:]:
+        raise CodecError("payload version or checksum are wrong")
+    return decode_value(raw[len(PAYLOAD_MAGIC):-4])
 
 
 def clone_value(value):

@@ -48,6 +48,8 @@ BLOCKED = _Blocked()
 
 # Commands allowed before AUTH when a password is set.
 _NO_AUTH_OK = {"auth", "hello", "quit", "reset"}
+# Clients that apply effects (AOF load, a replica's link to its primary).
+_REPLAY_KINDS = frozenset(("aof", "master"))
 # Commands executed immediately even inside MULTI.
 _MULTI_IMMEDIATE = {"exec", "discard", "multi", "watch", "quit", "reset", "unwatch"}
 
@@ -175,6 +177,14 @@ class Core:
             return self._error(CommandError(
                 "READONLY You can't write against a read only replica."), spec.name,
                 rejected=True)
+        refusal = self.extra.get("write_refusal")
+        if refusal and client.kind == "normal" and (spec.is_write or (
+                name == "exec" and any(_is_write(a) for a in client.multi_queue))):
+            if name == "exec":
+                client.in_multi = False
+                client.multi_queue = []
+                self.unwatch_all(client)
+            return self._error(CommandError(refusal), spec.name, rejected=True)
         client.last_cmd = spec.name
         reply, effects, db = self._call(client, spec, argv, now)
         if effects:
@@ -187,7 +197,7 @@ class Core:
 
     def _call(self, client: Client, spec, argv, now: int, in_exec: bool = False):
         """Run a handler; returns (reply, effects, db index).  Errors become replies."""
-        ctx = Ctx(self, client, now, argv, in_exec=in_exec, replaying=client.kind in ("aof", "master"))
+        ctx = Ctx(self, client, now, argv, in_exec, client.kind in _REPLAY_KINDS)
         stats = self.stats.commands[spec.name]
         t0 = time.perf_counter_ns()
         try:
@@ -285,6 +295,8 @@ class Core:
                 cur = int(argv[1])
                 db = self.keyspace[cur]
                 continue
+            if not db.watchers and not self.blocking_keys:
+                continue     # nobody to tell: skip the key extraction (the hot path)
             name = argv[0].lower()
             if name in (b"flushall", b"flushdb"):
                 continue     # their handlers invalidate watches themselves
@@ -399,6 +411,11 @@ class Core:
     def replay_client(self, kind: str = "aof") -> Client:
         """A client that applies effects (AOF load, a replica's link): no auth, no blocking."""
         return self.new_client(kind=kind)
+
+
+def _is_write(argv: list[bytes]) -> bool:
+    spec = registry.lookup(argv)
+    return spec is not None and spec.is_write
 
 
 def _trunc(raw: bytes, n: int = 128) -> str:

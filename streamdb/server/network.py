@@ -133,6 +133,8 @@ class Server:
         self.connections: set[Connection] = set()
         self._to_flush: dict[Connection, None] = {}
         self._flush_scheduled = False
+        self._held: dict[Connection, None] = {}     # replies waiting for a durable write
+        self._retry_handle = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.servers: list = []
         # Called at the end of each turn, before replies go out (AOF write + fsync).
@@ -152,12 +154,33 @@ class Server:
 
     def _end_of_turn(self) -> None:
         self._flush_scheduled = False
+        durable = True
         for hook in self.before_reply_hooks:
-            hook()
+            if hook() is False:
+                durable = False
+        if not durable:
+            # The turn's writes are not on disk: hold every reply of the turn
+            # (and, per connection, everything queued behind it) until a retry
+            # succeeds.  Nothing is acknowledged that could still be lost.
+            self._held.update(self._to_flush)
+            self._to_flush = {}
+            if self._retry_handle is None:
+                self._retry_handle = self.loop.call_later(0.1, self._retry_durability)
+            return
         conns = self._to_flush
         self._to_flush = {}
+        if self._held:
+            conns = {**self._held, **conns}
+            self._held = {}
         for conn in conns:
             conn.flush()
+
+    def _retry_durability(self) -> None:
+        self._retry_handle = None
+        for conn in self._held:
+            self._to_flush[conn] = None
+        self._held = {}
+        self._end_of_turn()
 
     # -- blocking -------------------------------------------------------------------
 

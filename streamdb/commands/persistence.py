@@ -1,0 +1,158 @@
+"""Persistence commands: DUMP RESTORE BGREWRITEAOF, and the AOF's INFO and DEBUG hooks.
+
+The AOF object (persistence/aof.py) is attached by __main__ as ``core.extra["aof"]``;
+without it (``appendonly no``) these commands report that persistence is off.
+"""
+
+from __future__ import annotations
+
+from ..persistence import codec
+from ..protocol.reply import OK, CommandError, Status
+from .args import parse_int
+from .context import Ctx, syntax_error
+from .registry import command
+
+def load_payload(raw: bytes):
+    if not raw.startswith(codec.PAYLOAD_MAGIC):
+        raise CommandError("ERR DUMP payload version or checksum are wrong")
+    try:
+        return codec.load_payload(raw)
+    except codec.CodecError as e:
+        if "checksum" in str(e):
+            raise CommandError("ERR DUMP payload version or checksum are wrong") from None
+        raise CommandError("ERR Bad data format") from None
+
+
+@command("dump", 2, "readonly", keys=(1, 1, 1), since="2.6.0")
+def dump(ctx: Ctx, argv):
+    """DUMP key"""
+    value = ctx.lookup(argv[1])
+    return None if value is None else codec.dump_payload(value)
+
+
+@command("restore", -4, "write denyoom", keys=(1, 1, 1), since="2.6.0")
+def restore(ctx: Ctx, argv):
+    """RESTORE key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]
+
+    Payloads are StreamDB's own (the snapshot codec with a version and a
+    checksum), not Redis's RDB format.  The AOF rewrite uses this command.
+    """
+    key = argv[1]
+    replace = absttl = False
+    i = 4
+    while i < len(argv):
+        lo = argv[i].lower()
+        if lo == b"replace":
+            replace = True
+        elif lo == b"absttl":
+            absttl = True
+        elif lo in (b"idletime", b"freq") and i + 1 < len(argv):
+            v = parse_int(argv[i + 1])
+            if v < 0:
+                raise CommandError("ERR Invalid IDLETIME value, must be >= 0" if lo == b"idletime"
+                                   else "ERR Invalid FREQ value, must be >= 0 and <= 255")
+            i += 1
+        else:
+            raise syntax_error()
+        i += 1
+    ttl = parse_int(argv[2])
+    if ttl < 0:
+        raise CommandError("ERR Invalid TTL value, must be >= 0")
+    if not replace and ctx.lookup(key) is not None:
+        raise CommandError("BUSYKEY Target key name already exists.")
+    value = load_payload(argv[3])
+    when = None
+    if ttl:
+        when = ttl if absttl else ctx.now_ms + ttl
+    if when is not None and when <= ctx.now_ms and not ctx.replaying:
+        if ctx.db.delete(key):
+            ctx.propagate([b"DEL", key])
+        return OK
+    ctx.db.set(key, value)
+    if when is not None:
+        ctx.db.expires[key] = when
+    out = [b"RESTORE", key, b"%d" % (when or 0), argv[3], b"REPLACE"]
+    if when is not None:
+        out.append(b"ABSTTL")
+    ctx.propagate(out)
+    return OK
+
+
+def _aof(ctx: Ctx):
+    return ctx.core.extra.get("aof")
+
+
+@command("bgrewriteaof", 1, "admin noscript no-async-loading", since="1.0.0")
+def bgrewriteaof(ctx: Ctx, argv):
+    """BGREWRITEAOF"""
+    aof = _aof(ctx)
+    if aof is None:
+        raise CommandError("ERR Background append only file rewriting is not possible: appendonly is no")
+    aof.rewrite()
+    return Status("Background append only file rewriting started")
+
+
+def info_persistence(core) -> list[tuple[str, object]]:
+    aof = core.extra.get("aof")
+    snap = core.extra.get("snapshot")
+    fields: list[tuple[str, object]] = [
+        ("loading", int(bool(aof and aof.loading))),
+        ("async_loading", 0),
+        ("current_cow_peak", 0), ("current_cow_size", 0), ("current_fork_perc", "0.00"),
+        ("current_save_keys_processed", 0), ("current_save_keys_total", 0),
+        ("rdb_changes_since_last_save", core.dirty),
+        ("rdb_bgsave_in_progress", int(bool(snap and snap.in_progress))),
+        ("rdb_last_save_time", int(core.extra.get("last_save_time", core.start_time))),
+        ("rdb_last_bgsave_status", "ok" if not snap or snap.last_ok else "err"),
+        ("aof_enabled", int(aof is not None)),
+        ("aof_rewrite_in_progress", 0),
+        ("aof_rewrite_scheduled", 0),
+        ("aof_last_rewrite_time_sec", -1),
+        ("aof_last_bgrewrite_status", "ok"),
+        ("aof_rewrites", aof.rewrites if aof else 0),
+        ("aof_last_write_status", "ok" if not aof or aof.last_write_ok else "err"),
+        ("aof_last_cow_size", 0),
+    ]
+    if aof is not None:
+        fields += [
+            ("aof_current_size", aof.total_size), ("aof_base_size", aof.base_size),
+            ("aof_pending_rewrite", 0), ("aof_buffer_length", len(aof.pending)),
+            ("aof_pending_bio_fsync", 0), ("aof_delayed_fsync", 0),
+            ("aof_fsync_policy", aof.policy), ("aof_last_write_error", aof.last_error),
+        ]
+        if aof.loading:
+            fields.append(("loading_loaded_perc", f"{aof.loaded_perc:.2f}"))
+    return fields
+
+
+def debug_loadaof(ctx: Ctx, argv):
+    """DEBUG LOADAOF: flush the AOF, empty the dataset, load it back from disk."""
+    aof = _aof(ctx)
+    if aof is None:
+        raise CommandError("ERR appendonly is no")
+    aof.flush()
+    for db in ctx.core.keyspace.dbs:
+        db.clear()
+    sinks = ctx.core.effect_sinks
+    ctx.core.effect_sinks = [s for s in sinks if s != aof.append_batch]
+    try:
+        aof.load()
+    finally:
+        ctx.core.effect_sinks = sinks
+    return OK
+
+
+def debug_aof_inject_error(ctx: Ctx, argv):
+    """DEBUG AOF-INJECT-ERROR <n>: the next n AOF writes fail with ENOSPC (tests only)."""
+    aof = _aof(ctx)
+    if aof is None or len(argv) != 3:
+        raise syntax_error()
+    aof.inject_failures = parse_int(argv[2])
+    return OK
+
+
+def install(core) -> None:
+    """Attach the INFO and DEBUG hooks to a core (called by __main__)."""
+    core.extra["info_persistence"] = lambda: info_persistence(core)
+    core.extra["debug_loadaof"] = debug_loadaof
+    core.extra["debug_aof-inject-error"] = debug_aof_inject_error

@@ -1,0 +1,206 @@
+"""The append-only file: real files, real SIGKILL, torn tails, corruption, disk errors."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+import streamdb.commands  # noqa: F401
+from streamdb.commands.server import digest_keyspace
+from streamdb.persistence.aof import Aof, AofError, read_segment, SEGMENT_MAGIC
+from streamdb.server.core import Core
+
+from helpers import ServerProcess
+
+
+def _core_with_aof(d: Path, **kw) -> tuple[Core, Aof]:
+    core = Core()
+    aof = Aof(core, str(d), **kw)
+    aof.load()
+    aof.open_for_append()
+    core.effect_sinks.append(aof.append_batch)
+    return core, aof
+
+
+def _run(core: Core, aof: Aof, client, *args) -> object:
+    reply = core.execute(client, [a if isinstance(a, bytes) else str(a).encode() for a in args])
+    assert aof.flush()
+    return reply
+
+
+def _load_digest(d: Path, load_truncated: bool = True) -> str:
+    core = Core()
+    Aof(core, str(d), load_truncated=load_truncated).load()
+    return digest_keyspace(core)
+
+
+@pytest.fixture
+def written_aof(tmp_path):
+    """An AOF of 12 turns; returns (dir, segment path, [digest after each turn], [segment size after each turn])."""
+    d = tmp_path / "aof"
+    core, aof = _core_with_aof(d, fsync="always")
+    c = core.new_client()
+    digests, sizes = [digest_keyspace(core)], [aof.size]
+
+    def turn(*args):
+        _run(core, aof, c, *args)
+        digests.append(digest_keyspace(core))
+        sizes.append(aof.size)
+
+    for i in range(12):
+        turn("XADD", "s", f"{i + 1}-1", "field", f"value-{i}")
+        if i % 4 == 3:
+            core.execute(c, [b"MULTI"])
+            core.execute(c, [b"XADD", b"s", f"{i + 1}-2".encode(), b"m", b"1"])
+            core.execute(c, [b"SELECT", b"2"])
+            core.execute(c, [b"SET", b"other", f"x{i}".encode()])
+            core.execute(c, [b"SELECT", b"0"])
+            turn("EXEC")
+    aof.close()
+    seg = d / aof.manifest.incrs[-1]
+    return d, seg, digests, sizes
+
+
+def test_a_torn_tail_at_every_byte_offset_loads_the_last_whole_frame(written_aof, tmp_path):
+    d, seg, digests, sizes = written_aof
+    original = seg.read_bytes()
+    start = sizes[-4]                                 # the last three frames, every byte
+    for cut in range(start, len(original)):
+        work = tmp_path / f"cut{cut}"
+        shutil.copytree(d, work)
+        (work / seg.name).write_bytes(original[:cut])
+        whole_frames = max(i for i, size in enumerate(sizes) if size <= cut)
+        assert _load_digest(work) == digests[whole_frames], f"cut at {cut}"
+        # the torn bytes were cut off on load; a second load sees a clean file
+        assert (work / seg.name).stat().st_size == sizes[whole_frames]
+        shutil.rmtree(work)
+
+
+def test_torn_tail_is_an_error_when_aof_load_truncated_is_no(written_aof):
+    d, seg, digests, sizes = written_aof
+    data = seg.read_bytes()
+    seg.write_bytes(data[:-3])
+    with pytest.raises(AofError, match="aof-load-truncated is no"):
+        _load_digest(d, load_truncated=False)
+    assert seg.read_bytes() == data[:-3]        # nothing on disk changed
+
+
+def test_a_bit_flip_in_the_middle_is_a_clear_error_and_changes_nothing(written_aof):
+    d, seg, digests, sizes = written_aof
+    data = bytearray(seg.read_bytes())
+    where = sizes[3] + 20                        # inside the 4th frame's body
+    data[where] ^= 0x01
+    seg.write_bytes(bytes(data))
+    before = sorted((p.name, p.read_bytes()) for p in d.iterdir())
+    with pytest.raises(AofError) as e:
+        _load_digest(d)
+    assert seg.name in str(e.value) and f"offset {sizes[3]}" in str(e.value)
+    assert sorted((p.name, p.read_bytes()) for p in d.iterdir()) == before
+
+
+def test_a_missing_segment_named_by_the_manifest_is_an_error(written_aof):
+    d, seg, _, _ = written_aof
+    seg.unlink()
+    with pytest.raises(AofError, match="does not exist"):
+        _load_digest(d)
+
+
+def test_a_corrupt_manifest_is_an_error(written_aof):
+    d, _, _, _ = written_aof
+    m = d / "appendonly.aof.manifest"
+    m.write_text(m.read_text().replace("seq", "sex"))
+    with pytest.raises(AofError, match="manifest"):
+        _load_digest(d)
+
+
+def test_rewrite_keeps_the_state_and_retires_old_segments(written_aof):
+    d, seg, digests, _ = written_aof
+    core, aof = _core_with_aof(d)
+    assert digest_keyspace(core) == digests[-1]
+    aof.rewrite()
+    c = core.new_client()
+    _run(core, aof, c, "XADD", "s", "100-1", "after", "rewrite")
+    expected = digest_keyspace(core)
+    aof.close()
+    names = sorted(p.name for p in d.iterdir())
+    assert seg.name not in names and any(n.endswith(".base.aof") for n in names)
+    assert _load_digest(d) == expected
+
+
+def test_read_segment_rejects_foreign_files():
+    with pytest.raises(AofError, match="bad segment header"):
+        read_segment(b"*1\r\n$4\r\nPING\r\n", "x.aof")
+    assert read_segment(SEGMENT_MAGIC[:5]).torn_at == 0
+
+
+# -- a real server process ---------------------------------------------------------------
+
+
+def test_kill9_loses_no_acknowledged_write_under_always(tmp_path):
+    d = tmp_path / "data"
+    acked: list[bytes] = []
+    for round_ in range(3):
+        srv = ServerProcess(d, "--appendonly", "yes", "--appendfsync", "always", "--save", "").start()
+        r = redis.Redis(port=srv.port)
+        assert [e[0] for e in r.xrange("log")] == acked
+        for i in range(200):
+            acked.append(r.xadd("log", {"round": round_, "i": i}))
+        srv.kill9()
+        srv.stop()
+    srv = ServerProcess(d, "--appendonly", "yes", "--save", "").start()
+    try:
+        assert [e[0] for e in redis.Redis(port=srv.port).xrange("log")] == acked
+    finally:
+        srv.stop()
+
+
+def test_a_server_refuses_to_start_on_a_corrupt_aof(tmp_path):
+    d = tmp_path / "data"
+    srv = ServerProcess(d, "--appendonly", "yes", "--appendfsync", "always", "--save", "").start()
+    r = redis.Redis(port=srv.port)
+    for i in range(20):
+        r.xadd("s", {"i": i})
+    srv.stop()
+    seg = next((d / "appendonlydir").glob("*.incr.aof"))
+    data = bytearray(seg.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    seg.write_bytes(bytes(data))
+    bad = ServerProcess(d, "--appendonly", "yes", "--save", "")
+    with pytest.raises(RuntimeError, match="exited"):
+        bad.start()
+    bad.stop()
+    assert "Fatal error loading the AOF" in bad.log_text() and seg.name in bad.log_text()
+    assert seg.read_bytes() == bytes(data)
+
+
+def test_write_errors_hold_replies_refuse_writes_and_recover(tmp_path):
+    d = tmp_path / "data"
+    srv = ServerProcess(d, "--appendonly", "yes", "--appendfsync", "always", "--save", "").start()
+    try:
+        r = redis.Redis(port=srv.port)
+        r.xadd("s", {"a": 1}, id="1-1")
+        assert r.execute_command("DEBUG", "AOF-INJECT-ERROR", "5") == b"OK"
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+        s.sendall(b"XADD s 2-1 a 2\r\n")
+        s.settimeout(0.25)
+        with pytest.raises(socket.timeout):      # not acknowledged while not durable
+            s.recv(100)
+        with pytest.raises(redis.ResponseError, match="MISCONF Errors writing to the AOF file"):
+            r.xadd("s", {"a": 3}, id="3-1")
+        assert r.xlen("s") == 2                  # reads keep working
+        s.settimeout(5)
+        assert s.recv(100) == b"$3\r\n2-1\r\n"   # the retry succeeded: acknowledged now
+        r.xadd("s", {"a": 4}, id="4-1")          # and writes are accepted again
+        assert r.info("persistence")["aof_last_write_status"] == "ok"
+        srv.kill9()
+        srv.stop()
+        srv = ServerProcess(d, "--appendonly", "yes", "--save", "").start()
+        assert [e[0] for e in redis.Redis(port=srv.port).xrange("s")] == [b"1-1", b"2-1", b"4-1"]
+    finally:
+        srv.stop()
