@@ -1,1 +1,709 @@
-"""Consumer group commands (XGROUP XREADGROUP XACK XPENDING XCLAIM XAUTOCLAIM)."""
+"""Consumer group commands: XGROUP XREADGROUP XACK XACKDEL XPENDING XCLAIM XAUTOCLAIM.
+
+Replies and error texts follow Redis 7.0 where 7.0 has the command; XACKDEL
+and XREADGROUP ... CLAIM follow the current Redis documentation.
+
+Effects (see docs/ARCHITECTURE.md) are deterministic and self-sufficient:
+
+* a delivery or claim of entry X to consumer C becomes
+  ``XCLAIM key group C 0 X TIME <ms> RETRYCOUNT <n> FORCE JUSTID LASTID <group last id>``,
+  which replayed sets exactly that owner, delivery time and count;
+* a move of the group's last-delivered id becomes
+  ``XGROUP SETID key group <id> ENTRIESREAD <n>``;
+* a consumer created on first use becomes ``XGROUP CREATECONSUMER``;
+* a PEL entry dropped because its stream entry is gone becomes ``XACK``;
+* ``XGROUP CREATE ... $`` is recorded with the resolved id and ENTRIESREAD.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+
+from ..engine import MAX_ID, MIN_ID, Stream, format_id
+from ..engine.groups import ENTRIES_READ_INVALID, Consumer, ConsumerGroup, PendingEntry
+from ..engine.lag import advance_entries_read
+from ..protocol.reply import NULL_ARRAY, OK, CommandError, Status
+from .args import (eq, parse_int, parse_range_bound, parse_stream_id,
+                   parse_strict_stream_id)
+from .context import BlockRequest, Ctx, syntax_error
+from .registry import command, subcommand
+from .streams import (XREAD_BLOCKED_DEFAULT_COUNT, _stream_key_positions, delete_with_policy,
+                      parse_policy_ids, parse_read_args, xread_reply)
+
+__all__ = ["xclaim_effect", "setid_effect"]
+
+NEW_ONLY = -1     # the ">" id of XREADGROUP
+
+
+# ---------------------------------------------------------------------------
+# Shared helpers
+# ---------------------------------------------------------------------------
+
+
+def _s(raw: bytes) -> str:
+    """An argument as Redis prints it with %s: up to the first NUL byte."""
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def _nogroup(key: bytes, group: bytes, suffix: str = "") -> CommandError:
+    return CommandError(f"NOGROUP No such key '{_s(key)}' or consumer group '{_s(group)}'{suffix}")
+
+
+def _group_of(s: Stream | None, name: bytes) -> ConsumerGroup | None:
+    if s is None or not s.groups:
+        return None
+    return s.groups.get(name)
+
+
+def xclaim_effect(key: bytes, g: ConsumerGroup, sid: int, pe: PendingEntry) -> list[bytes]:
+    """The idempotent XCLAIM that recreates PEL entry ``sid`` exactly as it is now."""
+    return [b"XCLAIM", key, g.name, pe.consumer.name, b"0", format_id(sid),
+            b"TIME", b"%d" % pe.delivery_time, b"RETRYCOUNT", b"%d" % pe.delivery_count,
+            b"FORCE", b"JUSTID", b"LASTID", format_id(g.last_id)]
+
+
+def setid_effect(key: bytes, g: ConsumerGroup) -> list[bytes]:
+    return [b"XGROUP", b"SETID", key, g.name, format_id(g.last_id),
+            b"ENTRIESREAD", b"%d" % g.entries_read]
+
+
+def _consumer(ctx: Ctx, key: bytes, g: ConsumerGroup, name: bytes) -> Consumer:
+    """Look up a consumer (refreshing its seen-time), creating it on first use."""
+    c = g.consumers.get(name)
+    if c is None:
+        c = g.create_consumer(name, ctx.now_ms)
+        ctx.propagate([b"XGROUP", b"CREATECONSUMER", key, g.name, name])
+    else:
+        c.seen_time = ctx.now_ms
+    return c
+
+
+def _drop_pending(ctx: Ctx, key: bytes, g: ConsumerGroup, sid: int) -> None:
+    """Remove a PEL entry whose stream entry no longer exists."""
+    g.ack(sid)
+    ctx.propagate([b"XACK", key, g.name, format_id(sid)])
+
+
+# ---------------------------------------------------------------------------
+# XGROUP
+# ---------------------------------------------------------------------------
+
+_XGROUP_HELP = [
+    b"XGROUP <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"CREATE <key> <groupname> <id|$> [option]",
+    b"    Create a new consumer group. Options are:",
+    b"    * MKSTREAM",
+    b"      Create the empty stream if it does not exist.",
+    b"    * ENTRIESREAD entries_read",
+    b"      Set the group's entries_read counter (internal use).",
+    b"CREATECONSUMER <key> <groupname> <consumer>",
+    b"    Create a new consumer in the specified group.",
+    b"DELCONSUMER <key> <groupname> <consumer>",
+    b"    Remove the specified consumer.",
+    b"DESTROY <key> <groupname>",
+    b"    Remove the specified group.",
+    b"SETID <key> <groupname> <id|$> [ENTRIESREAD entries_read]",
+    b"    Set the current group ID and entries_read counter.",
+    b"HELP",
+    b"    Prints this help.",
+]
+
+_REQUIRES_KEY = ("ERR The XGROUP subcommand requires the key to exist. Note that for CREATE "
+                 "you may want to use the MKSTREAM option to create an empty stream "
+                 "automatically.")
+
+
+def _xgroup_syntax(argv: list[bytes]) -> CommandError:
+    return CommandError(f"ERR unknown subcommand or wrong number of arguments for "
+                        f"'{_s(argv[1])}'. Try XGROUP HELP.")
+
+
+def _parse_entries_read(raw: bytes) -> int:
+    n = parse_int(raw)
+    if n < 0 and n != ENTRIES_READ_INVALID:
+        raise CommandError("ERR value for ENTRIESREAD must be positive or -1")
+    return n
+
+
+def _xgroup_prelude(ctx: Ctx, argv: list[bytes], need_group: bool,
+                    mkstream: bool = False) -> tuple[Stream | None, ConsumerGroup | None]:
+    """The checks Redis makes for every subcommand but HELP, in its order."""
+    key = argv[2]
+    s = ctx.lookup_stream(key)
+    if s is None and not mkstream:
+        raise CommandError(_REQUIRES_KEY)
+    g = _group_of(s, argv[3])
+    if need_group and g is None:
+        raise CommandError(f"NOGROUP No such consumer group '{_s(argv[3])}' "
+                           f"for key name '{_s(key)}'")
+    return s, g
+
+
+@command("xgroup", -2, "", group="stream", since="5.0.0")
+def xgroup(ctx: Ctx, argv: list[bytes]):
+    """XGROUP <subcommand> [<arg> [value] [opt] ...]"""
+    raise _xgroup_syntax(argv)   # the dispatcher resolves subcommands
+
+
+@subcommand("xgroup", "help", 2, "loading stale", since="5.0.0")
+def xgroup_help(ctx: Ctx, argv: list[bytes]):
+    """XGROUP HELP"""
+    return [Status(line.decode()) for line in _XGROUP_HELP]
+
+
+@subcommand("xgroup", "create", -5, "write denyoom", keys=(2, 2, 1), since="5.0.0")
+def xgroup_create(ctx: Ctx, argv: list[bytes]):
+    """XGROUP CREATE key group <id|$> [MKSTREAM] [ENTRIESREAD entries-read]"""
+    mkstream = False
+    entries_read = ENTRIES_READ_INVALID
+    i = 5
+    n = len(argv)
+    while i < n:
+        if eq(argv[i], b"mkstream"):
+            mkstream = True
+            i += 1
+        elif eq(argv[i], b"entriesread") and i + 1 < n:
+            entries_read = _parse_entries_read(argv[i + 1])
+            i += 2
+        else:
+            raise _xgroup_syntax(argv)
+    s, g = _xgroup_prelude(ctx, argv, need_group=False, mkstream=mkstream)
+    if n > 8:
+        raise _xgroup_syntax(argv)
+    key, name = argv[2], argv[3]
+    if argv[4] == b"$":
+        sid = s.last_id if s is not None else MIN_ID
+    else:
+        sid = parse_strict_stream_id(argv[4])
+    created = False
+    if s is None:
+        s = Stream()
+        ctx.db.set(key, s)
+        created = True
+    if g is not None:
+        raise CommandError("BUSYGROUP Consumer Group name already exists")
+    if s.groups is None:
+        s.groups = {}
+    s.groups[name] = ConsumerGroup(name, sid, entries_read)
+    effect = [b"XGROUP", b"CREATE", key, name, format_id(sid),
+              b"ENTRIESREAD", b"%d" % entries_read]
+    if created:
+        effect.append(b"MKSTREAM")
+    ctx.propagate(effect)
+    return OK
+
+
+@subcommand("xgroup", "setid", -5, "write", keys=(2, 2, 1), since="5.0.0")
+def xgroup_setid(ctx: Ctx, argv: list[bytes]):
+    """XGROUP SETID key group <id|$> [ENTRIESREAD entries-read]"""
+    entries_read = ENTRIES_READ_INVALID
+    n = len(argv)
+    if n == 7:
+        if not eq(argv[5], b"entriesread"):
+            raise _xgroup_syntax(argv)
+        entries_read = _parse_entries_read(argv[6])
+    elif n != 5:
+        raise _xgroup_syntax(argv)
+    s, g = _xgroup_prelude(ctx, argv, need_group=True)
+    if argv[4] == b"$":
+        sid = s.last_id
+    else:
+        sid = parse_stream_id(argv[4])
+    g.last_id = sid
+    g.entries_read = entries_read
+    ctx.propagate(setid_effect(argv[2], g))
+    return OK
+
+
+@subcommand("xgroup", "destroy", 4, "write", keys=(2, 2, 1), since="5.0.0")
+def xgroup_destroy(ctx: Ctx, argv: list[bytes]):
+    """XGROUP DESTROY key group"""
+    s, g = _xgroup_prelude(ctx, argv, need_group=False)
+    if g is None:
+        return 0
+    del s.groups[argv[3]]
+    # The effect also wakes clients blocked in XREADGROUP on this group (NOGROUP).
+    ctx.propagate_as_is()
+    return 1
+
+
+@subcommand("xgroup", "createconsumer", 5, "write denyoom", keys=(2, 2, 1), since="6.2.0")
+def xgroup_createconsumer(ctx: Ctx, argv: list[bytes]):
+    """XGROUP CREATECONSUMER key group consumer"""
+    s, g = _xgroup_prelude(ctx, argv, need_group=True)
+    if argv[4] in g.consumers:
+        return 0
+    g.create_consumer(argv[4], ctx.now_ms)
+    ctx.propagate_as_is()
+    return 1
+
+
+@subcommand("xgroup", "delconsumer", 5, "write", keys=(2, 2, 1), since="5.0.0")
+def xgroup_delconsumer(ctx: Ctx, argv: list[bytes]):
+    """XGROUP DELCONSUMER key group consumer"""
+    s, g = _xgroup_prelude(ctx, argv, need_group=True)
+    if argv[4] not in g.consumers:
+        return 0
+    pending = g.delete_consumer(argv[4])
+    ctx.propagate_as_is()
+    return pending
+
+
+# ---------------------------------------------------------------------------
+# XREADGROUP
+# ---------------------------------------------------------------------------
+
+
+def _deliver_new(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Consumer,
+                 count: int, noack: bool, out: list) -> None:
+    """Serve entries after the group's last id (the ">" id), at most ``count`` (0 = all)."""
+    if not s.length or g.last_id >= MAX_ID:
+        return
+    got = s.range(g.last_id + 1, MAX_ID, count)
+    if not got:
+        return
+    now = ctx.now_ms
+    for sid, fv in got:
+        if sid > g.last_id:
+            advance_entries_read(s, g, sid)
+        out.append([format_id(sid), fv])
+        if not noack:
+            pe = g.add_pending(sid, consumer, now, 1)
+            ctx.propagate(xclaim_effect(key, g, sid, pe))
+    consumer.active_time = now
+    ctx.propagate(setid_effect(key, g))
+
+
+def _claim_idle(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Consumer,
+                min_idle: int, count: int, out: list) -> int:
+    """XREADGROUP ... CLAIM: take over entries pending for at least ``min_idle`` ms,
+    longest idle first.  Claimed entries carry [id, fields, idle, deliveries]."""
+    if not g.pel:
+        return 0
+    now = ctx.now_ms
+    idle = [(pe.delivery_time, sid, pe) for sid, pe in g.pel.items()
+            if now - pe.delivery_time >= min_idle]
+    if not idle:
+        return 0
+    idle.sort(key=lambda t: (t[0], t[1]))
+    n = 0
+    for when, sid, pe in idle:
+        if count and n >= count:
+            break
+        fv = s.get(sid)
+        if fv is None:
+            continue      # deleted entry: left for XAUTOCLAIM/XCLAIM to clean up
+        previous = pe.delivery_count
+        elapsed = max(now - pe.delivery_time, 0)
+        g.add_pending(sid, consumer, now, previous + 1)
+        out.append([format_id(sid), fv, elapsed, previous])
+        ctx.propagate(xclaim_effect(key, g, sid, pe))
+        n += 1
+    if n:
+        consumer.active_time = now
+    return n
+
+
+def _serve_history(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Consumer,
+                   after: int, count: int) -> list:
+    """The consumer's own pending entries with id > ``after`` (deleted ones as [id, nil])."""
+    out = []
+    now = ctx.now_ms
+    start = after + 1
+    for sid in list(consumer.pending.irange(start, MAX_ID)):
+        if count and len(out) >= count:
+            break
+        fv = s.get(sid)
+        if fv is None:
+            out.append([format_id(sid), NULL_ARRAY])
+            continue
+        pe = g.pel[sid]
+        pe.delivery_time = now
+        pe.delivery_count += 1
+        out.append([format_id(sid), fv])
+        ctx.propagate(xclaim_effect(key, g, sid, pe))
+    return out
+
+
+def _has_new(s: Stream, g: ConsumerGroup) -> bool:
+    if not s.length:
+        return False
+    last = s.last_entry()
+    return last is not None and last[0] > g.last_id
+
+
+def _has_idle(s: Stream, g: ConsumerGroup, now: int, min_idle: int | None) -> bool:
+    if min_idle is None or not g.pel:
+        return False
+    return any(now - pe.delivery_time >= min_idle and s.get(sid) is not None
+               for sid, pe in g.pel.items())
+
+
+def _serve_new_or_claim(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup,
+                        consumer_name: bytes, count: int, noack: bool,
+                        min_idle: int | None, consumer: Consumer | None = None):
+    """Entries for a ">" read of one key, or None when there is nothing to serve."""
+    if not _has_new(s, g) and not _has_idle(s, g, ctx.now_ms, min_idle):
+        return None
+    if consumer is None:
+        consumer = _consumer(ctx, key, g, consumer_name)
+    out: list = []
+    claimed = 0
+    if min_idle is not None:
+        claimed = _claim_idle(ctx, key, s, g, consumer, min_idle, count, out)
+    if not count or claimed < count:
+        _deliver_new(ctx, key, s, g, consumer, count - claimed if count else 0, noack, out)
+    return out if out else None
+
+
+def _blocked_serve(keys: list[bytes], group: bytes, consumer_name: bytes, count: int,
+                   noack: bool, min_idle: int | None):
+    """The closure a blocked XREADGROUP uses: re-read with the group's current last id."""
+    def serve(ctx: Ctx):
+        for key in keys:
+            s = ctx.db.data.get(key)
+            if type(s) is not Stream:
+                raise CommandError("UNBLOCKED the stream key no longer exists")
+            if _group_of(s, group) is None:
+                raise CommandError("NOGROUP the consumer group this client was blocked on "
+                                   "no longer exists")
+        items = []
+        for key in keys:
+            s = ctx.db.data[key]
+            got = _serve_new_or_claim(ctx, key, s, s.groups[group], consumer_name, count,
+                                      noack, min_idle)
+            if got:
+                items.append((key, got))
+        return xread_reply(ctx, items) if items else None
+    return serve
+
+
+@command("xreadgroup", -7, "write blocking", group="stream", since="5.0.0",
+         key_finder=lambda argv: _stream_key_positions(argv))
+def xreadgroup(ctx: Ctx, argv: list[bytes]):
+    """XREADGROUP GROUP group consumer [COUNT count] [BLOCK milliseconds] [CLAIM min-idle-time] [NOACK] STREAMS key [key ...] id [id ...]"""
+    a = parse_read_args(argv, group_cmd=True)
+    groups: list[ConsumerGroup] = []
+    after: list[int] = []
+    for key, raw in zip(a.keys, a.raw_ids):
+        s = ctx.lookup_stream(key)
+        g = _group_of(s, a.group)
+        if g is None:
+            raise _nogroup(key, a.group, " in XREADGROUP with GROUP option")
+        groups.append(g)
+        if raw == b"$":
+            raise CommandError("ERR The $ ID is meaningless in the context of XREADGROUP: you "
+                               "want to read the history of this consumer by specifying a "
+                               "proper ID, or use the > ID to get new messages. The $ ID would "
+                               "just return an empty result set.")
+        if raw == b">":
+            after.append(NEW_ONLY)
+        else:
+            sid = parse_strict_stream_id(raw)
+            # Redis marks ">" with the maximum id internally, so that id means ">" too.
+            after.append(NEW_ONLY if sid == MAX_ID else sid)
+    items = []
+    for key, g, gt in zip(a.keys, groups, after):
+        s = ctx.db.data[key]
+        consumer = _consumer(ctx, key, g, a.consumer)
+        if gt != NEW_ONLY:
+            items.append((key, _serve_history(ctx, key, s, g, consumer, gt, a.count)))
+            continue
+        got = _serve_new_or_claim(ctx, key, s, g, a.consumer, a.count, a.noack,
+                                  a.claim_min_idle, consumer)
+        if got:
+            items.append((key, got))
+    if items:
+        return xread_reply(ctx, items)
+    if a.timeout == -1:
+        return NULL_ARRAY
+    return BlockRequest(list(a.keys), a.timeout,
+                        _blocked_serve(list(a.keys), a.group, a.consumer,
+                                       a.count or XREAD_BLOCKED_DEFAULT_COUNT, a.noack,
+                                       a.claim_min_idle),
+                        NULL_ARRAY, "xreadgroup")
+
+
+# ---------------------------------------------------------------------------
+# XACK, XACKDEL
+# ---------------------------------------------------------------------------
+
+
+@command("xack", -4, "write fast", keys=(1, 1, 1), group="stream", since="5.0.0")
+def xack(ctx: Ctx, argv: list[bytes]):
+    """XACK key group id [id ...]"""
+    s = ctx.lookup_stream(argv[1])
+    g = _group_of(s, argv[2])
+    if g is None:
+        return 0
+    ids = [parse_strict_stream_id(raw) for raw in argv[3:]]
+    acked = 0
+    for sid in ids:
+        if g.ack(sid):
+            acked += 1
+    if acked:
+        ctx.propagate_as_is(dirty=acked)
+    return acked
+
+
+@command("xackdel", -6, "write fast", keys=(1, 1, 1), group="stream", since="8.2.0")
+def xackdel(ctx: Ctx, argv: list[bytes]):
+    """XACKDEL key group [KEEPREF|DELREF|ACKED] IDS numids id [id ...]"""
+    policy, ids = parse_policy_ids(argv, 3)
+    s = ctx.lookup_stream(argv[1])
+    g = _group_of(s, argv[2])
+    if g is None:
+        return [-1] * len(ids)
+    out = []
+    changed = 0
+    for sid in ids:
+        if not g.ack(sid):
+            out.append(-1)
+            continue
+        changed += 1
+        out.append(delete_with_policy(s, (sid,), policy)[0])
+    if changed:
+        ctx.propagate_as_is(dirty=changed)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# XPENDING
+# ---------------------------------------------------------------------------
+
+
+@command("xpending", -3, "readonly", keys=(1, 1, 1), group="stream", since="5.0.0")
+def xpending(ctx: Ctx, argv: list[bytes]):
+    """XPENDING key group [[IDLE min-idle-time] start end count [consumer]]"""
+    n = len(argv)
+    summary = n == 3
+    if n != 3 and (n < 6 or n > 9):
+        raise syntax_error()
+    min_idle = 0
+    consumer_name = None
+    if n >= 6:
+        i = 3
+        if eq(argv[3], b"idle"):
+            min_idle = parse_int(argv[4])
+            if n < 8:
+                raise syntax_error()
+            i += 2
+        count = max(parse_int(argv[i + 2]), 0)
+        start, start_ex = parse_range_bound(argv[i], 0)
+        if start_ex:
+            if start == MAX_ID:
+                raise CommandError("ERR invalid start ID for the interval")
+            start += 1
+        end, end_ex = parse_range_bound(argv[i + 1], (1 << 64) - 1)
+        if end_ex:
+            if end == MIN_ID:
+                raise CommandError("ERR invalid end ID for the interval")
+            end -= 1
+        if i + 3 < n:
+            consumer_name = argv[i + 3]
+    s = ctx.lookup_stream(argv[1])
+    g = _group_of(s, argv[2])
+    if g is None:
+        raise _nogroup(argv[1], argv[2])
+    if summary:
+        if not g.pel:
+            return [0, None, None, NULL_ARRAY]
+        per = [[c.name, b"%d" % len(c.pending)] for c in g.sorted_consumers() if c.pending]
+        return [len(g.pel), format_id(g.pel.peekitem(0)[0]), format_id(g.pel.peekitem(-1)[0]),
+                per]
+    source = g.pel
+    if consumer_name is not None:
+        c = g.consumers.get(consumer_name)
+        if c is None:
+            return []
+        source = c.pending
+    now = ctx.now_ms
+    out = []
+    if count <= 0 or start > end:
+        return out
+    for sid in source.irange(start, end):
+        pe = g.pel[sid]
+        elapsed = now - pe.delivery_time
+        if min_idle and elapsed < min_idle:
+            continue
+        out.append([format_id(sid), pe.consumer.name, max(elapsed, 0), pe.delivery_count])
+        if len(out) >= count:
+            break
+    return out
+
+
+# ---------------------------------------------------------------------------
+# XCLAIM, XAUTOCLAIM
+# ---------------------------------------------------------------------------
+
+
+def _is_id(raw: bytes) -> bool:
+    try:
+        parse_strict_stream_id(raw)
+    except CommandError:
+        return False
+    return True
+
+
+@command("xclaim", -6, "write fast", keys=(1, 1, 1), group="stream", since="5.0.0")
+def xclaim(ctx: Ctx, argv: list[bytes]):
+    """XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms] [TIME unix-time-milliseconds] [RETRYCOUNT count] [FORCE] [JUSTID] [LASTID lastid]"""
+    key = argv[1]
+    s = ctx.lookup_stream(key)
+    g = _group_of(s, argv[2])
+    if g is None:
+        raise _nogroup(key, argv[2])
+    min_idle = max(parse_int(argv[4], "ERR Invalid min-idle-time argument for XCLAIM"), 0)
+    n = len(argv)
+    j = 5
+    ids = []
+    while j < n and _is_id(argv[j]):
+        ids.append(parse_strict_stream_id(argv[j]))
+        j += 1
+    now = ctx.now_ms
+    force = justid = False
+    retrycount = -1
+    delivery_time = -1
+    last_id = MIN_ID
+    while j < n:
+        more = n - 1 - j
+        opt = argv[j]
+        lo = opt.lower()
+        if lo == b"force":
+            force = True
+        elif lo == b"justid":
+            justid = True
+        elif lo == b"idle" and more:
+            j += 1
+            delivery_time = now - parse_int(argv[j], "ERR Invalid IDLE option argument for XCLAIM")
+        elif lo == b"time" and more:
+            j += 1
+            delivery_time = parse_int(argv[j], "ERR Invalid TIME option argument for XCLAIM")
+        elif lo == b"retrycount" and more:
+            j += 1
+            retrycount = parse_int(argv[j], "ERR Invalid RETRYCOUNT option argument for XCLAIM")
+        elif lo == b"lastid" and more:
+            j += 1
+            last_id = parse_strict_stream_id(argv[j])
+        else:
+            raise CommandError(f"ERR Unrecognized XCLAIM option '{_s(opt)}'")
+        j += 1
+    moved_last_id = False
+    if last_id > g.last_id:
+        g.last_id = last_id
+        moved_last_id = True
+    if delivery_time == -1:
+        delivery_time = now
+    elif (delivery_time < 0 or delivery_time > now) and not ctx.replaying:
+        # Clients may compute the time on a clock slightly ahead of ours; Redis
+        # then uses "now".  An effect being replayed carries the exact time.
+        delivery_time = now
+    consumer: Consumer | None = None
+    out = []
+    for sid in ids:
+        pe = g.pel.get(sid)
+        fv = s.get(sid)
+        if fv is None:
+            if pe is not None:
+                _drop_pending(ctx, key, g, sid)
+            continue
+        if pe is None:
+            if not force:
+                continue
+        elif min_idle and now - pe.delivery_time < min_idle:
+            continue
+        if consumer is None:
+            consumer = g.consumers.get(argv[3])
+            if consumer is None:
+                consumer = g.create_consumer(argv[3], now)
+            else:
+                consumer.seen_time = now
+        # A PEL entry FORCE creates starts, as in Redis, at one delivery.
+        count = 1 if pe is None else pe.delivery_count
+        if retrycount >= 0:
+            count = retrycount
+        elif not justid:
+            count += 1
+        pe = g.add_pending(sid, consumer, delivery_time, count)
+        consumer.active_time = now
+        out.append(format_id(sid) if justid else [format_id(sid), fv])
+        ctx.propagate(xclaim_effect(key, g, sid, pe))
+        moved_last_id = False      # the XCLAIM effects carry LASTID
+    if moved_last_id:
+        ctx.propagate(setid_effect(key, g))
+    return out
+
+
+_AUTOCLAIM_ATTEMPTS = 10
+_AUTOCLAIM_MAX_COUNT = ((1 << 63) - 1) // 16
+_AUTOCLAIM_ALLOC_LIMIT = 1 << 40     # bytes; where a real allocation would surely fail
+
+
+@command("xautoclaim", -6, "write fast", keys=(1, 1, 1), group="stream", since="6.2.0")
+def xautoclaim(ctx: Ctx, argv: list[bytes]):
+    """XAUTOCLAIM key group consumer min-idle-time start [COUNT count] [JUSTID]"""
+    key = argv[1]
+    min_idle = max(parse_int(argv[4], "ERR Invalid min-idle-time argument for XAUTOCLAIM"), 0)
+    start, start_ex = parse_range_bound(argv[5], 0)
+    if start_ex:
+        if start == MAX_ID:
+            raise CommandError("ERR invalid start ID for the interval")
+        start += 1
+    count = 100
+    justid = False
+    j = 6
+    n = len(argv)
+    while j < n:
+        more = n - 1 - j
+        if eq(argv[j], b"count") and more:
+            count = parse_int(argv[j + 1], "ERR COUNT must be > 0")
+            if count < 1 or count > _AUTOCLAIM_MAX_COUNT:
+                raise CommandError("ERR COUNT must be > 0")
+            j += 1
+        elif eq(argv[j], b"justid"):
+            justid = True
+        else:
+            raise syntax_error()
+        j += 1
+    s = ctx.lookup_stream(key)
+    g = _group_of(s, argv[2])
+    if g is None:
+        raise _nogroup(key, argv[2])
+    if count * 16 >= _AUTOCLAIM_ALLOC_LIMIT:
+        # Redis allocates COUNT ids up front and reports a failed allocation.
+        raise CommandError("ERR Insufficient memory, failed allocating transient memory, "
+                           "COUNT too high.")
+    attempts = count * _AUTOCLAIM_ATTEMPTS
+    # Candidates in id order; one more than the scan may visit, for the cursor.
+    cands = list(islice(g.pel.irange(start), attempts + 1))
+    now = ctx.now_ms
+    consumer: Consumer | None = None
+    claimed = []
+    deleted = []
+    idx = 0
+    while attempts > 0 and count > 0 and idx < len(cands):
+        attempts -= 1
+        sid = cands[idx]
+        idx += 1
+        fv = s.get(sid)
+        if fv is None:
+            _drop_pending(ctx, key, g, sid)
+            deleted.append(format_id(sid))
+            count -= 1
+            continue
+        pe = g.pel[sid]
+        if min_idle and now - pe.delivery_time < min_idle:
+            continue
+        if consumer is None:
+            consumer = g.consumers.get(argv[3])
+            if consumer is None:
+                consumer = g.create_consumer(argv[3], now)
+            else:
+                consumer.seen_time = now
+        g.add_pending(sid, consumer, now, pe.delivery_count + (0 if justid else 1))
+        consumer.active_time = now
+        claimed.append(format_id(sid) if justid else [format_id(sid), fv])
+        count -= 1
+        ctx.propagate(xclaim_effect(key, g, sid, pe))
+    cursor = format_id(cands[idx]) if idx < len(cands) else b"0-0"
+    return [cursor, claimed, deleted]
