@@ -1,0 +1,390 @@
+"""Consumer groups in-process: PEL invariants (engine), effect forms, and replay.
+
+* engine/groups.py: random operations keep the PEL invariants (Hypothesis).
+* commands/groups.py: the effects each command records have the documented
+  deterministic form, and replaying every effect of a group-heavy workload into a
+  fresh Core rebuilds a state with the same DEBUG DIGEST (PEL owners, delivery
+  times and counts, last ids, entries-read, consumers).
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+import streamdb.commands  # noqa: F401  (fills the command table)
+from streamdb.commands.server import digest_keyspace
+from streamdb.engine import ConsumerGroup
+from streamdb.protocol.reply import CommandError
+from streamdb.server.core import BLOCKED, Core
+
+# ---------------------------------------------------------------------------
+# Engine: PEL invariants
+# ---------------------------------------------------------------------------
+
+
+def check_invariants(g: ConsumerGroup) -> None:
+    owned = {}
+    for c in g.consumers.values():
+        assert list(c.pending) == sorted(c.pending)
+        for sid in c.pending:
+            assert sid not in owned, "an id is pending for two consumers"
+            owned[sid] = c
+    assert list(g.pel.keys()) == sorted(g.pel.keys())
+    assert set(owned) == set(g.pel.keys())
+    for sid, pe in g.pel.items():
+        assert owned[sid] is pe.consumer
+        assert g.consumers.get(pe.consumer.name) is pe.consumer
+        assert pe.delivery_count >= 0
+
+
+NAMES = st.sampled_from([b"a", b"b", b"c", b"d"])
+IDS = st.integers(min_value=0, max_value=40).map(lambda n: (n // 4) << 64 | n % 4)
+
+
+class PelMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.g = ConsumerGroup(b"g")
+        self.model: dict[int, tuple[bytes, int, int]] = {}   # id -> (owner, time, count)
+        self.now = 1000
+
+    def _consumer(self, name: bytes):
+        return self.g.consumer(name) or self.g.create_consumer(name, self.now)
+
+    @rule(name=NAMES, sid=IDS, count=st.integers(0, 5))
+    def deliver(self, name, sid, count):
+        self.now += 1
+        self.g.add_pending(sid, self._consumer(name), self.now, count)
+        self.model[sid] = (name, self.now, count)
+
+    @rule(sid=IDS)
+    def ack(self, sid):
+        assert self.g.ack(sid) == (sid in self.model)
+        self.model.pop(sid, None)
+
+    @rule(name=NAMES)
+    def delete_consumer(self, name):
+        if self.g.consumer(name) is None:
+            return
+        mine = [sid for sid, (owner, _, _) in self.model.items() if owner == name]
+        assert self.g.delete_consumer(name) == len(mine)
+        for sid in mine:
+            del self.model[sid]
+
+    @rule(name=NAMES)
+    def create_consumer(self, name):
+        self._consumer(name)
+
+    @rule(start=IDS, end=IDS, count=st.integers(0, 10), name=st.none() | NAMES)
+    def pel_range(self, start, end, count, name):
+        c = self.g.consumer(name) if name is not None else None
+        if name is not None and c is None:
+            return
+        got = [sid for sid, _ in self.g.pel_range(start, end, count, c)]
+        want = sorted(sid for sid, (owner, _, _) in self.model.items()
+                      if start <= sid <= end and (name is None or owner == name))[:max(count, 0)]
+        assert got == want
+
+    @invariant()
+    def invariants(self):
+        check_invariants(self.g)
+        assert set(self.g.pel) == set(self.model)
+        for sid, (owner, when, count) in self.model.items():
+            pe = self.g.pel[sid]
+            assert (pe.consumer.name, pe.delivery_time, pe.delivery_count) == (owner, when, count)
+
+
+TestPelMachine = PelMachine.TestCase
+TestPelMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+# ---------------------------------------------------------------------------
+# In-process core helpers
+# ---------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _b(*args) -> list[bytes]:
+    return [a if isinstance(a, bytes) else str(a).encode() for a in args]
+
+
+class Env:
+    """A Core with a fake clock and an effect recorder."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.core = Core(clock=self.clock)
+        self.batches: list[tuple[int, list[list[bytes]]]] = []
+        self.seen = 0
+        self.core.effect_sinks.append(lambda db, eff: self.batches.append((db, [list(a) for a in eff])))
+        self.delivered: list = []
+        self.client = self.core.new_client(deliver=self.delivered.append)
+
+    def run(self, *args, client=None):
+        return self.core.execute(client or self.client, _b(*args))
+
+    def effects(self) -> list[list[bytes]]:
+        """The effects since the last call, without MULTI/EXEC wrappers."""
+        new = self.batches[self.seen:]
+        self.seen = len(self.batches)
+        return [a for _, eff in new for a in eff if a[0] not in (b"MULTI", b"EXEC")]
+
+    def replay_into_fresh(self) -> Core:
+        fresh = Core(clock=FakeClock())
+        fresh.clock.t = self.clock.t + 3600     # replay happens later; times must not move
+        client = fresh.replay_client()
+        for db, effects in self.batches:
+            if client.db != db:
+                fresh.execute(client, _b("SELECT", db))
+            for argv in effects:
+                reply = fresh.execute(client, argv)
+                assert not isinstance(reply, CommandError), (argv, reply.message)
+        return fresh
+
+
+def group_state(core: Core, key=b"s", group=b"g"):
+    s = core.keyspace[0].data[key]
+    g = s.groups[group]
+    return (g.last_id, g.entries_read, sorted(g.consumers),
+            [(sid, pe.consumer.name, pe.delivery_time, pe.delivery_count) for sid, pe in g.pel.items()])
+
+
+# ---------------------------------------------------------------------------
+# Effect forms
+# ---------------------------------------------------------------------------
+
+
+def test_xreadgroup_effects_createconsumer_xclaim_setid():
+    e = Env()
+    now = e.core.now_ms()
+    e.run("XADD", "s", "1-0", "a", "1")
+    e.run("XADD", "s", "2-0", "b", "2")
+    e.run("XGROUP", "CREATE", "s", "g", "0")
+    e.effects()
+    assert e.run("XREADGROUP", "GROUP", "g", "alice", "STREAMS", "s", ">") == \
+        [[b"s", [[b"1-0", [b"a", b"1"]], [b"2-0", [b"b", b"2"]]]]]
+    t = b"%d" % now
+    assert e.effects() == [
+        [b"XGROUP", b"CREATECONSUMER", b"s", b"g", b"alice"],
+        [b"XCLAIM", b"s", b"g", b"alice", b"0", b"1-0", b"TIME", t, b"RETRYCOUNT", b"1",
+         b"FORCE", b"JUSTID", b"LASTID", b"1-0"],
+        [b"XCLAIM", b"s", b"g", b"alice", b"0", b"2-0", b"TIME", t, b"RETRYCOUNT", b"1",
+         b"FORCE", b"JUSTID", b"LASTID", b"2-0"],
+        [b"XGROUP", b"SETID", b"s", b"g", b"2-0", b"ENTRIESREAD", b"2"],
+    ]
+
+
+def test_noack_propagates_only_setid_and_known_consumer_is_not_recreated():
+    e = Env()
+    e.run("XADD", "s", "1-0", "a", "1")
+    e.run("XGROUP", "CREATE", "s", "g", "0")
+    e.run("XGROUP", "CREATECONSUMER", "s", "g", "bob")
+    e.effects()
+    e.run("XREADGROUP", "GROUP", "g", "bob", "NOACK", "STREAMS", "s", ">")
+    assert e.effects() == [[b"XGROUP", b"SETID", b"s", b"g", b"1-0", b"ENTRIESREAD", b"1"]]
+
+
+def test_xgroup_create_dollar_propagates_resolved_id_and_mkstream():
+    e = Env()
+    e.run("XADD", "s", "5-1", "a", "1")
+    e.effects()
+    e.run("XGROUP", "CREATE", "s", "g", "$")
+    e.run("XGROUP", "CREATE", "new", "g", "$", "MKSTREAM", "ENTRIESREAD", "0")
+    assert e.effects() == [
+        [b"XGROUP", b"CREATE", b"s", b"g", b"5-1", b"ENTRIESREAD", b"-1"],
+        [b"XGROUP", b"CREATE", b"new", b"g", b"0-0", b"ENTRIESREAD", b"0", b"MKSTREAM"],
+    ]
+    e.run("XGROUP", "SETID", "s", "g", "$")
+    assert e.effects() == [[b"XGROUP", b"SETID", b"s", b"g", b"5-1", b"ENTRIESREAD", b"-1"]]
+
+
+def test_claims_of_deleted_entries_propagate_xack():
+    e = Env()
+    for i in range(1, 4):
+        e.run("XADD", "s", f"{i}-0", "f", str(i))
+    e.run("XGROUP", "CREATE", "s", "g", "0")
+    e.run("XREADGROUP", "GROUP", "g", "a", "STREAMS", "s", ">")
+    e.run("XDEL", "s", "1-0", "2-0")
+    e.effects()
+    assert e.run("XCLAIM", "s", "g", "b", "0", "1-0", "JUSTID") == []
+    assert e.effects() == [[b"XACK", b"s", b"g", b"1-0"]]
+    assert e.run("XAUTOCLAIM", "s", "g", "b", "0", "0", "JUSTID") == [b"0-0", [b"3-0"], [b"2-0"]]
+    eff = e.effects()
+    assert eff[0] == [b"XACK", b"s", b"g", b"2-0"]
+    assert eff[1][:6] == [b"XCLAIM", b"s", b"g", b"b", b"0", b"3-0"]
+    assert eff[1][8:10] == [b"RETRYCOUNT", b"1"]     # JUSTID: the count did not move
+
+
+def test_history_read_bumps_and_propagates_delivery():
+    e = Env()
+    e.run("XADD", "s", "1-0", "a", "1")
+    e.run("XGROUP", "CREATE", "s", "g", "0")
+    e.run("XREADGROUP", "GROUP", "g", "a", "STREAMS", "s", ">")
+    e.clock.t += 5
+    e.effects()
+    e.run("XREADGROUP", "GROUP", "g", "a", "STREAMS", "s", "0")
+    (eff,) = e.effects()
+    assert eff[:10] == [b"XCLAIM", b"s", b"g", b"a", b"0", b"1-0", b"TIME",
+                        b"%d" % e.core.now_ms(), b"RETRYCOUNT", b"2"]
+
+
+def test_replayed_xclaim_keeps_a_future_time():
+    """An effect is applied exactly, even when the applying clock is behind."""
+    e = Env()
+    e.run("XADD", "s", "1-0", "a", "1")
+    e.run("XGROUP", "CREATE", "s", "g", "0")
+    future = e.core.now_ms() + 10_000_000
+    r = e.core.replay_client()
+    e.core.execute(r, _b("XCLAIM", "s", "g", "x", "0", "1-0", "TIME", future, "RETRYCOUNT", 3,
+                         "FORCE", "JUSTID", "LASTID", "1-0"))
+    pe = e.core.keyspace[0].data[b"s"].groups[b"g"].pel[1 << 64]
+    assert (pe.consumer.name, pe.delivery_time, pe.delivery_count) == (b"x", future, 3)
+    # A normal client's future TIME is clamped to now, as Redis does.
+    e.run("XCLAIM", "s", "g", "y", "0", "1-0", "TIME", future, "JUSTID")
+    assert pe.delivery_time == e.core.now_ms()
+
+
+def test_xreadgroup_claim_effects_and_reply():
+    e = Env()
+    for i in range(1, 4):
+        e.run("XADD", "s", f"{i}-0", "f", str(i))
+    e.run("XGROUP", "CREATE", "s", "g", "0")
+    e.run("XREADGROUP", "GROUP", "g", "a", "COUNT", "1", "STREAMS", "s", ">")    # 1-0 at t0
+    e.clock.t += 1
+    e.run("XREADGROUP", "GROUP", "g", "b", "COUNT", "1", "STREAMS", "s", ">")    # 2-0 at t0+1s
+    e.clock.t += 1
+    e.effects()
+    got = e.run("XREADGROUP", "GROUP", "g", "c", "CLAIM", "500", "STREAMS", "s", ">")
+    # longest idle first, with idle ms and the previous delivery count; then new entries
+    assert got == [[b"s", [[b"1-0", [b"f", b"1"], 2000, 1], [b"2-0", [b"f", b"2"], 1000, 1],
+                           [b"3-0", [b"f", b"3"]]]]]
+    st_ = group_state(e.core)
+    assert [(p[1], p[3]) for p in st_[3]] == [(b"c", 2), (b"c", 2), (b"c", 1)]
+    assert st_[0] == 3 << 64
+    fresh = e.replay_into_fresh()
+    assert group_state(fresh) == group_state(e.core)
+
+
+# ---------------------------------------------------------------------------
+# Blocking in-process
+# ---------------------------------------------------------------------------
+
+
+def test_blocked_xreadgroup_served_by_xadd_and_replayed():
+    e = Env()
+    e.run("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
+    blocked = e.core.new_client(deliver=e.delivered.append)
+    assert e.run("XREADGROUP", "GROUP", "g", "w", "BLOCK", "0", "STREAMS", "s", ">",
+                 client=blocked) is BLOCKED
+    # A change that brings nothing new keeps it blocked.
+    e.run("XGROUP", "CREATECONSUMER", "s", "g", "other")
+    assert e.delivered == [] and blocked.blocked is not None
+    e.clock.t += 1
+    e.run("XADD", "s", "7-0", "k", "v")
+    assert e.delivered == [[[b"s", [[b"7-0", [b"k", b"v"]]]]]]
+    assert blocked.blocked is None
+    fresh = e.replay_into_fresh()
+    assert digest_keyspace(fresh) == digest_keyspace(e.core)
+    assert group_state(fresh)[3] == [(7 << 64, b"w", e.core.now_ms(), 1)]
+
+
+def test_blocked_xreadgroup_errors_when_key_or_group_goes():
+    e = Env()
+    e.run("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
+    e.run("XGROUP", "CREATE", "t", "g", "$", "MKSTREAM")
+    c1 = e.core.new_client(deliver=e.delivered.append)
+    c2 = e.core.new_client(deliver=e.delivered.append)
+    e.run("XREADGROUP", "GROUP", "g", "w", "BLOCK", "0", "STREAMS", "s", ">", client=c1)
+    e.run("XREADGROUP", "GROUP", "g", "w", "BLOCK", "0", "STREAMS", "t", ">", client=c2)
+    e.run("DEL", "s")
+    e.run("XGROUP", "DESTROY", "t", "g")
+    assert [d.message for d in e.delivered] == [
+        "UNBLOCKED the stream key no longer exists",
+        "NOGROUP the consumer group this client was blocked on no longer exists"]
+
+
+# ---------------------------------------------------------------------------
+# Replay of a random group workload
+# ---------------------------------------------------------------------------
+
+
+def random_group_workload(e: Env, rng: random.Random, steps: int) -> None:
+    clients = [e.core.new_client(deliver=lambda reply: None) for _ in range(3)]
+    keys = ["s1", "s2"]
+    groups = ["g1", "g2"]
+    names = ["alice", "bob", "carol"]
+    ids: list[str] = ["0-1"]
+    for n in range(steps):
+        e.clock.t += rng.choice([0, 0.001, 0.05, 1, 30])
+        c = rng.choice(clients)
+        if c.blocked is not None:
+            continue
+        k, g, who = rng.choice(keys), rng.choice(groups), rng.choice(names)
+        some = rng.choice(ids)
+        op = rng.randrange(20)
+
+        def run(*args):
+            return e.run(*args, client=c)
+
+        if op < 5:
+            r = run("XADD", k, "*", "f", n)
+            if isinstance(r, bytes):
+                ids.append(r.decode())
+        elif op == 5:
+            run("XGROUP", "CREATE", k, g, rng.choice(["0", "$", some]), "MKSTREAM")
+        elif op < 9:
+            extra = rng.choice([[], ["NOACK"], ["CLAIM", rng.choice([0, 1000, 60000])],
+                                ["BLOCK", "0"]])
+            run("XREADGROUP", "GROUP", g, who, "COUNT", rng.randrange(1, 4), *extra,
+                "STREAMS", k, rng.choice([">", ">", "0", some]))
+        elif op == 9:
+            run("XACK", k, g, some)
+        elif op == 10:
+            run("XCLAIM", k, g, who, rng.choice([0, 1000]), some, *rng.choice(
+                [[], ["JUSTID"], ["FORCE"], ["IDLE", 500], ["RETRYCOUNT", 9], ["LASTID", some]]))
+        elif op == 11:
+            run("XAUTOCLAIM", k, g, who, rng.choice([0, 1000]), rng.choice(["0", some]),
+                "COUNT", rng.randrange(1, 4), *rng.choice([[], ["JUSTID"]]))
+        elif op == 12:
+            run("XDEL", k, some)
+        elif op == 13:
+            run("XACKDEL", k, g, rng.choice(["KEEPREF", "DELREF", "ACKED"]), "IDS", 1, some)
+        elif op == 14:
+            run("XGROUP", "SETID", k, g, rng.choice(["0", "$", some]))
+        elif op == 15:
+            run("XGROUP", rng.choice(["CREATECONSUMER", "DELCONSUMER"]), k, g, who)
+        elif op == 16:
+            run("XTRIM", k, "MAXLEN", rng.randrange(0, 6))
+        elif op == 17:
+            run("MULTI")
+            run("XREADGROUP", "GROUP", g, who, "STREAMS", k, ">")
+            run("XACK", k, g, some)
+            run("EXEC")
+        elif op == 18 and rng.random() < 0.1:
+            run("XGROUP", "DESTROY", k, g)
+        elif op == 19 and rng.random() < 0.05:
+            run("DEL", k)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32))
+def test_group_workload_effects_replay_to_same_digest(seed):
+    e = Env()
+    random_group_workload(e, random.Random(seed), 250)
+    fresh = e.replay_into_fresh()
+    assert digest_keyspace(fresh) == digest_keyspace(e.core)
+    for db in e.core.keyspace.dbs:
+        for value in db.data.values():
+            for g in (getattr(value, "groups", None) or {}).values():
+                check_invariants(g)
