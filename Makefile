@@ -6,7 +6,7 @@ VENV    := .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test deps redis-server bench clean
+.PHONY: run test soak deps redis-server bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,10 @@ run: deps
 
 test: deps redis-server
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
+
+# Long crash/soak loops, bounded by STREAMDB_SOAK_SECONDS (CI runs a short one).
+soak: deps
+	$(VPY) -m pytest -q -m soak $(PYTEST_ARGS)
 
 bench: deps redis-server
 	$(VPY) tools/bench.py

@@ -42,6 +42,8 @@ async def serve(cfg: Config) -> int:
         except AofError as e:
             log.log(log.WARNING, f"Fatal error loading the AOF: {e}")
             return 1
+        if cfg["aof-record-fsync"]:
+            aof.record_fsyncs()
         aof.open_for_append()
         core.extra["aof"] = aof
         core.effect_sinks.append(aof.append_batch)

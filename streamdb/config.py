@@ -140,6 +140,7 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("aof-load-truncated", "yes", _parse_bool, "Start after cutting a torn last command off the AOF.", True, _render_bool),
     _d("auto-aof-rewrite-percentage", "100", _parse_int(0, 2**31 - 1), "Rewrite the AOF when it grew by this percentage."),
     _d("auto-aof-rewrite-min-size", "67108864", _parse_mem(), "Minimum AOF size before an automatic rewrite."),
+    _d("aof-record-fsync", "no", _parse_bool, "Crash testing: log each fsync boundary to <appenddirname>/fsync.log.", False, _render_bool),
     _d("save", "3600 1 300 100 60 10000", _parse_save, "Snapshot after <seconds> <changes> pairs."),
     _d("dbfilename", "snapshot.lmdb", _S, "Snapshot directory name (an LMDB environment) under dir.", False),
     # -- observability

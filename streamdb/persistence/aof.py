@@ -128,7 +128,7 @@ def read_segment(data: bytes, path: str = "") -> SegmentScan:
                     continue
         raise AofError(f"{path}: {bad} at offset {pos} of {n} (corruption in the middle of the "
                        f"file: the server will not start on it; inspect it with "
-                       f"'python -m streamdb.tools.aofcheck {path}')")
+                       f"'streamdb-check-aof {path}')")
     return scan
 
 
@@ -247,7 +247,7 @@ class Aof:
         self.last_write_ok = True
         self.last_error = ""
         self.inject_failures = 0      # DEBUG AOF-INJECT-ERROR: fail the next N writes
-        self.fsync_boundaries: list[tuple[str, int]] | None = None
+        self.fsync_log: int | None = None     # fd of fsync.log when aof-record-fsync is on
         self._dirty_since_fsync = False
         self._stop = threading.Event()
         self._fsync_thread: threading.Thread | None = None
@@ -344,6 +344,11 @@ class Aof:
 
     # -- appending --------------------------------------------------------------
 
+    def record_fsyncs(self) -> None:
+        os.makedirs(self.dir, exist_ok=True)
+        self.fsync_log = os.open(os.path.join(self.dir, "fsync.log"),
+                                 os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
     def open_for_append(self) -> None:
         os.makedirs(self.dir, exist_ok=True)
         if not self.manifest.incrs:
@@ -412,8 +417,7 @@ class Aof:
             self._write_all(self.pending)
             if self.policy == "always":
                 os.fdatasync(self.fd)
-                if self.fsync_boundaries is not None:
-                    self.fsync_boundaries.append((self.manifest.incrs[-1], self.size + len(self.pending)))
+                self._record_fsync(self.size + len(self.pending))
             else:
                 self._dirty_since_fsync = True
         except OSError as e:
@@ -453,13 +457,29 @@ class Aof:
         while not self._stop.wait(1.0):
             if self._dirty_since_fsync and self.fd is not None:
                 self._dirty_since_fsync = False
+                covered = self.size
                 try:
                     os.fdatasync(self.fd)
+                    self._record_fsync(covered)
                 except OSError as e:
                     self.last_error = e.strerror or str(e)
                     self.last_write_ok = False
                     self.core.extra["write_refusal"] = \
                         f"MISCONF Errors writing to the AOF file: {self.last_error}"
+
+    def _record_fsync(self, offset: int) -> None:
+        """aof-record-fsync (crash testing): note that the segment is durable up to offset.
+
+        The note is a plain write (no fsync): it only has to survive SIGKILL,
+        after which the crash tool simulates a power loss by cutting the
+        segment back to a point after the last durable offset.
+        """
+        if self.fsync_log is None:
+            return
+        try:
+            os.write(self.fsync_log, b"%s %d\n" % (self.manifest.incrs[-1].encode(), offset))
+        except OSError:
+            pass
 
     def close(self) -> None:
         self.flush()

@@ -58,6 +58,7 @@ def _encode_stream(s: Stream) -> dict:
         "max_deleted_id": _id(s.max_deleted_id),
         "nodes": [_encode_node(n) for n in s.nodes],
         "groups": groups,
+        "idmp": s.idmp.dump() if s.idmp is not None else None,
     }
 
 
@@ -124,6 +125,9 @@ def decode_value(raw: bytes):
             s.nodes.append(node)
             s.firsts.append(node.first)
         groups = doc["groups"]
+        if doc.get("idmp") is not None:
+            from ..engine.idmp import IdmpState
+            s.idmp = IdmpState.load(doc["idmp"])
     except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, CodecError):
             raise

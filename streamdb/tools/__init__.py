@@ -1,0 +1,1 @@
+"""Operator tools (also installed as console scripts; thin wrappers live in tools/)."""
