@@ -83,6 +83,7 @@ def command(name: str, arity: int, flags: str = "", keys: tuple[int, int, int] =
                            since=since, key_finder=key_finder,
                            acl_categories=categories or _categories(fl, group))
         COMMANDS[name] = spec
+        _BY_RAW.clear()
         return fn
     return register
 
@@ -103,9 +104,23 @@ def subcommand(parent: str, name: str, arity: int, flags: str = "",
     return register
 
 
+# argv[0] exactly as clients send it ("XADD", "xadd") -> spec: saves a decode
+# and a lower() per request.  Bounded (odd casings are not cached past the
+# bound) and cleared whenever the table changes.
+_BY_RAW: dict[bytes, CommandSpec] = {}
+_BY_RAW_MAX = 2048
+
+
 def lookup(argv: list[bytes]) -> CommandSpec | None:
     """The spec of the command named by argv[0] (not resolving subcommands)."""
     try:
-        return COMMANDS.get(argv[0].decode("latin-1").lower())
-    except (AttributeError, IndexError):
+        raw = argv[0]
+        spec = _BY_RAW.get(raw)
+        if spec is not None:
+            return spec
+        spec = COMMANDS.get(raw.decode("latin-1").lower())
+    except (AttributeError, IndexError, TypeError):
         return None
+    if spec is not None and len(_BY_RAW) < _BY_RAW_MAX and type(raw) is bytes:
+        _BY_RAW[raw] = spec
+    return spec

@@ -11,7 +11,7 @@ from ..engine import MAX_ID, MIN_ID, Stream, format_id
 from ..engine.idmp import (DURATION_MAX, DURATION_MIN, MAXSIZE_MAX, MAXSIZE_MIN,
                            IdmpState, auto_iid)
 from ..engine.ids import U64, InvalidID, id_ms, id_seq, make_id, parse_id
-from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map
+from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map, Raw
 from .args import (eq, invalid_id_error, parse_int, parse_range_bound,
                    parse_strict_stream_id)
 from .context import BlockRequest, Ctx, syntax_error
@@ -390,7 +390,8 @@ def _range(ctx: Ctx, argv: list[bytes], rev: bool):
         return []
     if count == 0:
         return NULL_ARRAY
-    return entries_reply(s.range(start, end, max(count, 0), rev))
+    items = s.range_rendered(start, end, max(count, 0), rev, render_entry)
+    return Raw(b"*%d\r\n%s" % (len(items), b"".join(items)))
 
 
 @command("xrange", -4, "readonly", keys=(1, 1, 1), group="stream", since="5.0.0")

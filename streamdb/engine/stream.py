@@ -45,7 +45,7 @@ class Node:
     """A run of consecutive entries: open (lists) or sealed (one msgpack blob)."""
 
     __slots__ = ("first", "last", "total", "live", "nbytes", "master",
-                 "ids", "entries", "blob", "deleted")
+                 "ids", "entries", "blob", "deleted", "rendered")
 
     def __init__(self, first_id: int, fields: list) -> None:
         self.first = first_id
@@ -58,6 +58,9 @@ class Node:
         self.entries: list[list] | None = []
         self.blob: bytes | None = None
         self.deleted: set[int] | None = None   # ids marked deleted
+        # Open node only: memo of render(id, fields) per entry (Stream.range_rendered);
+        # a sealed node's memo lives with its decoded form in the LRU cache.
+        self.rendered: list | None = None
 
     # -- encoding ---------------------------------------------------------
 
@@ -68,6 +71,7 @@ class Node:
         self.blob = encode_node(self.first, self.master, self.ids, self.entries)
         self.ids = None
         self.entries = None
+        self.rendered = None
 
     def unseal(self) -> None:
         """Turn a sealed node back into lists (used when it must change shape)."""
@@ -75,6 +79,7 @@ class Node:
             return
         self.ids, self.entries = decode_node(self.blob)
         self.blob = None
+        self.rendered = None
         _cache.pop(self, None)
 
     def contents(self) -> tuple[list[int], list[list]]:
@@ -84,11 +89,29 @@ class Node:
         hit = _cache.get(self)
         if hit is not None:
             _cache.move_to_end(self)
-            return hit
-        hit = decode_node(self.blob)
-        _cache[self] = hit
+            return hit[0], hit[1]
+        ids, entries = decode_node(self.blob)
+        _cache[self] = (ids, entries, [None] * len(ids))
         if len(_cache) > _DECODED_CACHE_SIZE:
             _cache.popitem(last=False)
+        return ids, entries
+
+    def contents_rendered(self) -> tuple[list[int], list[list], list]:
+        """contents() plus the memo list of rendered entries (None = not yet)."""
+        if self.blob is None:
+            memo = self.rendered
+            if memo is None:
+                memo = self.rendered = []
+            missing = len(self.ids) - len(memo)
+            if missing:
+                memo.extend([None] * missing)
+            return self.ids, self.entries, memo
+        hit = _cache.get(self)
+        if hit is None:
+            self.contents()
+            hit = _cache[self]
+        else:
+            _cache.move_to_end(self)
         return hit
 
     def forget(self) -> None:
@@ -98,7 +121,8 @@ class Node:
         return self.deleted is not None and sid in self.deleted
 
 
-_cache: "OrderedDict[Node, tuple[list[int], list[list]]]" = OrderedDict()
+# Sealed node -> (ids, entries, rendered memo), least recently used first.
+_cache: "OrderedDict[Node, tuple[list[int], list[list], list]]" = OrderedDict()
 
 
 def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -> bytes:
@@ -272,6 +296,54 @@ class Stream:
                             return out
                     j -= 1
                 i -= 1
+        return out
+
+    def range_rendered(self, start: int, end: int, count: int, rev: bool, render) -> list:
+        """Like range(), but each live entry as ``render(id, fields)``, memoized per node.
+
+        Entries never change once added (deletion only marks them), so a
+        rendering stays valid for the node's life; it is dropped with the node's
+        decoded form.  ``render`` must be one fixed pure function (the reply
+        encoder of XRANGE): memos are shared by every caller.
+        """
+        out: list = []
+        if start > end or not self.length:
+            return out
+        nodes = self.nodes
+        if not rev:
+            i = max(bisect_right(self.firsts, start) - 1, 0)
+            step = 1
+        else:
+            i = bisect_right(self.firsts, end) - 1
+            step = -1
+        while 0 <= i < len(nodes):
+            node = nodes[i]
+            if (node.first > end) if step == 1 else (node.last < start):
+                break
+            i += step
+            if (node.last < start) if step == 1 else (node.first > end):
+                continue
+            ids, entries, memo = node.contents_rendered()
+            deleted = node.deleted
+            if step == 1:
+                j = bisect_left(ids, start) if ids[0] < start else 0
+                stop = bisect_right(ids, end)
+                rng = range(j, stop)
+            else:
+                j = bisect_right(ids, end) - 1
+                stop = bisect_left(ids, start)
+                rng = range(j, stop - 1, -1)
+            for j in rng:
+                r = memo[j]
+                if r is None:
+                    if deleted is not None and ids[j] in deleted:
+                        continue
+                    r = memo[j] = render(ids[j], entries[j])
+                elif deleted is not None and ids[j] in deleted:
+                    continue
+                out.append(r)
+                if count and len(out) >= count:
+                    return out
         return out
 
     def last_entry(self) -> Entry | None:

@@ -17,14 +17,18 @@ Map                    flat ``*`` array    ``%`` map
 RSet                   ``*`` array         ``~`` set
 Double                 ``$`` bulk          ``,`` double
 Verbatim               ``$`` bulk          ``=`` verbatim (txt)
+Raw                    as is               as is
 =====================  ==================  =====================
+
+``Raw`` is a reply already encoded by its handler, for hot replies whose RESP2
+and RESP3 forms are the same (arrays of bulk strings, e.g. XRANGE's).
 """
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["CommandError", "Status", "Map", "RSet", "Double", "Verbatim", "NULL_ARRAY",
+__all__ = ["CommandError", "Status", "Map", "RSet", "Double", "Verbatim", "Raw", "NULL_ARRAY",
            "OK", "QUEUED", "PONG", "encode_reply"]
 
 
@@ -68,6 +72,11 @@ class Verbatim(bytes):
     __slots__ = ()
 
 
+class Raw(bytes):
+    """A reply already encoded as RESP, identical under RESP2 and RESP3; sent as is."""
+    __slots__ = ()
+
+
 class _NullArray:
     __slots__ = ()
 
@@ -103,6 +112,8 @@ def encode_reply(value, resp3: bool) -> bytes:
         return b"$%d\r\n%s\r\n" % (len(value), value)
     if t is int:
         return b":%d\r\n" % value
+    if t is Raw:
+        return value
     out: list[bytes] = []
     _encode(value, resp3, out)
     return b"".join(out)
@@ -121,6 +132,8 @@ def _encode(value, resp3: bool, out: list) -> None:
                 _encode(item, resp3, out)
     elif t is int:
         out.append(b":%d\r\n" % value)
+    elif t is Raw:
+        out.append(value)
     elif value is None:
         out.append(b"_\r\n" if resp3 else b"$-1\r\n")
     elif t is Status:

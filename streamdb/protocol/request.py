@@ -44,10 +44,47 @@ def _parse_ll(raw: bytes) -> int | None:
     return v
 
 
+# Headers with canonical small lengths ("*1".."*9999", "$0".."$9999"): exactly
+# the lines the general parser accepts for these values, so a hit needs no
+# further checks.
+_MBULK_HDR = {b"*%d" % i: i for i in range(1, 10000)}
+_BULK_HDR = {b"$%d" % i: i for i in range(10000)}
+_bulk_len = _BULK_HDR.get
+
+
+def _fast_request(parts: list, i: int):
+    """Fast path over ``parts`` (the unconsumed buffer split on CRLF) at part ``i``.
+
+    Returns ``(argv, bytes_consumed, parts_consumed)`` when parts ``i..`` are a
+    whole ``*<n>`` request whose every header has a canonical small length that
+    matches its bulk; None for anything else (incomplete, odd, erroneous, a
+    bulk containing CRLF, big), which the general parser then handles with all
+    of Redis's rules and errors.  The caller checks the bytes are all there.
+    """
+    argc = _MBULK_HDR.get(parts[i])
+    if argc is None:
+        return None
+    j = i + 1 + 2 * argc
+    if j > len(parts):
+        return None
+    n = len(parts[i]) + 2
+    get = _bulk_len
+    k = i + 1
+    while k < j:
+        h = parts[k]
+        lv = len(parts[k + 1])
+        if get(h) != lv:
+            return None
+        n += len(h) + lv + 4
+        k += 2
+    return parts[i + 2:j:2], n, j - i
+
+
 class RequestParser:
     """Splits a client's byte stream into argv lists (lists of bytes)."""
 
-    __slots__ = ("buf", "pos", "max_bulk_len", "authenticated", "_argc", "_argv")
+    __slots__ = ("buf", "pos", "max_bulk_len", "authenticated", "_argc", "_argv",
+                 "_parts", "_part", "_fast_ok")
 
     def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
         self.buf = b""
@@ -58,8 +95,15 @@ class RequestParser:
         self.authenticated = True
         self._argc = 0          # remaining bulks of the multibulk in progress
         self._argv: list[bytes] | None = None
+        # Fast path state: the unconsumed buffer split on CRLF (made once per
+        # feed, lazily) and the index of the part at ``pos``.
+        self._parts: list[bytes] | None = None
+        self._part = 0
+        self._fast_ok = False
 
     def feed(self, data: bytes) -> None:
+        self._parts = None
+        self._fast_ok = self.authenticated and self.max_bulk_len >= 10000
         if self.pos:
             self.buf = self.buf[self.pos:] + data
             self.pos = 0
@@ -82,6 +126,20 @@ class RequestParser:
                 if self.pos >= len(self.buf):
                     return None
                 if self.buf[self.pos] == 42:   # '*'
+                    if self._fast_ok and self.authenticated:
+                        parts = self._parts
+                        if parts is None:
+                            parts = self._parts = self.buf[self.pos:].split(b"\r\n")
+                            self._part = 0
+                        got = _fast_request(parts, self._part)
+                        if got is not None and self.pos + got[1] <= len(self.buf):
+                            self.pos += got[1]
+                            self._part += got[2]
+                            return got[0]
+                        # Until more bytes arrive, the general parser is in charge
+                        # (it consumes bytes the split parts would not follow).
+                        self._fast_ok = False
+                        self._parts = None
                     if not self._start_multibulk():
                         return None
                     if self._argv is None:     # *0 or negative: nothing to run
