@@ -30,6 +30,17 @@ def entries_reply(entries) -> list:
     return [[format_id(sid), fv] for sid, fv in entries]
 
 
+def render_entry(sid: int, fv: list) -> bytes:
+    """One entry as RESP (``*2 id *n f v ..``; the same in RESP2 and RESP3).
+
+    Memoized per entry by Stream.range_rendered, so XRANGE replies are mostly
+    joins of cached bytes.
+    """
+    i = b"%d-%d" % (sid >> 64, sid & U64)
+    return b"*2\r\n$%d\r\n%s\r\n*%d\r\n%s" % (
+        len(i), i, len(fv), b"".join([b"$%d\r\n%s\r\n" % (len(x), x) for x in fv]))
+
+
 TRIM_KEEPREF, TRIM_DELREF, TRIM_ACKED = b"keepref", b"delref", b"acked"
 
 
