@@ -24,7 +24,7 @@ def build_config(args: list[str]) -> Config:
 async def serve(cfg: Config) -> int:
     from . import commands  # noqa: F401  (fills the command table)
     from .commands import persistence
-    from .persistence.aof import Aof, AofError
+    from .persistence.recovery import RecoveryError, open_persistence
     from .server.core import Core
     from .server.network import Server
 
@@ -33,22 +33,13 @@ async def serve(cfg: Config) -> int:
     server = Server(core)
     os.makedirs(cfg["dir"], exist_ok=True)
     persistence.install(core)
-    aof = None
-    if cfg["appendonly"]:
-        aof = Aof(core, os.path.join(cfg["dir"], cfg["appenddirname"]), cfg["appendfilename"],
-                  cfg["appendfsync"], cfg["aof-load-truncated"])
-        try:
-            aof.load()
-        except AofError as e:
-            log.log(log.WARNING, f"Fatal error loading the AOF: {e}")
-            return 1
-        if cfg["aof-record-fsync"]:
-            aof.record_fsyncs()
-        aof.open_for_append()
-        core.extra["aof"] = aof
-        core.effect_sinks.append(aof.append_batch)
-        server.before_reply_hooks.append(aof.flush)
-        core.extra["config_changed"] = lambda names: _apply_config(core, aof, names)
+    try:
+        store = open_persistence(core, server, cfg)
+    except RecoveryError as e:
+        log.log(log.WARNING, str(e))
+        return 1
+    core.extra["config_changed"] = lambda names: _apply_config(core, store.aof, names)
+    server.cron_hooks.append(store.cron)
     # Long-lived data is loaded by now: keep the cyclic GC from rescanning it.
     gc.collect()
     gc.freeze()
@@ -61,9 +52,7 @@ async def serve(cfg: Config) -> int:
                         f"config={cfg.file or '(none)'}")
     log.log(log.NOTICE, "Ready to accept connections tcp")
     await server.serve_until_stopped()
-    if aof is not None:
-        aof.close()
-        log.log(log.NOTICE, "AOF flushed and fsynced on shutdown")
+    store.shutdown(core.extra.get("shutdown_save"))
     log.log(log.NOTICE, "StreamDB is now ready to exit, bye bye...")
     return 0
 

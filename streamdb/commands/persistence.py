@@ -92,6 +92,41 @@ def bgrewriteaof(ctx: Ctx, argv):
     return Status("Background append only file rewriting started")
 
 
+def _snapshotter(ctx: Ctx):
+    return ctx.core.extra.get("snapshot")
+
+
+@command("save", 1, "admin noscript no-async-loading no-multi", since="1.0.0")
+def save(ctx: Ctx, argv):
+    """SAVE"""
+    snap = _snapshotter(ctx)
+    if snap is None:
+        raise CommandError("ERR persistence is not configured")
+    if snap.child_pid is not None:
+        raise CommandError("ERR Background save already in progress")
+    try:
+        snap.save()
+    except Exception as e:  # noqa: BLE001
+        raise CommandError(f"ERR {e}") from None
+    return OK
+
+
+@command("bgsave", -1, "admin noscript no-async-loading", since="1.0.0")
+def bgsave(ctx: Ctx, argv):
+    """BGSAVE [SCHEDULE]"""
+    if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() != b"schedule"):
+        raise syntax_error()
+    snap = _snapshotter(ctx)
+    if snap is None:
+        raise CommandError("ERR persistence is not configured")
+    if snap.child_pid is not None:
+        if len(argv) == 2:
+            return Status("Background saving scheduled")
+        raise CommandError("ERR Background save already in progress")
+    snap.bgsave()
+    return Status("Background saving started")
+
+
 def info_persistence(core) -> list[tuple[str, object]]:
     aof = core.extra.get("aof")
     snap = core.extra.get("snapshot")
@@ -151,8 +186,23 @@ def debug_aof_inject_error(ctx: Ctx, argv):
     return OK
 
 
+def debug_reload(ctx: Ctx, argv):
+    """DEBUG RELOAD: snapshot, empty the dataset, load the snapshot back."""
+    p = ctx.core.extra.get("persistence")
+    if p is None:
+        raise CommandError("ERR persistence is not configured")
+    p.reload()
+    return OK
+
+
+def _before_shutdown(core, save: bool, nosave: bool) -> None:
+    core.extra["shutdown_save"] = True if save else (False if nosave else None)
+
+
 def install(core) -> None:
-    """Attach the INFO and DEBUG hooks to a core (called by __main__)."""
+    """Attach the INFO, DEBUG and SHUTDOWN hooks to a core (called by __main__)."""
     core.extra["info_persistence"] = lambda: info_persistence(core)
+    core.extra["debug_reload"] = debug_reload
+    core.extra["before_shutdown"] = lambda save, nosave: _before_shutdown(core, save, nosave)
     core.extra["debug_loadaof"] = debug_loadaof
     core.extra["debug_aof-inject-error"] = debug_aof_inject_error

@@ -61,6 +61,11 @@ def encode_command(argv: list[bytes]) -> bytes:
     return b"".join(parts)
 
 
+def segment_seq(name: str) -> int:
+    """The sequence number in ``<base>.<seq>.<base|incr>.aof``."""
+    return int(name.rsplit(".", 3)[-3])
+
+
 def encode_frame(body: bytes) -> bytes:
     return b"#F %d %08x\r\n" % (len(body), zlib.crc32(body)) + body
 
@@ -255,14 +260,18 @@ class Aof:
         self.loading = False
         self.loaded_perc = 0.0
         self.rewrites = 0
+        self.rewrite_base_size = 0
 
     # -- loading ----------------------------------------------------------------
 
     def manifest_path(self) -> str:
         return os.path.join(self.dir, self.manifest_name)
 
-    def load(self) -> int:
+    def load(self, covered_seq: int | None = None) -> int:
         """Replay every segment into the core.  Returns the number of commands applied.
+
+        Segments with a sequence number <= ``covered_seq`` are already in the
+        snapshot that was loaded first, and are skipped.
 
         Refuses (AofError) on anything but a clean log or a torn tail allowed by
         ``aof-load-truncated``; nothing on disk is changed unless a torn tail is cut.
@@ -271,7 +280,8 @@ class Aof:
             return 0
         with open(self.manifest_path(), encoding="utf-8") as f:
             self.manifest = Manifest.parse(f.read(), self.manifest_path())
-        segments = self.manifest.segments()
+        segments = [s for s in self.manifest.segments()
+                    if covered_seq is None or segment_seq(s) > covered_seq]
         paths = [os.path.join(self.dir, s) for s in segments]
         for p in paths:
             if not os.path.exists(p):
@@ -300,6 +310,9 @@ class Aof:
             scans.append((p, scan, len(data)))
         for p, scan, size in scans:
             client.db = 0          # every segment is written starting from db 0
+            if p.endswith(".base.aof"):
+                for db in self.core.keyspace.dbs:   # a base segment is the whole state
+                    db.clear()
             offset = len(SEGMENT_MAGIC)
             for body in scan.frames:
                 for argv in split_commands(body):
@@ -362,6 +375,7 @@ class Aof:
                 self.size = len(SEGMENT_MAGIC)
         self.base_size = self._segment_size(self.manifest.base)
         self.total_size = self.base_size + sum(self._segment_size(s) for s in self.manifest.incrs)
+        self.rewrite_base_size = self.total_size
         if self.policy == "everysec" and self._fsync_thread is None:
             self._fsync_thread = threading.Thread(target=self._fsync_loop, name="aof-fsync", daemon=True)
             self._fsync_thread.start()
@@ -433,6 +447,21 @@ class Aof:
         self.core.extra.pop("write_refusal", None)
         return True
 
+    def flush_pending_retry(self) -> None:
+        """Cron: retry a frame that failed to write even when no new turn comes."""
+        if self.pending and not self.buf:
+            self.flush()
+
+    def maybe_auto_rewrite(self, cfg) -> None:
+        """auto-aof-rewrite-percentage / -min-size, as Redis: growth over the size after the last rewrite."""
+        pct = cfg["auto-aof-rewrite-percentage"]
+        if not pct or self.total_size < cfg["auto-aof-rewrite-min-size"]:
+            return
+        base = max(self.rewrite_base_size, 1)
+        if (self.total_size - base) * 100 // base >= pct:
+            log.log(log.NOTICE, f"Starting automatic rewriting of AOF on {pct}% growth")
+            self.rewrite()
+
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
@@ -491,6 +520,36 @@ class Aof:
                 pass
             os.close(self.fd)
             self.fd = None
+
+    # -- snapshots ------------------------------------------------------------------
+
+    def rotate(self) -> int:
+        """Start a new incr segment; returns the seq of the last segment before it.
+
+        A snapshot taken right after covers every segment up to that seq.
+        """
+        self.flush()
+        covered = self.manifest.seq
+        self._new_incr_segment()
+        return covered
+
+    def retire_through(self, seq: int) -> None:
+        """Drop segments a snapshot now covers (seq <= ``seq``) from the manifest, then the files."""
+        old = [s for s in self.manifest.segments() if segment_seq(s) <= seq]
+        if not old:
+            return
+        if self.manifest.base and segment_seq(self.manifest.base) <= seq:
+            self.manifest.base = None
+        self.manifest.incrs = [s for s in self.manifest.incrs if segment_seq(s) > seq]
+        self.manifest.save(self.dir, self.manifest_name)
+        for name in old:
+            try:
+                os.unlink(os.path.join(self.dir, name))
+            except OSError:
+                pass
+        self.base_size = self._segment_size(self.manifest.base)
+        self.total_size = self.base_size + sum(self._segment_size(s) for s in self.manifest.incrs)
+        log.log(log.VERBOSE, f"Retired {len(old)} AOF segment(s) covered by the snapshot")
 
     # -- rewrite ----------------------------------------------------------------
 
@@ -553,4 +612,5 @@ class Aof:
             except OSError:
                 pass
         self.rewrites += 1
+        self.rewrite_base_size = self.total_size
         log.log(log.NOTICE, f"AOF rewrite complete: base {base_name} ({self.base_size} bytes)")

@@ -37,15 +37,21 @@ def _sid(raw) -> int:
     return int.from_bytes(raw, "big")
 
 
-def _encode_node(node: Node) -> list:
+def _encode_node(node: Node, external: list | None) -> list:
     blob = node.blob
-    if blob is None:
+    is_open = blob is None
+    if is_open:
         blob = encode_node(node.first, node.master, node.ids, node.entries)
+    elif external is not None:
+        # A sealed node never changes, so an incremental snapshot stores it
+        # once, apart from the stream's document, and refers to it by first id.
+        external.append((node.first, blob))
+        blob = None
     return [_id(node.first), _id(node.last), node.total, node.live, node.nbytes,
-            [_id(x) for x in sorted(node.deleted)] if node.deleted else [], blob, node.blob is None]
+            [_id(x) for x in sorted(node.deleted)] if node.deleted else [], blob, is_open]
 
 
-def _encode_stream(s: Stream) -> dict:
+def _encode_stream(s: Stream, external: list | None) -> dict:
     groups = []
     for g in (s.groups or {}).values():
         consumers = [[c.name, c.seen_time, c.active_time] for c in g.consumers.values()]
@@ -56,18 +62,23 @@ def _encode_stream(s: Stream) -> dict:
         "t": "stream",
         "length": s.length, "last_id": _id(s.last_id), "entries_added": s.entries_added,
         "max_deleted_id": _id(s.max_deleted_id),
-        "nodes": [_encode_node(n) for n in s.nodes],
+        "nodes": [_encode_node(n, external) for n in s.nodes],
         "groups": groups,
         "idmp": s.idmp.dump() if s.idmp is not None else None,
     }
 
 
-def encode_value(value) -> bytes:
-    """msgpack bytes of a value (stream or string)."""
+def encode_value(value, external: list | None = None) -> bytes:
+    """msgpack bytes of a value (stream or string).
+
+    With ``external`` (a list), sealed node blobs are appended to it as
+    ``(first_id, blob)`` instead of being embedded; ``decode_value`` then needs
+    a ``fetch(first_id)`` to get them back.
+    """
     if type(value) is bytes:
         doc = {"t": "string", "v": value}
     else:
-        doc = _encode_stream(value)
+        doc = _encode_stream(value, external)
     return msgpack.packb(doc, use_bin_type=True, default=_default)
 
 
@@ -87,7 +98,7 @@ def _bytes(x) -> bytes:
     return x
 
 
-def decode_value(raw: bytes):
+def decode_value(raw: bytes, fetch=None):
     try:
         doc = msgpack.unpackb(raw, raw=False, strict_map_key=False)
     except Exception as e:   # msgpack raises several types for bad input
@@ -106,6 +117,10 @@ def decode_value(raw: bytes):
         s.entries_added = _int(doc["entries_added"])
         s.max_deleted_id = _sid(doc["max_deleted_id"])
         for first, last, total, live, nbytes, deleted, blob, is_open in doc["nodes"]:
+            if blob is None:
+                if fetch is None:
+                    raise CodecError("node stored apart but no node store given")
+                blob = fetch(_sid(first))
             try:
                 ids, entries = decode_node(_bytes(blob))
                 master = msgpack.unpackb(blob, raw=True)[1]

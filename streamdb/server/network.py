@@ -139,6 +139,8 @@ class Server:
         self.servers: list = []
         # Called at the end of each turn, before replies go out (AOF write + fsync).
         self.before_reply_hooks: list = []
+        # Called from the periodic tick (snapshot child reaping, save rules, AOF retries).
+        self.cron_hooks: list = []
         self.stopped: asyncio.Future | None = None
         core.on_client_blocked = self._on_blocked
         core.on_client_unblocked = self._on_unblocked
@@ -220,6 +222,8 @@ class Server:
         """Periodic work (Redis's serverCron): active expiry."""
         try:
             self.core.active_expire_cycle()
+            for hook in self.cron_hooks:
+                hook()
         finally:
             self._cron_handle = self.loop.call_later(1.0 / self.core.config["hz"], self._cron)
 

@@ -1,0 +1,209 @@
+"""Snapshots in LMDB: incremental writes, point-in-time with the AOF, recovery, corruption."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import redis
+
+import streamdb.commands  # noqa: F401
+from streamdb.commands.server import digest_keyspace
+from streamdb.persistence.aof import Aof
+from streamdb.persistence.snapshot import SnapshotError, Snapshotter, load_snapshot, write_snapshot
+from streamdb.server.core import Core
+
+from helpers import ServerProcess
+
+
+def _cmd(core, client, *args):
+    return core.execute(client, [a if isinstance(a, bytes) else str(a).encode() for a in args])
+
+
+def _populate(core, n: int, groups: bool = True) -> None:
+    c = core.new_client()
+    for i in range(n):
+        _cmd(core, c, "XADD", f"s{i % 3}", f"{i + 1}-0", "sensor-id", "1234", "temperature", "19.8")
+    if groups:
+        _cmd(core, c, "XGROUP", "CREATE", "s0", "g", "0")
+        _cmd(core, c, "XREADGROUP", "GROUP", "g", "alice", "COUNT", "25", "STREAMS", "s0", ">")
+        _cmd(core, c, "XACK", "s0", "g", "1-0")
+        _cmd(core, c, "XDEL", "s0", "4-0")
+    _cmd(core, c, "SET", "checkpoint", "42")
+    _cmd(core, c, "PEXPIRE", "checkpoint", "100000000")
+    _cmd(core, c, "SELECT", "3")
+    _cmd(core, c, "XADD", "other-db", "1-1", "a", "b")
+
+
+def _loaded(path) -> Core:
+    core = Core()
+    load_snapshot(str(path), core.keyspace)
+    return core
+
+
+def test_a_snapshot_round_trips_the_complete_state(tmp_path):
+    core = Core()
+    _populate(core, 1000)
+    write_snapshot(str(tmp_path / "snap"), core.keyspace, None, None, 0)
+    assert digest_keyspace(_loaded(tmp_path / "snap")) == digest_keyspace(core)
+
+
+def test_incremental_snapshot_writes_only_what_changed(tmp_path):
+    core = Core()
+    core.config.values["stream-node-max-entries"] = 100
+    snap = Snapshotter(core, str(tmp_path / "snap"))
+    core.effect_sinks.append(snap.sink)
+    c = core.new_client()
+    n = 100_000
+    for i in range(n):
+        _cmd(core, c, "XADD", "big", f"{i + 1}-0", "sensor-id", "1234", "temperature", "19.8")
+    full = snap.save()["bytes_written"]
+    for i in range(n, n + n // 100):                # 1% more entries
+        _cmd(core, c, "XADD", "big", f"{i + 1}-0", "sensor-id", "1234", "temperature", "19.8")
+    incr = snap.save()["bytes_written"]
+    assert incr <= 0.05 * full, (incr, full)
+    assert digest_keyspace(_loaded(tmp_path / "snap")) == digest_keyspace(core)
+    untouched = snap.save()["bytes_written"]          # nothing changed: nothing written
+    assert untouched == 0
+
+
+def test_deleted_and_trimmed_keys_leave_the_snapshot(tmp_path):
+    core = Core()
+    snap = Snapshotter(core, str(tmp_path / "snap"))
+    core.effect_sinks.append(snap.sink)
+    _populate(core, 600)
+    snap.save()
+    c = core.new_client()
+    _cmd(core, c, "DEL", "s1")
+    _cmd(core, c, "XTRIM", "s2", "MAXLEN", "10")
+    _cmd(core, c, "SELECT", "3")
+    _cmd(core, c, "FLUSHDB")
+    snap.save()
+    assert digest_keyspace(_loaded(tmp_path / "snap")) == digest_keyspace(core)
+
+
+def test_bgsave_is_point_in_time_and_retires_covered_segments(tmp_path):
+    core = Core()
+    aof = Aof(core, str(tmp_path / "aof"), fsync="always")
+    aof.open_for_append()
+    core.effect_sinks.append(aof.append_batch)
+    snap = Snapshotter(core, str(tmp_path / "snap"), aof)
+    core.effect_sinks.append(snap.sink)
+    _populate(core, 300)
+    aof.flush()
+    before = digest_keyspace(core)
+    snap.bgsave()
+    c = core.new_client()
+    _cmd(core, c, "XADD", "s0", "99999-0", "written", "during-the-save")   # not in the snapshot
+    aof.flush()
+    snap.wait()
+    assert snap.last_ok
+    assert digest_keyspace(_loaded(tmp_path / "snap")) == before
+    assert aof.manifest.segments() == [aof.manifest.incrs[-1]]              # old segments retired
+    recovered = Core()
+    info = load_snapshot(str(tmp_path / "snap"), recovered.keyspace)
+    Aof(recovered, str(tmp_path / "aof")).load(covered_seq=info["aof_seq"])
+    assert digest_keyspace(recovered) == digest_keyspace(core)
+
+
+def test_crash_between_snapshot_commit_and_manifest_swap(tmp_path):
+    core = Core()
+    aof = Aof(core, str(tmp_path / "aof"), fsync="always")
+    aof.open_for_append()
+    core.effect_sinks.append(aof.append_batch)
+    _populate(core, 200)
+    covered = aof.rotate()
+    write_snapshot(str(tmp_path / "snap"), core.keyspace, None, covered, 0)
+    # ... crash here: the snapshot committed, the covered segments were never retired
+    c = core.new_client()
+    _cmd(core, c, "XADD", "s0", "88888-0", "after", "snapshot")
+    aof.close()
+    assert len(aof.manifest.segments()) == 2
+    recovered = Core()
+    info = load_snapshot(str(tmp_path / "snap"), recovered.keyspace)
+    Aof(recovered, str(tmp_path / "aof")).load(covered_seq=info["aof_seq"])
+    assert digest_keyspace(recovered) == digest_keyspace(core)
+
+
+def test_a_bad_checksum_is_a_clear_error_and_loads_nothing(tmp_path):
+    core = Core()
+    _populate(core, 500)
+    path = tmp_path / "snap"
+    write_snapshot(str(path), core.keyspace, None, None, 0)
+    data = bytearray((path / "data.mdb").read_bytes())
+    needle = b"temperature"
+    where = data.find(needle)
+    assert where > 0
+    data[where] ^= 0x20
+    (path / "data.mdb").write_bytes(bytes(data))
+    fresh = Core()
+    with pytest.raises(SnapshotError, match="checksum mismatch"):
+        load_snapshot(str(path), fresh.keyspace)
+    assert digest_keyspace(fresh) == "0" * 40
+
+
+def test_server_restart_from_snapshot_plus_aof_tail_after_kill9(tmp_path):
+    d = tmp_path / "data"
+    srv = ServerProcess(d, "--appendonly", "yes", "--appendfsync", "always", "--save", "").start()
+    r = redis.Redis(port=srv.port)
+    for i in range(300):
+        r.xadd("s", {"i": i})
+    r.xgroup_create("s", "g", id="0")
+    r.xreadgroup("g", "c1", {"s": ">"}, count=7)
+    assert r.bgsave()
+    deadline = __import__("time").time() + 10
+    while r.info("persistence")["rdb_bgsave_in_progress"] and __import__("time").time() < deadline:
+        pass
+    for i in range(50):
+        r.xadd("s", {"after": i})
+    r.xreadgroup("g", "c2", {"s": ">"}, count=3)
+    digest = r.execute_command("DEBUG", "DIGEST")
+    srv.kill9()
+    srv.stop()
+    srv = ServerProcess(d, "--appendonly", "yes", "--save", "").start()
+    try:
+        r = redis.Redis(port=srv.port)
+        assert r.execute_command("DEBUG", "DIGEST") == digest
+        assert r.execute_command("DEBUG", "RELOAD") == b"OK"
+        assert r.execute_command("DEBUG", "DIGEST") == digest
+        assert "Snapshot loaded" in srv.log_text()
+    finally:
+        srv.stop()
+
+
+def test_shutdown_save_and_snapshot_only_mode(tmp_path):
+    d = tmp_path / "data"
+    srv = ServerProcess(d, "--appendonly", "no", "--save", "").start()
+    r = redis.Redis(port=srv.port)
+    r.xadd("s", {"a": 1}, id="1-1")
+    digest = r.execute_command("DEBUG", "DIGEST")
+    try:
+        r.execute_command("SHUTDOWN", "SAVE")
+    except redis.ConnectionError:
+        pass
+    srv.proc.wait(10)
+    srv.stop()
+    srv = ServerProcess(d, "--appendonly", "no", "--save", "").start()
+    try:
+        assert redis.Redis(port=srv.port).execute_command("DEBUG", "DIGEST") == digest
+    finally:
+        srv.stop()
+
+
+def test_a_corrupt_snapshot_stops_the_server_with_a_clear_error(tmp_path):
+    d = tmp_path / "data"
+    core = Core()
+    _populate(core, 300)
+    write_snapshot(str(d / "snapshot.lmdb"), core.keyspace, None, None, 0)
+    mdb = d / "snapshot.lmdb" / "data.mdb"
+    data = bytearray(mdb.read_bytes())
+    data[data.find(b"sensor-id")] ^= 0x01
+    mdb.write_bytes(bytes(data))
+    bad = ServerProcess(d, "--appendonly", "no", "--save", "")
+    with pytest.raises(RuntimeError, match="exited"):
+        bad.start()
+    bad.stop()
+    assert "Fatal error loading the snapshot" in bad.log_text()
+    assert mdb.read_bytes() == bytes(data)
