@@ -450,7 +450,6 @@ def parse_timeout_ms(raw: bytes) -> int:
 
 def parse_read_args(argv: list[bytes], group_cmd: bool) -> ReadArgs:
     a = ReadArgs()
-    name = "xreadgroup" if group_cmd else "xread"
     n = len(argv)
     i = 1
     streams_arg = 0
@@ -467,9 +466,10 @@ def parse_read_args(argv: list[bytes], group_cmd: bool) -> ReadArgs:
             streams_arg = i + 1
             nargs = n - streams_arg
             if nargs % 2:
-                symbol = ">" if group_cmd else "$"
-                raise CommandError(f"ERR Unbalanced '{name}' list of streams: for each stream key "
-                                   f"an ID or '{symbol}' must be specified.")
+                # Redis 7.0 sends this exact text for XREADGROUP too (later
+                # versions name the command and use '>'); we match 7.0.
+                raise CommandError("ERR Unbalanced XREAD list of streams: for each stream key "
+                                   "an ID or '$' must be specified.")
             half = nargs // 2
             a.keys = argv[streams_arg:streams_arg + half]
             a.raw_ids = argv[streams_arg + half:]

@@ -26,7 +26,30 @@ UNAUTH_MAX_BULK = 16384
 
 
 class ProtocolError(Exception):
-    """A request that cannot be parsed.  ``str(e)`` is Redis's error text."""
+    """A request that cannot be parsed.  ``str(e)`` is Redis's error text.
+
+    The text may quote one byte of the request (``expected '$', got '%c'``):
+    it is that byte as a latin-1 character, so ``str(e).encode("latin-1")``
+    gives the exact bytes Redis sends.
+    """
+
+
+def _find_line_end(buf: bytes, pos: int, char: bytes) -> int:
+    """Where ``char`` is, as Redis's strchr() on the query buffer finds it.
+
+    Redis searches a C string, so a NUL byte before ``char`` hides it: the
+    line then counts as incomplete (and, past 64 KiB, as too big).
+    """
+    i = buf.find(char, pos)
+    if i > pos and buf.find(b"\0", pos, i) >= 0:
+        return -1
+    return i
+
+
+def _quote_byte(b: int) -> str:
+    # Redis's addReplyErrorFormat() turns CR and LF into spaces so the error
+    # stays one protocol line; other bytes are sent as they are.
+    return " " if b in (10, 13) else chr(b)
 
 
 def _parse_ll(raw: bytes) -> int | None:
@@ -160,18 +183,18 @@ class RequestParser:
 
     def _start_multibulk(self) -> bool:
         buf, pos = self.buf, self.pos
-        nl = buf.find(b"\r", pos)
+        nl = _find_line_end(buf, pos, b"\r")
         if nl < 0:
             if len(buf) - pos > INLINE_MAX_SIZE:
                 raise ProtocolError("Protocol error: too big mbulk count string")
             return False
-        if nl + 1 >= len(buf):   # need the '\n' too
+        if nl + 1 >= len(buf):   # one more byte after '\r' (Redis never checks it is '\n')
             return False
         n = _parse_ll(buf[pos + 1:nl])
         if n is None or n > INT_MAX:
             raise ProtocolError("Protocol error: invalid multibulk length")
         if not self.authenticated and n > UNAUTH_MAX_ARGS:
-            raise ProtocolError("Protocol error: invalid multibulk length")
+            raise ProtocolError("Protocol error: unauthenticated multibulk length")
         self.pos = nl + 2
         if n > 0:
             self._argc = n
@@ -184,18 +207,22 @@ class RequestParser:
         argv = self._argv
         remaining = self._argc
         size = len(buf)
-        max_bulk = self.max_bulk_len if self.authenticated else UNAUTH_MAX_BULK
+        max_bulk = self.max_bulk_len
         while remaining:
-            nl = buf.find(b"\r\n", pos)
+            nl = _find_line_end(buf, pos, b"\r")
             if nl < 0:
                 if size - pos > INLINE_MAX_SIZE:
                     raise ProtocolError("Protocol error: too big bulk count string")
                 break
+            if nl + 1 >= size:   # one more byte after '\r', not checked to be '\n'
+                break
             if buf[pos] != 36:   # '$'
-                raise ProtocolError("Protocol error: expected '$', got '%s'" % chr(buf[pos]))
+                raise ProtocolError("Protocol error: expected '$', got '%s'" % _quote_byte(buf[pos]))
             n = _parse_ll(buf[pos + 1:nl])
             if n is None or n < 0 or n > max_bulk:
                 raise ProtocolError("Protocol error: invalid bulk length")
+            if n > UNAUTH_MAX_BULK and not self.authenticated:
+                raise ProtocolError("Protocol error: unauthenticated bulk length")
             start = nl + 2
             end = start + n
             if end + 2 > size:
@@ -214,7 +241,7 @@ class RequestParser:
 
     def _inline(self) -> list[bytes] | None:
         buf, pos = self.buf, self.pos
-        nl = buf.find(b"\n", pos)
+        nl = _find_line_end(buf, pos, b"\n")
         if nl < 0:
             if len(buf) - pos > INLINE_MAX_SIZE:
                 raise ProtocolError("Protocol error: too big inline request")
