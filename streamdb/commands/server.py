@@ -321,3 +321,53 @@ def digest_keyspace(core) -> str:
     if not any_key:
         return "0" * 40
     return f"{acc:040x}"
+
+
+# ---------------------------------------------------------------------------
+# What client libraries and Redis test harnesses send on connect.  StreamDB has
+# no scripting; these answer as an empty Redis would, so tools work unchanged.
+# ---------------------------------------------------------------------------
+
+
+@command("function", -2, "noscript", since="7.0.0")
+def function(ctx: Ctx, argv):
+    """FUNCTION <subcommand>"""
+
+
+@subcommand("function", "flush", -2, "write noscript")
+def function_flush(ctx: Ctx, argv):
+    """FUNCTION FLUSH [ASYNC|SYNC]"""
+    if len(argv) > 3 or (len(argv) == 3 and argv[2].lower() not in (b"async", b"sync")):
+        raise CommandError("ERR FUNCTION FLUSH only supports SYNC|ASYNC option")
+    return OK
+
+
+@subcommand("function", "list", -2, "noscript")
+def function_list(ctx: Ctx, argv):
+    """FUNCTION LIST [LIBRARYNAME pattern] [WITHCODE]"""
+    return []
+
+
+@subcommand("function", "stats", 2, "noscript allow-busy")
+def function_stats(ctx: Ctx, argv):
+    """FUNCTION STATS"""
+    return Map([(b"running_script", None), (b"engines", Map([]))])
+
+
+@command("script", -2, "noscript", since="2.6.0")
+def script(ctx: Ctx, argv):
+    """SCRIPT <subcommand>"""
+
+
+@subcommand("script", "flush", -2, "noscript")
+def script_flush(ctx: Ctx, argv):
+    """SCRIPT FLUSH [ASYNC|SYNC]"""
+    if len(argv) > 3 or (len(argv) == 3 and argv[2].lower() not in (b"async", b"sync")):
+        raise CommandError("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
+    return OK
+
+
+@subcommand("script", "exists", -3, "noscript")
+def script_exists(ctx: Ctx, argv):
+    """SCRIPT EXISTS sha1 [sha1 ...]"""
+    return [0] * (len(argv) - 2)
