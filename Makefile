@@ -6,7 +6,7 @@ VENV    := .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test soak deps redis-server bench clean
+.PHONY: run test soak deps redis-server node-clients bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,7 +27,13 @@ redis-server:
 run: deps
 	$(VPY) -m streamdb streamdb.conf
 
-test: deps redis-server
+# ioredis (Node.js) for the client-compatibility test, when Node.js is present.
+node-clients:
+	@if command -v npm >/dev/null 2>&1 && [ ! -d .cache/node/node_modules/ioredis ]; then \
+	  mkdir -p .cache/node && npm install --prefix .cache/node --silent --no-audit --no-fund ioredis@5 >/dev/null 2>&1 \
+	  || echo "ioredis not installed (npm failed): its test will be skipped"; fi
+
+test: deps redis-server node-clients
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
 
 # Long crash/soak loops, bounded by STREAMDB_SOAK_SECONDS (CI runs a short one).
