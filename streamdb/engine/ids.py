@@ -77,6 +77,10 @@ def parse_id(text: bytes, missing_seq: int = 0, *, strict: bool = False,
     """
     if len(text) > 127:
         raise InvalidID(text)
+    if b"\0" in text:
+        # Redis copies the argument into a C string first: a NUL ends the ID
+        # there, before "-" splits it ("1\0-5" is 1, "2-*\0x" is 2-*).
+        text = text.split(b"\0", 1)[0]
     if text == b"-" or text == b"+":
         if strict:
             raise InvalidID(text)

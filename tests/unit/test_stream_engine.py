@@ -1,0 +1,197 @@
+"""engine/stream.py against a model: a plain sorted list of (id, fields).
+
+A Hypothesis state machine appends, deletes and trims (exact and ``~``, with
+and without LIMIT) on a Stream with tiny nodes (so nodes are sealed, dropped
+and partly deleted all the time) and on the model, and checks after every
+step that ranges, reverse ranges, counts, length, first/last entry, lookups
+and the counters agree.  Exact trims must remove exactly what the model does;
+``~`` trims may stop early, but only at a node boundary, and never below the
+threshold.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from streamdb.engine.ids import MAX_ID, MIN_ID, make_id
+from streamdb.engine.stream import Stream
+
+field_lists = st.sampled_from([
+    [b"f", b"v"], [b"f", b"w"], [b"f", b"v", b"g", b"x"], [b"g", b"1"], [b"f", b""],
+    [b"long", b"x" * 40],
+])
+
+
+class StreamModel(RuleBasedStateMachine):
+    @initialize(max_entries=st.sampled_from([1, 2, 3, 5, 100]),
+                max_bytes=st.sampled_from([0, 0, 40, 4096]))
+    def setup(self, max_entries, max_bytes):
+        self.s = Stream()
+        self.model: list[tuple[int, list]] = []
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.last_id = MIN_ID
+        self.max_deleted = MIN_ID
+        self.added = 0
+
+    # -- helpers -------------------------------------------------------------
+
+    def ids(self) -> list[int]:
+        return [sid for sid, _ in self.model]
+
+    # -- changes ---------------------------------------------------------------
+
+    @rule(gap_ms=st.integers(0, 3), seq=st.integers(0, 3), fv=field_lists)
+    def append(self, gap_ms, seq, fv):
+        ms = (self.last_id >> 64) + gap_ms
+        sid = make_id(ms, seq)
+        if sid <= self.last_id:
+            sid = self.last_id + 1
+        self.s.append(sid, list(fv), self.max_entries, self.max_bytes)
+        self.model.append((sid, list(fv)))
+        self.last_id = sid
+        self.added += 1
+
+    @rule(n=st.integers(1, 12), fv=field_lists)
+    def append_many(self, n, fv):
+        for _ in range(n):
+            self.append(0, 0, fv)
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data())
+    def delete_existing(self, data):
+        sid = data.draw(st.sampled_from(self.ids()))
+        assert self.s.delete(sid) is True
+        self.model = [(i, fv) for i, fv in self.model if i != sid]
+        self.max_deleted = max(self.max_deleted, sid)
+
+    @rule(ms=st.integers(0, 40), seq=st.integers(0, 3))
+    def delete_any(self, ms, seq):
+        sid = make_id(ms, seq)
+        existed = sid in self.ids()
+        assert self.s.delete(sid) is existed
+        if existed:
+            self.model = [(i, fv) for i, fv in self.model if i != sid]
+            self.max_deleted = max(self.max_deleted, sid)
+
+    @rule(maxlen=st.integers(0, 30))
+    def trim_maxlen_exact(self, maxlen):
+        removed = []
+        n = self.s.trim(maxlen=maxlen, removed=removed)
+        drop = max(len(self.model) - maxlen, 0)
+        assert n == drop
+        assert removed == self.ids()[:drop]
+        self.model = self.model[drop:]
+
+    @rule(ms=st.integers(0, 40), seq=st.integers(0, 3))
+    def trim_minid_exact(self, ms, seq):
+        minid = make_id(ms, seq)
+        drop = bisect_left(self.ids(), minid)
+        n = self.s.trim(minid=minid)
+        assert n == drop
+        self.model = self.model[drop:]
+
+    @rule(maxlen=st.integers(0, 30), limit=st.sampled_from([0, 0, 1, 3, 5, 10]))
+    def trim_maxlen_approx(self, maxlen, limit):
+        before = len(self.model)
+        n = self.s.trim(maxlen=maxlen, approx=True, limit=limit)
+        assert 0 <= n <= max(before - maxlen, 0)
+        if limit:
+            assert n <= limit
+        self.model = self.model[n:]
+        assert self.s.first_id() == (self.model[0][0] if self.model else MIN_ID)
+
+    @rule(ms=st.integers(0, 40), limit=st.sampled_from([0, 0, 1, 3, 5, 10]))
+    def trim_minid_approx(self, ms, limit):
+        minid = make_id(ms, 0)
+        n = self.s.trim(minid=minid, approx=True, limit=limit)
+        assert 0 <= n <= bisect_left(self.ids(), minid)
+        if limit:
+            assert n <= limit
+        self.model = self.model[n:]
+
+    @rule(maxlen=st.integers(0, 30), stop_ms=st.integers(0, 40))
+    def trim_with_stop_id(self, maxlen, stop_ms):
+        # The ACKED policy: nothing at or above stop_id goes.
+        stop = make_id(stop_ms, 0)
+        n = self.s.trim(maxlen=maxlen, stop_id=stop)
+        ids = self.ids()
+        expect = min(max(len(ids) - maxlen, 0), bisect_left(ids, stop))
+        assert n == expect
+        self.model = self.model[n:]
+
+    # -- checks ---------------------------------------------------------------
+
+    @rule(lo_ms=st.integers(0, 40), hi_ms=st.integers(0, 40), count=st.integers(0, 6),
+          rev=st.booleans())
+    def ranges(self, lo_ms, hi_ms, count, rev):
+        lo, hi = make_id(lo_ms, 0), make_id(hi_ms, 2**64 - 1)
+        got = self.s.range(lo, hi, count, rev)
+        ids = self.ids()
+        sel = self.model[bisect_left(ids, lo):bisect_right(ids, hi)]
+        if rev:
+            sel = sel[::-1]
+        if count:
+            sel = sel[:count]
+        assert [(sid, list(fv)) for sid, fv in got] == sel
+
+    @rule(ms=st.integers(0, 40), seq=st.integers(0, 3))
+    def get(self, ms, seq):
+        sid = make_id(ms, seq)
+        want = dict(self.model).get(sid)
+        got = self.s.get(sid)
+        assert (list(got) if got is not None else None) == want
+
+    @invariant()
+    def agrees_with_model(self):
+        s = self.s
+        assert s.length == len(self.model)
+        assert [(sid, list(fv)) for sid, fv in s] == self.model
+        assert s.range(MIN_ID, MAX_ID) == [(sid, fv) for sid, fv in s]
+        assert s.first_id() == (self.model[0][0] if self.model else MIN_ID)
+        last = s.last_entry()
+        first = s.first_entry()
+        assert (last[0] if last else None) == (self.model[-1][0] if self.model else None)
+        assert (first[0] if first else None) == (self.model[0][0] if self.model else None)
+        assert s.last_id == self.last_id
+        assert s.entries_added == self.added
+        assert s.max_deleted_id >= self.max_deleted
+        # Node structure: ordered, non-empty, first-id index in step.
+        assert s.firsts == [n.first for n in s.nodes]
+        assert all(n.live > 0 for n in s.nodes)
+        assert sum(n.live for n in s.nodes) == s.length
+        for a, b in zip(s.nodes, s.nodes[1:]):
+            assert a.last < b.first
+        if self.max_entries:
+            assert all(n.total <= self.max_entries for n in s.nodes)
+
+
+StreamModel.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+test_stream_matches_model = StreamModel.TestCase
+
+
+def test_approx_trim_removes_whole_nodes_only():
+    s = Stream()
+    for i in range(1, 24):
+        s.append(make_id(i, 1), [b"f", b"v"], 5, 0)
+    assert s.trim(maxlen=12, approx=True) == 10     # nodes 5,5,5,5,3: two go, 13 left
+    assert s.length == 13
+    assert s.trim(maxlen=12, approx=True) == 0
+    assert s.trim(maxlen=0, approx=True, limit=4) == 0   # a whole node does not fit the limit
+    assert s.trim(maxlen=0, approx=True, limit=5) == 5
+
+
+def test_deleting_every_entry_of_a_node_drops_it():
+    s = Stream()
+    for i in range(1, 8):
+        s.append(make_id(i, 0), [b"f", b"v"], 3, 0)
+    assert len(s.nodes) == 3
+    for i in (4, 5, 6):
+        assert s.delete(make_id(i, 0))
+    assert len(s.nodes) == 2
+    assert [sid >> 64 for sid, _ in s] == [1, 2, 3, 7]
+    assert s.max_deleted_id == make_id(6, 0)
