@@ -327,16 +327,39 @@ def command_info(spec: CommandSpec) -> list:
     ]
 
 
+# Redis 7.0's arities of the COMMAND subcommands (COMMAND is not split into
+# registered subcommands here because the bare form is valid too).
+_COMMAND_SUB_ARITY = {b"count": 2, b"docs": -2, b"getkeys": -4, b"getkeysandflags": -4,
+                      b"help": 2, b"info": -2, b"list": -2}
+
+
 @command("command", -1, "loading stale", since="2.8.13")
 def command_(ctx: Ctx, argv):
     """COMMAND [COUNT | INFO name ... | DOCS name ... | LIST | GETKEYS cmd ...]"""
     if len(argv) == 1:
         return [command_info(s) for s in COMMANDS.values()]
     sub = argv[1].lower()
+    arity = _COMMAND_SUB_ARITY.get(sub)
+    if arity is not None and ((arity > 0 and len(argv) != arity) or len(argv) < -arity):
+        raise CommandError(f"ERR wrong number of arguments for 'command|{sub.decode()}' command")
     if sub == b"count":
         return len(COMMANDS)
     if sub == b"list":
-        return [name.encode() for name in COMMANDS]
+        if len(argv) == 2:
+            return [name.encode() for name in COMMANDS]
+        if len(argv) != 5 or argv[2].lower() != b"filterby":
+            raise syntax_error()
+        kind, value = argv[3].lower(), argv[4]
+        if kind == b"module":
+            return []
+        if kind == b"aclcat":
+            cat = "@" + value.decode("utf-8", "replace").lower()
+            return [n.encode() for n, sp in COMMANDS.items() if cat in sp.acl_categories]
+        if kind == b"pattern":
+            from .keys import glob_to_regex
+            rx = glob_to_regex(value)
+            return [n.encode() for n in COMMANDS if rx.match(n.encode())]
+        raise syntax_error()
     if sub == b"info":
         names = argv[2:] or [n.encode() for n in COMMANDS]
         return [command_info(COMMANDS[n.decode("latin-1").lower()])
@@ -362,6 +385,9 @@ def command_(ctx: Ctx, argv):
         spec = registry.lookup(argv[2:])
         if spec is None:
             raise CommandError("ERR Invalid command specified")
+        n = len(argv) - 2
+        if (spec.arity > 0 and n != spec.arity) or n < -spec.arity:
+            raise CommandError("ERR Invalid number of arguments specified for command")
         keys = spec.keys(argv[2:])
         if not keys:
             raise CommandError("ERR The command has no key arguments")

@@ -441,10 +441,14 @@ def set_(ctx, argv):
             expire_seen = True
         elif lo in (b"ex", b"px", b"exat", b"pxat") and more and not expire_seen:
             t = parse_int(argv[i + 1])
-            if t <= 0:
-                raise CommandError("ERR invalid expire time in 'set' command")
             unit = 1000 if lo in (b"ex", b"exat") else 1
+            # Redis: non-positive, or seconds whose ms overflow, or a relative
+            # time whose sum with now overflows a signed 64-bit int.
+            if t <= 0 or (unit == 1000 and t > (2**63 - 1) // 1000):
+                raise CommandError("ERR invalid expire time in 'set' command")
             when = t * unit if lo in (b"exat", b"pxat") else ctx.now_ms + t * unit
+            if when > 2**63 - 1:
+                raise CommandError("ERR invalid expire time in 'set' command")
             expire_seen = True
             i += 1
         else:
@@ -504,4 +508,7 @@ def incrby(ctx, argv):
 @command("decrby", 3, "write denyoom fast", keys=(1, 1, 1), since="1.0.0")
 def decrby(ctx, argv):
     """DECRBY key decrement"""
-    return _incr(ctx, argv[1], -parse_int(argv[2]))
+    by = parse_int(argv[2])
+    if by == -(2**63):
+        raise CommandError("ERR decrement would overflow")   # Redis checks before negating
+    return _incr(ctx, argv[1], -by)

@@ -244,3 +244,19 @@ def test_hello_with_bad_version(port):
 
 def test_raw_exchange_helper_sees_the_reply(server):
     assert raw_exchange(server.port, b"PING\r\n") == b"+PONG\r\n"
+
+
+def test_requests_pipelined_behind_a_blocked_xread_wait_for_it(port):
+    payload = cmd("XREAD", "BLOCK", "100", "STREAMS", "proto:blk", "$") + cmd("PING")
+    assert exchange(port, payload, wait=0.6) == (b"*-1\r\n+PONG\r\n", False)
+
+
+def test_transaction_replies(port):
+    payload = (cmd("DEL", "proto:tx") + cmd("MULTI") + cmd("XADD", "proto:tx", "1-1", "f", "v") +
+               cmd("XADD", "proto:tx", "0-0", "f", "v") + cmd("XLEN", "proto:tx") + cmd("EXEC") +
+               cmd("MULTI") + cmd("XADD", "proto:tx", "2-1", "f") + cmd("EXEC") + cmd("DEL", "proto:tx"))
+    got, _ = exchange(port, payload)
+    assert got == (b":0\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n"
+                   b"*3\r\n$3\r\n1-1\r\n-ERR The ID specified in XADD must be greater than 0-0\r\n:1\r\n"
+                   b"+OK\r\n-ERR wrong number of arguments for 'xadd' command\r\n"
+                   b"-EXECABORT Transaction discarded because of previous errors.\r\n:1\r\n")
