@@ -51,7 +51,7 @@ class Ctx:
                  in_exec: bool = False, replaying: bool = False) -> None:
         self.core = core
         self.client = client
-        self.db = core.keyspace[client.db]
+        self.db = core.keyspace.dbs[client.db]
         self.now_ms = now_ms
         self.effects: list[list[bytes]] = []
         self.argv = argv

@@ -171,6 +171,11 @@ def parse_trim_args(ctx: Ctx, argv: list[bytes], xadd: bool) -> TrimArgs:
     return a
 
 
+# What parse_trim_args returns for ``XADD key * ...``; shared, never modified.
+_PLAIN_XADD = TrimArgs()
+_PLAIN_XADD.id_arg = 2
+
+
 def acked_bound(s: Stream) -> int:
     """The lowest id that some consumer group may still need (ACKED policy).
 
@@ -229,8 +234,8 @@ def trim_effect(key: bytes, s: Stream, a: TrimArgs) -> list[bytes]:
 
 def next_auto_id(last: int, now_ms: int) -> int | None:
     """The ID for ``*``: now, or one more than the last ID if the clock is behind."""
-    if now_ms > id_ms(last):
-        return make_id(now_ms, 0)
+    if now_ms > last >> 64:      # id_ms(last)
+        return now_ms << 64      # make_id(now_ms, 0)
     if last == MAX_ID:
         return None
     return last + 1
@@ -244,7 +249,8 @@ def xadd(ctx: Ctx, argv: list[bytes]):
     answers the original entry's id, propagating nothing; a new one propagates
     ``XADD key <id> ..`` then ``XIDMPRECORD key pid iid <id>``.
     """
-    a = parse_trim_args(ctx, argv, xadd=True)
+    # The common form ``XADD key * f v ..`` (no options) parses to the defaults.
+    a = _PLAIN_XADD if argv[2] == b"*" else parse_trim_args(ctx, argv, xadd=True)
     idpos = a.id_arg
     if idpos is None:
         raise CommandError("ERR wrong number of arguments for 'xadd' command")

@@ -194,8 +194,8 @@ class Stream:
         """Add an entry whose ID is already known to be > last_id."""
         tail = self.nodes[-1] if self.nodes else None
         if tail is not None:
-            same = len(fv) == 2 * len(tail.master) and fv[0::2] == tail.master
-            size = _entry_bytes(fv, same)
+            vals = fv[1::2] if len(fv) == 2 * len(tail.master) and fv[0::2] == tail.master else fv
+            size = _ENTRY_OVERHEAD + sum(map(len, vals)) + _ELEMENT_OVERHEAD * len(vals)   # _entry_bytes
             if (max_bytes and tail.nbytes + size >= max_bytes) or \
                     (max_entries and tail.total >= max_entries):
                 tail.seal()

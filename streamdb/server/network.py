@@ -66,7 +66,7 @@ class Connection(asyncio.Protocol):
             return
         self.core.stats.net_input_bytes += len(data)
         self.parser.feed(data)
-        if self.parser.buffered() > self.core.config["client-query-buffer-limit"]:
+        if self.parser.buffered() > self.core.config.values["client-query-buffer-limit"]:
             log.log(log.WARNING, f"Closing client that reached max query buffer length: id={self.client.id} addr={self.client.addr}")
             self.transport.close()
             self.closing = True
