@@ -151,7 +151,8 @@ def _encode(value, resp3: bool, out: list) -> None:
             _encode(v, resp3, out)
     elif isinstance(value, CommandError):
         msg = value.message.replace("\r", " ").replace("\n", " ")
-        out.append(b"-%s\r\n" % msg.encode())
+        # surrogateescape: an error may quote client bytes that are not UTF-8
+        out.append(b"-%s\r\n" % msg.encode("utf-8", "surrogateescape"))
     elif value is NULL_ARRAY:
         out.append(b"_\r\n" if resp3 else b"*-1\r\n")
     elif t is RSet:

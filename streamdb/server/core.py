@@ -419,10 +419,22 @@ def _is_write(argv: list[bytes]) -> bool:
 
 
 def _trunc(raw: bytes, n: int = 128) -> str:
-    return raw[:n].decode("utf-8", "replace")
+    """Redis's '%.128s' of an argument: up to the first NUL, at most n bytes.
+
+    Decoded with surrogateescape so that the error reply carries the client's
+    bytes unchanged (protocol/reply.py encodes errors the same way back).
+    """
+    return raw.split(b"\0", 1)[0][:n].decode("utf-8", "surrogateescape")
 
 
 def _unknown_command(argv: list[bytes]) -> CommandError:
-    args = "".join(f"'{_trunc(a)}' " for a in argv[1:])
-    return CommandError(f"ERR unknown command '{_trunc(argv[0])}', with args beginning with: {args}")
+    # Redis quotes arguments while the quoted text is under 128 bytes, the
+    # last one cut to what fits (processCommand in server.c).
+    args = b""
+    for a in argv[1:]:
+        if len(args) >= 128:
+            break
+        args += b"'%s' " % a.split(b"\0", 1)[0][:128 - len(args)]
+    return CommandError(f"ERR unknown command '{_trunc(argv[0])}', with args beginning with: "
+                        + args.decode("utf-8", "surrogateescape"))
 

@@ -260,3 +260,21 @@ def test_transaction_replies(port):
                    b"*3\r\n$3\r\n1-1\r\n-ERR The ID specified in XADD must be greater than 0-0\r\n:1\r\n"
                    b"+OK\r\n-ERR wrong number of arguments for 'xadd' command\r\n"
                    b"-EXECABORT Transaction discarded because of previous errors.\r\n:1\r\n")
+
+
+def test_unknown_command_quotes_at_most_128_bytes_of_arguments(port):
+    got, _ = exchange(port, cmd("NOPE", "a" * 100, "b" * 100, "c") + cmd("NOPE", *["abcdefghij"] * 20))
+    assert got == (b"-ERR unknown command 'NOPE', with args beginning with: '" + b"a" * 100 + b"' '" +
+                   b"b" * 25 + b"' \r\n"
+                   b"-ERR unknown command 'NOPE', with args beginning with: " +
+                   b"'abcdefghij' " * 10 + b"\r\n")
+
+
+def test_error_replies_quote_client_bytes_raw(port):
+    # Up to a NUL (Redis formats C strings), CR/LF as spaces, other bytes as sent.
+    payload = (cmd(b"NOPE", b"a\x00b", b"c\r\nd") + cmd(b"NOPE", b"\xff\xfe") +
+               cmd(b"CONFIG", b"\xffa\x00z"))
+    got, _ = exchange(port, payload)
+    assert got == (b"-ERR unknown command 'NOPE', with args beginning with: 'a' 'c  d' \r\n"
+                   b"-ERR unknown command 'NOPE', with args beginning with: '\xff\xfe' \r\n"
+                   b"-ERR unknown subcommand '\xffa'. Try CONFIG HELP.\r\n")
