@@ -326,23 +326,37 @@ class Stream:
             ids, entries, memo = node.contents_rendered()
             deleted = node.deleted
             if step == 1:
-                j = bisect_left(ids, start) if ids[0] < start else 0
-                stop = bisect_right(ids, end)
-                rng = range(j, stop)
+                lo = bisect_left(ids, start) if ids[0] < start else 0
+                hi = bisect_right(ids, end)
+                if deleted is None and count:
+                    hi = min(hi, lo + count - len(out))
             else:
-                j = bisect_right(ids, end) - 1
-                stop = bisect_left(ids, start)
-                rng = range(j, stop - 1, -1)
-            for j in rng:
+                hi = bisect_right(ids, end)
+                lo = bisect_left(ids, start)
+                if deleted is None and count:
+                    lo = max(lo, hi - (count - len(out)))
+            if deleted is None:
+                # No deletions here: the wanted entries are one slice of the memo.
+                chunk = memo[lo:hi]
+                if None in chunk:
+                    for k in range(lo, hi):
+                        if memo[k] is None:
+                            memo[k] = render(ids[k], entries[k])
+                    chunk = memo[lo:hi]
+                if step == -1:
+                    chunk.reverse()
+                out += chunk
+                if count and len(out) >= count:
+                    return out
+                continue
+            for j in (range(lo, hi) if step == 1 else range(hi - 1, lo - 1, -1)):
+                if ids[j] in deleted:
+                    continue
                 r = memo[j]
                 if r is None:
-                    if deleted is not None and ids[j] in deleted:
-                        continue
                     r = memo[j] = render(ids[j], entries[j])
-                elif deleted is not None and ids[j] in deleted:
-                    continue
                 out.append(r)
-                if count and len(out) >= count:
+                if len(out) == count:
                     return out
         return out
 
