@@ -380,14 +380,18 @@ def xlen(ctx: Ctx, argv: list[bytes]):
 # ---------------------------------------------------------------------------
 
 
+# What parse_range_bound returns for the open bounds (the usual XRANGE - +).
+_OPEN_BOUNDS = {b"-": (MIN_ID, False), b"+": (MAX_ID, False)}
+
+
 def _range(ctx: Ctx, argv: list[bytes], rev: bool):
     start_arg, end_arg = (argv[3], argv[2]) if rev else (argv[2], argv[3])
-    start, start_ex = parse_range_bound(start_arg, 0)
+    start, start_ex = _OPEN_BOUNDS.get(start_arg) or parse_range_bound(start_arg, 0)
     if start_ex:
         if start == MAX_ID:
             raise CommandError("ERR invalid start ID for the interval")
         start += 1
-    end, end_ex = parse_range_bound(end_arg, U64)
+    end, end_ex = _OPEN_BOUNDS.get(end_arg) or parse_range_bound(end_arg, U64)
     if end_ex:
         if end == MIN_ID:
             raise CommandError("ERR invalid end ID for the interval")
