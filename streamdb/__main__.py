@@ -33,23 +33,27 @@ async def serve(cfg: Config) -> int:
     server = Server(core)
     os.makedirs(cfg["dir"], exist_ok=True)
     persistence.install(core)
-    try:
-        store = open_persistence(core, server, cfg)
-    except RecoveryError as e:
-        log.log(log.WARNING, str(e))
-        return 1
+    store = open_persistence(core, server, cfg)
     core.extra["config_changed"] = lambda names: _apply_config(core, store.aof, names)
     server.cron_hooks.append(store.cron)
+    await server.start()
+    log.log(log.NOTICE, f"StreamDB {__version__} (Redis protocol 7.0 compatible) pid={os.getpid()} "
+                        f"port={cfg['port']} bind={cfg['bind']} dir={os.path.abspath(cfg['dir'])} "
+                        f"config={cfg.file or '(none)'} appendonly={'yes' if cfg['appendonly'] else 'no'} "
+                        f"appendfsync={cfg['appendfsync']}")
+    try:
+        await store.load(server)
+    except RecoveryError as e:
+        log.log(log.WARNING, str(e))
+        await server.close()
+        return 1
+    log.log(log.NOTICE, f"Data loaded: {sum(len(db) for db in core.keyspace.dbs)} keys")
     # Long-lived data is loaded by now: keep the cyclic GC from rescanning it.
     gc.collect()
     gc.freeze()
-    await server.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.request_stop)
-    log.log(log.NOTICE, f"StreamDB {__version__} (Redis protocol 7.0 compatible) pid={os.getpid()} "
-                        f"port={cfg['port']} bind={cfg['bind']} dir={os.path.abspath(cfg['dir'])} "
-                        f"config={cfg.file or '(none)'}")
     log.log(log.NOTICE, "Ready to accept connections tcp")
     await server.serve_until_stopped()
     store.shutdown(core.extra.get("shutdown_save"))

@@ -131,7 +131,7 @@ def info_persistence(core) -> list[tuple[str, object]]:
     aof = core.extra.get("aof")
     snap = core.extra.get("snapshot")
     fields: list[tuple[str, object]] = [
-        ("loading", int(bool(aof and aof.loading))),
+        ("loading", int(bool(core.extra.get("loading")))),
         ("async_loading", 0),
         ("current_cow_peak", 0), ("current_cow_size", 0), ("current_fork_perc", "0.00"),
         ("current_save_keys_processed", 0), ("current_save_keys_total", 0),
@@ -155,8 +155,17 @@ def info_persistence(core) -> list[tuple[str, object]]:
             ("aof_pending_bio_fsync", 0), ("aof_delayed_fsync", 0),
             ("aof_fsync_policy", aof.policy), ("aof_last_write_error", aof.last_error),
         ]
-        if aof.loading:
-            fields.append(("loading_loaded_perc", f"{aof.loaded_perc:.2f}"))
+        if core.extra.get("loading"):
+            import time as _time
+            elapsed = max(_time.time() - aof.loading_start, 1e-9) if aof.loading_start else 0
+            perc = aof.loaded_perc
+            eta = int(elapsed * (100 - perc) / perc) if perc > 0 else 1
+            fields += [("loading_start_time", int(aof.loading_start)),
+                       ("loading_total_bytes", aof.loading_total_bytes),
+                       ("loading_rdb_used_mem", 0),
+                       ("loading_loaded_bytes", aof.loaded_bytes),
+                       ("loading_loaded_perc", f"{perc:.2f}"),
+                       ("loading_eta_seconds", eta)]
     return fields
 
 

@@ -32,7 +32,7 @@ def echo(ctx: Ctx, argv):
     return argv[1]
 
 
-@command("select", 2, "fast", since="1.0.0")
+@command("select", 2, "fast loading stale", since="1.0.0")
 def select(ctx: Ctx, argv):
     """SELECT index"""
     try:
@@ -46,7 +46,7 @@ def select(ctx: Ctx, argv):
     return OK
 
 
-@command("quit", -1, "fast", since="1.0.0")
+@command("quit", -1, "fast loading stale", since="1.0.0")
 def quit_(ctx: Ctx, argv):
     """QUIT"""
     ctx.client.close_after_reply = True
@@ -130,7 +130,7 @@ def hello(ctx: Ctx, argv):
     return hello_map(ctx)
 
 
-@command("reset", 1, "fast no-auth", since="6.2.0")
+@command("reset", 1, "fast no-auth loading stale", since="6.2.0")
 def reset(ctx: Ctx, argv):
     """RESET"""
     c = ctx.client
@@ -204,7 +204,7 @@ def unwatch(ctx: Ctx, argv):
 # ---------------------------------------------------------------------------
 
 
-@command("time", 1, "fast", since="2.6.0")
+@command("time", 1, "fast loading stale", since="2.6.0")
 def time_(ctx: Ctx, argv):
     """TIME"""
     now = ctx.core.clock()
@@ -218,7 +218,7 @@ def lastsave(ctx: Ctx, argv):
     return int(ctx.core.extra.get("last_save_time", ctx.core.start_time))
 
 
-@command("shutdown", -1, "admin no-multi", since="1.0.0")
+@command("shutdown", -1, "admin no-multi loading stale", since="1.0.0")
 def shutdown(ctx: Ctx, argv):
     """SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]"""
     for opt in argv[1:]:

@@ -259,6 +259,9 @@ class Aof:
         self._lock = threading.Lock()
         self.loading = False
         self.loaded_perc = 0.0
+        self.loaded_bytes = 0
+        self.loading_total_bytes = 0
+        self.loading_start = 0.0
         self.rewrites = 0
         self.rewrite_base_size = 0
 
@@ -268,7 +271,17 @@ class Aof:
         return os.path.join(self.dir, self.manifest_name)
 
     def load(self, covered_seq: int | None = None) -> int:
-        """Replay every segment into the core.  Returns the number of commands applied.
+        """Replay every segment into the core in one go; returns the number of commands."""
+        applied = 0
+        for applied in self.load_steps(covered_seq):
+            pass
+        return applied
+
+    def load_steps(self, covered_seq: int | None = None):
+        """Replay every segment into the core, yielding the commands applied so far now and then.
+
+        The server drives this from the event loop and serves INFO (and answers
+        everything else with LOADING) between steps.
 
         Segments with a sequence number <= ``covered_seq`` are already in the
         snapshot that was loaded first, and are skipped.
@@ -277,7 +290,7 @@ class Aof:
         ``aof-load-truncated``; nothing on disk is changed unless a torn tail is cut.
         """
         if not os.path.exists(self.manifest_path()):
-            return 0
+            return
         with open(self.manifest_path(), encoding="utf-8") as f:
             self.manifest = Manifest.parse(f.read(), self.manifest_path())
         segments = [s for s in self.manifest.segments()
@@ -288,6 +301,8 @@ class Aof:
                 raise AofError(f"{self.manifest_path()}: names segment {os.path.basename(p)} "
                                f"which does not exist")
         total = sum(os.path.getsize(p) for p in paths) or 1
+        self.loading_total_bytes = total
+        self.loading_start = time.time()
         done = 0
         applied = 0
         client = self.core.replay_client("aof")
@@ -330,8 +345,12 @@ class Aof:
                                        f"fails to apply ({argv[0].decode('latin-1')}: "
                                        f"{errors[0].message})")
                     applied += 1
+                    if applied % 2000 == 0:
+                        self.loaded_bytes = done
+                        yield applied
                 offset += len(body) + len(b"#F %d %08x\r\n" % (len(body), 0))
                 done += len(body)
+                self.loaded_perc = 100.0 * done / total
                 now = time.monotonic()
                 if now - last_log >= 1.0:
                     last_log = now
@@ -353,7 +372,7 @@ class Aof:
         dt = time.monotonic() - t0
         log.log(log.NOTICE, f"DB loaded from append only file: {dt:.3f} seconds "
                             f"({applied} commands)")
-        return applied
+        yield applied
 
     # -- appending --------------------------------------------------------------
 

@@ -9,6 +9,7 @@ changed by the failed start (except cutting a torn AOF tail when
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from .. import log
@@ -29,6 +30,42 @@ class Persistence:
         self.core = core
         self.aof = aof
         self.snapshotter = snapshotter
+
+    async def load(self, server) -> None:
+        """Recover the data set while the server is already listening.
+
+        Clients may connect: INFO and other commands flagged ``loading`` are
+        served between steps; everything else gets Redis's LOADING error.
+        Raises RecoveryError (nothing on disk changed) if the files are bad.
+        """
+        core, aof, snap = self.core, self.aof, self.snapshotter
+        cfg = core.config
+        server.loading = True
+        core.extra["loading"] = True
+        try:
+            try:
+                info = load_snapshot(snap.path, core.keyspace)
+            except SnapshotError as e:
+                raise RecoveryError(f"Fatal error loading the snapshot: {e}") from None
+            covered = info.get("aof_seq") if info else None
+            core.effect_sinks.append(snap.sink)
+            if aof is not None:
+                core.extra["aof"] = aof
+                try:
+                    for _ in aof.load_steps(covered_seq=covered):
+                        # A real (if tiny) sleep: sleep(0) does not make uvloop poll sockets.
+                        await asyncio.sleep(0.0005)
+                except AofError as e:
+                    raise RecoveryError(f"Fatal error loading the AOF: {e}") from None
+                if cfg["aof-record-fsync"]:
+                    aof.record_fsyncs()
+                aof.open_for_append()
+                core.effect_sinks.append(aof.append_batch)
+                server.before_reply_hooks.append(aof.flush)
+                snap.aof = aof
+        finally:
+            server.loading = False
+            core.extra["loading"] = False
 
     def cron(self) -> None:
         self.snapshotter.poll()
@@ -61,34 +98,18 @@ class Persistence:
 
 
 def open_persistence(core, server, cfg) -> Persistence:
+    """Build the persistence objects; ``await Persistence.load(server)`` then recovers."""
     os.makedirs(cfg["dir"], exist_ok=True)
     snap_path = os.path.join(cfg["dir"], cfg["dbfilename"])
-    try:
-        info = load_snapshot(snap_path, core.keyspace)
-    except SnapshotError as e:
-        raise RecoveryError(f"Fatal error loading the snapshot: {e}") from None
-    covered = info.get("aof_seq") if info else None
     # The snapshotter listens before the AOF is replayed: keys the replay
     # changes are not in the snapshot yet, and the next snapshot (which
     # retires the replayed segments) must write them.
     snapshotter = Snapshotter(core, snap_path, None)
-    core.effect_sinks.append(snapshotter.sink)
     aof = None
     if cfg["appendonly"]:
         aof = Aof(core, os.path.join(cfg["dir"], cfg["appenddirname"]), cfg["appendfilename"],
                   cfg["appendfsync"], cfg["aof-load-truncated"])
-        try:
-            aof.load(covered_seq=covered)
-        except AofError as e:
-            raise RecoveryError(f"Fatal error loading the AOF: {e}") from None
-        if cfg["aof-record-fsync"]:
-            aof.record_fsyncs()
-        aof.open_for_append()
-        core.extra["aof"] = aof
-        core.effect_sinks.append(aof.append_batch)
-        server.before_reply_hooks.append(aof.flush)
-    snapshotter.aof = aof
-    core.extra["snapshot"] = snapshotter
     p = Persistence(core, aof, snapshotter)
+    core.extra["snapshot"] = snapshotter
     core.extra["persistence"] = p
     return p

@@ -16,11 +16,22 @@ import asyncio
 import time
 
 from .. import log
+from ..commands import registry
 from ..protocol.reply import encode_reply
 from ..protocol.request import ProtocolError, RequestParser
 from .core import BLOCKED, Core
 
-__all__ = ["Server", "Connection"]
+__all__ = ["Server", "Connection", "allowed_while_loading"]
+
+
+def allowed_while_loading(argv: list[bytes]) -> bool:
+    """Redis serves only commands flagged ``loading`` (INFO, CONFIG GET, ...) while loading."""
+    spec = registry.lookup(argv)
+    if spec is None:
+        return True          # the unknown-command error is fine to give while loading
+    if spec.subcommands and len(argv) > 1:
+        spec = spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
+    return "loading" in spec.flags or spec.name in ("auth", "hello")
 
 
 class Connection(asyncio.Protocol):
@@ -85,6 +96,10 @@ class Connection(asyncio.Protocol):
                 argv = parser.next_command()
                 if argv is None:
                     break
+                if self.server.loading and not allowed_while_loading(argv):
+                    out.append(b"-LOADING Redis is loading the dataset in memory\r\n")
+                    core.stats.error_replies += 1
+                    continue
                 reply = core.execute(client, argv)
                 parser.authenticated = client.authenticated
                 if reply is BLOCKED:
@@ -94,7 +109,8 @@ class Connection(asyncio.Protocol):
                     self.closing = True
                     break
         except ProtocolError as e:
-            out.append(b"-ERR %s\r\n" % str(e).encode())
+            # latin-1: the message quotes the offending byte raw, as Redis does.
+            out.append(b"-ERR %s\r\n" % str(e).encode("latin-1", "replace"))
             log.log(log.VERBOSE, f"Protocol error ({e}) from client: id={client.id} addr={client.addr}")
             self.closing = True
         client.query_buffer = parser.buffered()
@@ -142,6 +158,8 @@ class Server:
         # Called from the periodic tick (snapshot child reaping, save rules, AOF retries).
         self.cron_hooks: list = []
         self.stopped: asyncio.Future | None = None
+        # True while recovery runs: only commands flagged "loading" are served.
+        self.loading = False
         core.on_client_blocked = self._on_blocked
         core.on_client_unblocked = self._on_unblocked
         core.shutdown_requested = self.request_stop
@@ -226,6 +244,16 @@ class Server:
                 hook()
         finally:
             self._cron_handle = self.loop.call_later(1.0 / self.core.config["hz"], self._cron)
+
+    async def close(self) -> None:
+        """Stop listening and drop every connection (a failed start-up)."""
+        for conn in list(self.connections):
+            conn.flush()
+            if conn.transport is not None:
+                conn.transport.close()
+        for srv in self.servers:
+            srv.close()
+        self._cron_handle.cancel()
 
     def request_stop(self) -> None:
         if self.stopped is not None and not self.stopped.done():

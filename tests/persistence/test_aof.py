@@ -185,7 +185,7 @@ def test_write_errors_hold_replies_refuse_writes_and_recover(tmp_path):
     try:
         r = redis.Redis(port=srv.port)
         r.xadd("s", {"a": 1}, id="1-1")
-        assert r.execute_command("DEBUG", "AOF-INJECT-ERROR", "5") == b"OK"
+        assert r.execute_command("DEBUG", "AOF-INJECT-ERROR", "30") == b"OK"   # ~2-3 s of failing retries
         s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
         s.sendall(b"XADD s 2-1 a 2\r\n")
         s.settimeout(0.25)
@@ -204,3 +204,56 @@ def test_write_errors_hold_replies_refuse_writes_and_recover(tmp_path):
         assert [e[0] for e in redis.Redis(port=srv.port).xrange("s")] == [b"1-1", b"2-1", b"4-1"]
     finally:
         srv.stop()
+
+
+def test_clients_see_loading_progress_while_a_large_aof_loads(tmp_path):
+    """The server listens while it recovers: INFO reports progress, other commands get LOADING."""
+    d = tmp_path / "data"
+    core, aof = _core_with_aof(d / "appendonlydir", fsync="no")
+    c = core.new_client()
+    for i in range(60_000):
+        core.execute(c, [b"XADD", b"s", b"%d-1" % (i + 1), b"sensor-id", b"1234", b"temperature", b"19.8"])
+        if i % 1000 == 0:
+            aof.flush()
+    aof.close()
+    import subprocess
+    import sys as _sys
+    from helpers import ROOT, free_port
+    port = free_port()
+    proc = subprocess.Popen([_sys.executable, "-m", "streamdb", "--port", str(port), "--dir", str(d),
+                             "--appendonly", "yes", "--save", ""], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=10)
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+        f = s.makefile("rb")
+
+        def reply() -> bytes:
+            line = f.readline()
+            if line.startswith(b"$"):
+                return line + f.read(int(line[1:]) + 2)
+            return line
+
+        seen_progress = seen_loading_error = False
+        while time.monotonic() < deadline:
+            s.sendall(b"INFO persistence\r\nXLEN s\r\n")      # one pipelined pair per poll
+            info, xlen = reply(), reply()
+            assert info.startswith(b"$"), info
+            if b"loading:1" not in info:
+                assert xlen == b":60000\r\n"
+                break
+            seen_progress = seen_progress or b"loading_loaded_perc:" in info
+            assert xlen in (b"-LOADING Redis is loading the dataset in memory\r\n", b":60000\r\n")
+            seen_loading_error = seen_loading_error or xlen.startswith(b"-LOADING")
+            time.sleep(0.01)
+        assert seen_progress and seen_loading_error
+        s.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -188,8 +188,6 @@ def test_protocol_error_closes_only_that_connection(port):
         assert other.recv(100) == b"$10\r\nstill here\r\n"
 
 
-@pytest.mark.xfail(strict=True, reason="server/network.py encodes the ProtocolError text as UTF-8; "
-                                       "Redis quotes the offending byte raw (needs .encode('latin-1'))")
 def test_protocol_error_quotes_a_non_ascii_byte_raw(server):
     got, closed = exchange(server.port, b"*1\r\n\xff\r\n", wait=2.0)
     assert got == b"-ERR Protocol error: expected '$', got '\xff'\r\n"
