@@ -405,12 +405,13 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
     items = []
     for key, g, gt in zip(a.keys, groups, after):
         s = ctx.db.data[key]
-        consumer = _consumer(ctx, key, g, a.consumer)
         if gt != NEW_ONLY:
+            consumer = _consumer(ctx, key, g, a.consumer)
             items.append((key, _serve_history(ctx, key, s, g, consumer, gt, a.count)))
             continue
+        # As in Redis 7.0, a ">" read creates the consumer only when it serves something.
         got = _serve_new_or_claim(ctx, key, s, g, a.consumer, a.count, a.noack,
-                                  a.claim_min_idle, consumer)
+                                  a.claim_min_idle)
         if got:
             items.append((key, got))
     if items:

@@ -1,16 +1,13 @@
-"""Differences from Redis 7.0 found by the state machine in code owned elsewhere.
+"""Differences from Redis 7.0 that the state machine found, pinned as readable cases.
 
-Each is a strict xfail: when the owner fixes it the test passes, xfail(strict)
-turns that into a failure, and the entry (here and in
-machine.KNOWN_MISMATCHES) should be removed so the machine covers the command
-again.
+A difference still open is a strict xfail with an entry in machine.KNOWN_MISMATCHES;
+once fixed, the test stays here as a regression test and the entry goes.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from .machine import KNOWN_MISMATCHES
 from .resp import RawClient
 
 pytestmark = pytest.mark.differential
@@ -46,21 +43,6 @@ def _script(clients, commands):
     return r, s
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_MISMATCHES["xinfo|stream"])
-def test_xinfo_stream_fields_match_redis_70(both):
-    r, s = _script(both, [("XADD", "s", "1-1", "f", "v"), ("XINFO", "STREAM", "s")])
-    assert s == r
-
-
-@pytest.mark.xfail(strict=True, reason=KNOWN_MISMATCHES["xinfo|consumers"])
-def test_xinfo_consumers_fields_match_redis_70(both):
-    r, s = _script(both, [("XADD", "s", "1-1", "f", "v"), ("XGROUP", "CREATE", "s", "g", "0"),
-                          ("XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">"),
-                          ("XINFO", "CONSUMERS", "s", "g")])
-    assert _drop_times(s) == _drop_times(r)
-
-
-@pytest.mark.xfail(strict=True, reason=KNOWN_MISMATCHES["xreadgroup-lazy-consumer"])
 def test_xreadgroup_serving_nothing_creates_no_consumer(both):
     r, s = _script(both, [("XGROUP", "CREATE", "s", "g", "0", "MKSTREAM"),
                           ("XREADGROUP", "GROUP", "g", "c1", "STREAMS", "s", ">"),
