@@ -67,6 +67,18 @@ def setid_effect(key: bytes, g: ConsumerGroup) -> list[bytes]:
             b"ENTRIESREAD", b"%d" % g.entries_read]
 
 
+def _claiming_consumer(g: ConsumerGroup, name: bytes, now: int) -> Consumer:
+    """The consumer an XCLAIM/XAUTOCLAIM gives entries to, created on first use.
+
+    No CREATECONSUMER effect: the propagated XCLAIM creates it on replay too.
+    """
+    c = g.consumers.get(name)
+    if c is None:
+        return g.create_consumer(name, now)
+    c.seen_time = now
+    return c
+
+
 def _consumer(ctx: Ctx, key: bytes, g: ConsumerGroup, name: bytes) -> Consumer:
     """Look up a consumer (refreshing its seen-time), creating it on first use."""
     c = g.consumers.get(name)
@@ -614,11 +626,7 @@ def xclaim(ctx: Ctx, argv: list[bytes]):
         elif min_idle and now - pe.delivery_time < min_idle:
             continue
         if consumer is None:
-            consumer = g.consumers.get(argv[3])
-            if consumer is None:
-                consumer = g.create_consumer(argv[3], now)
-            else:
-                consumer.seen_time = now
+            consumer = _claiming_consumer(g, argv[3], now)
         # A PEL entry FORCE creates starts, as in Redis, at one delivery.
         count = 1 if pe is None else pe.delivery_count
         if retrycount >= 0:
@@ -696,11 +704,7 @@ def xautoclaim(ctx: Ctx, argv: list[bytes]):
         if min_idle and now - pe.delivery_time < min_idle:
             continue
         if consumer is None:
-            consumer = g.consumers.get(argv[3])
-            if consumer is None:
-                consumer = g.create_consumer(argv[3], now)
-            else:
-                consumer.seen_time = now
+            consumer = _claiming_consumer(g, argv[3], now)
         g.add_pending(sid, consumer, now, pe.delivery_count + (0 if justid else 1))
         consumer.active_time = now
         claimed.append(format_id(sid) if justid else [format_id(sid), fv])

@@ -81,35 +81,21 @@ def parse_trim_args(ctx: Ctx, argv: list[bytes], xadd: bool) -> TrimArgs:
         if xadd and opt == b"*":
             a.id_arg = i
             break
-        if lo == b"maxlen" and more:
+        if (lo == b"maxlen" or lo == b"minid") and more:
             if a.strategy is not None:
                 raise CommandError("ERR syntax error, MAXLEN and MINID options at the same time are not compatible")
-            a.approx = False
             nxt = argv[i + 1]
-            if more >= 2 and nxt == b"~":
-                a.approx = True
+            a.approx = more >= 2 and nxt == b"~"
+            if more >= 2 and (nxt == b"~" or nxt == b"="):
                 i += 1
-            elif more >= 2 and nxt == b"=":
-                i += 1
-            a.maxlen = parse_int(argv[i + 1])
-            if a.maxlen < 0:
-                raise CommandError("ERR The MAXLEN argument must be >= 0.")
+            if lo == b"maxlen":
+                a.maxlen = parse_int(argv[i + 1])
+                if a.maxlen < 0:
+                    raise CommandError("ERR The MAXLEN argument must be >= 0.")
+            else:
+                a.minid = parse_strict_stream_id(argv[i + 1])
             i += 2
-            a.strategy = "maxlen"
-            continue
-        if lo == b"minid" and more:
-            if a.strategy is not None:
-                raise CommandError("ERR syntax error, MAXLEN and MINID options at the same time are not compatible")
-            a.approx = False
-            nxt = argv[i + 1]
-            if more >= 2 and nxt == b"~":
-                a.approx = True
-                i += 1
-            elif more >= 2 and nxt == b"=":
-                i += 1
-            a.minid = parse_strict_stream_id(argv[i + 1])
-            i += 2
-            a.strategy = "minid"
+            a.strategy = lo.decode()
             continue
         if lo == b"limit" and more:
             a.limit = parse_int(argv[i + 1])
