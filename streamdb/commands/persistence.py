@@ -88,7 +88,12 @@ def bgrewriteaof(ctx: Ctx, argv):
     aof = _aof(ctx)
     if aof is None:
         raise CommandError("ERR Background append only file rewriting is not possible: appendonly is no")
-    aof.rewrite()
+    snap = ctx.core.extra.get("snapshot")
+    if aof.rewrite_pid is not None:
+        raise CommandError("ERR Background append only file rewriting already in progress")
+    if snap is not None and snap.child_pid is not None:
+        snap.wait()          # one child at a time, as in Redis; a snapshot finishes first
+    aof.bgrewrite()
     return Status("Background append only file rewriting started")
 
 
@@ -123,7 +128,10 @@ def bgsave(ctx: Ctx, argv):
         if len(argv) == 2:
             return Status("Background saving scheduled")
         raise CommandError("ERR Background save already in progress")
-    snap.bgsave()
+    try:
+        snap.bgsave()
+    except RuntimeError as e:
+        raise CommandError(f"ERR {e}") from None
     return Status("Background saving started")
 
 
@@ -140,10 +148,10 @@ def info_persistence(core) -> list[tuple[str, object]]:
         ("rdb_last_save_time", int(core.extra.get("last_save_time", core.start_time))),
         ("rdb_last_bgsave_status", "ok" if not snap or snap.last_ok else "err"),
         ("aof_enabled", int(aof is not None)),
-        ("aof_rewrite_in_progress", 0),
+        ("aof_rewrite_in_progress", int(bool(aof and aof.rewrite_pid is not None))),
         ("aof_rewrite_scheduled", 0),
         ("aof_last_rewrite_time_sec", -1),
-        ("aof_last_bgrewrite_status", "ok"),
+        ("aof_last_bgrewrite_status", "ok" if not aof or aof.last_rewrite_ok else "err"),
         ("aof_rewrites", aof.rewrites if aof else 0),
         ("aof_last_write_status", "ok" if not aof or aof.last_write_ok else "err"),
         ("aof_last_cow_size", 0),

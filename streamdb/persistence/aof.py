@@ -43,7 +43,8 @@ import zlib
 
 from .. import log
 
-__all__ = ["Aof", "AofError", "encode_command", "read_segment", "Manifest", "FRAME_HEADER_MAX"]
+__all__ = ["Aof", "AofError", "encode_command", "read_segment", "Manifest", "FRAME_HEADER_MAX",
+           "state_commands", "write_base"]
 
 SEGMENT_MAGIC = b"#SDBAOF 1\r\n"
 MANIFEST_MAGIC = "#SDBMANIFEST 1"
@@ -264,6 +265,9 @@ class Aof:
         self.loading_start = 0.0
         self.rewrites = 0
         self.rewrite_base_size = 0
+        self.rewrite_pid: int | None = None
+        self._rewrite_pending: tuple[int, str] | None = None
+        self.last_rewrite_ok = True
 
     # -- loading ----------------------------------------------------------------
 
@@ -477,9 +481,9 @@ class Aof:
         if not pct or self.total_size < cfg["auto-aof-rewrite-min-size"]:
             return
         base = max(self.rewrite_base_size, 1)
-        if (self.total_size - base) * 100 // base >= pct:
+        if (self.total_size - base) * 100 // base >= pct and self.rewrite_pid is None:
             log.log(log.NOTICE, f"Starting automatic rewriting of AOF on {pct}% growth")
-            self.rewrite()
+            self.bgrewrite()
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
@@ -573,63 +577,117 @@ class Aof:
     # -- rewrite ----------------------------------------------------------------
 
     def rewrite(self) -> None:
-        """Compact: write the current state as a new base segment, start a fresh incr.
+        """Compact in the foreground: the state becomes a new base segment (blocks the loop)."""
+        covered = self.rotate()
+        name = self._base_name(covered)
+        write_base(os.path.join(self.dir, name), self.core.keyspace)
+        self._rewrite_done(covered, name)
 
-        Runs in the event loop: the state is serialised key by key (RESTORE
-        payloads are the snapshot codec's bytes), so the result is exact,
-        consumer groups included.  A crash at any point leaves either the old
-        manifest (old files intact) or the new one.
+    def bgrewrite(self) -> None:
+        """BGREWRITEAOF: rotate, fork; the child writes the base from its copy-on-write memory.
+
+        The parent keeps appending to the fresh segment; when the child has
+        succeeded, ``poll_rewrite`` swaps the manifest to [new base, segments
+        after the rotation] and deletes what the base replaced.  A crash at any
+        point leaves either the old manifest (all old files intact) or the new one.
         """
-        from .codec import dump_payload
-        self.flush()
-        seq = self.manifest.seq + 1
-        base_name = f"{self.basename}.{seq}.base.aof"
-        incr_name = f"{self.basename}.{seq + 1}.incr.aof"
-        base_path = os.path.join(self.dir, base_name)
-        with open(base_path + ".tmp", "wb") as f:
-            f.write(SEGMENT_MAGIC)
-            for db in self.core.keyspace.dbs:
-                if not db.data:
-                    continue
-                body = [encode_command([b"SELECT", b"%d" % db.index])]
-                size = 0
-                for key, value in db.data.items():
-                    argv = [b"RESTORE", key, b"0", dump_payload(value), b"REPLACE"]
-                    when = db.expires.get(key)
-                    if when is not None:
-                        argv += [b"ABSTTL"]
-                        argv[2] = b"%d" % when
-                    cmd = encode_command(argv)
-                    body.append(cmd)
-                    size += len(cmd)
-                    if size > 1 << 20:
-                        f.write(encode_frame(b"".join(body)))
-                        body, size = [], 0
-                if body:
-                    f.write(encode_frame(b"".join(body)))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(base_path + ".tmp", base_path)
-        incr_path = os.path.join(self.dir, incr_name)
-        fd = os.open(incr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.write(fd, SEGMENT_MAGIC)
-        os.fsync(fd)
-        fsync_dir(self.dir)
-        old = self.manifest.segments()
-        self.manifest = Manifest(base_name, [incr_name], seq + 1)
-        self.manifest.save(self.dir, self.manifest_name)
-        if self.fd is not None:
-            os.close(self.fd)
-        self.fd = fd
-        self.size = len(SEGMENT_MAGIC)
-        self.cur_db = 0
-        self.base_size = os.path.getsize(base_path)
-        self.total_size = self.base_size + self.size
-        for name in old:
+        if self.rewrite_pid is not None:
+            raise RuntimeError("Background append only file rewriting already in progress")
+        covered = self.rotate()
+        name = self._base_name(covered)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
             try:
-                os.unlink(os.path.join(self.dir, name))
+                write_base(os.path.join(self.dir, name), self.core.keyspace)
+                code = 0
+            except BaseException as e:  # noqa: BLE001 - report anything, then exit
+                try:
+                    os.write(2, f"AOF rewrite child failed: {e!r}\n".encode())
+                except OSError:
+                    pass
+            finally:
+                os._exit(code)
+        self.rewrite_pid = pid
+        self._rewrite_pending = (covered, name)
+        log.log(log.NOTICE, f"Background append only file rewriting started by pid {pid}")
+
+    def poll_rewrite(self) -> None:
+        """Cron: finish a background rewrite whose child has exited."""
+        if self.rewrite_pid is None:
+            return
+        pid, status = os.waitpid(self.rewrite_pid, os.WNOHANG)
+        if pid == 0:
+            return
+        self.rewrite_pid = None
+        covered, name = self._rewrite_pending
+        if os.waitstatus_to_exitcode(status) == 0:
+            self._rewrite_done(covered, name)
+            self.last_rewrite_ok = True
+        else:
+            self.last_rewrite_ok = False
+            try:
+                os.unlink(os.path.join(self.dir, name + ".tmp"))
             except OSError:
                 pass
+            log.log(log.WARNING, "Background AOF rewrite terminated with error")
+
+    def _base_name(self, covered: int) -> str:
+        return f"{self.basename}.{covered}.base.aof"
+
+    def _rewrite_done(self, covered: int, base_name: str) -> None:
+        old = [s for s in self.manifest.segments() if segment_seq(s) <= covered]
+        self.manifest.base = base_name
+        self.manifest.incrs = [s for s in self.manifest.incrs if segment_seq(s) > covered]
+        self.manifest.save(self.dir, self.manifest_name)
+        for name in old:
+            if name != base_name:
+                try:
+                    os.unlink(os.path.join(self.dir, name))
+                except OSError:
+                    pass
+        self.base_size = self._segment_size(base_name)
+        self.total_size = self.base_size + sum(self._segment_size(s) for s in self.manifest.incrs)
         self.rewrites += 1
         self.rewrite_base_size = self.total_size
         log.log(log.NOTICE, f"AOF rewrite complete: base {base_name} ({self.base_size} bytes)")
+
+
+def state_commands(keyspace):
+    """The whole state as RESP commands (SELECT + RESTORE ... REPLACE [ABSTTL]), in chunks.
+
+    RESTORE payloads are the snapshot codec's bytes, so the result is exact,
+    consumer groups included.  Used for AOF base segments; a replication full
+    sync can send the same stream.
+    """
+    from .codec import dump_payload
+    for db in keyspace.dbs:
+        if not db.data:
+            continue
+        yield encode_command([b"SELECT", b"%d" % db.index])
+        for key, value in db.data.items():
+            when = db.expires.get(key)
+            argv = [b"RESTORE", key, b"%d" % (when or 0), dump_payload(value), b"REPLACE"]
+            if when is not None:
+                argv.append(b"ABSTTL")
+            yield encode_command(argv)
+
+
+def write_base(path: str, keyspace) -> None:
+    """Write a base segment holding the whole state (tmp file, fsync, rename)."""
+    with open(path + ".tmp", "wb") as f:
+        f.write(SEGMENT_MAGIC)
+        body: list[bytes] = []
+        size = 0
+        for cmd in state_commands(keyspace):
+            body.append(cmd)
+            size += len(cmd)
+            if size > 1 << 20:
+                f.write(encode_frame(b"".join(body)))
+                body, size = [], 0
+        if body:
+            f.write(encode_frame(b"".join(body)))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+    fsync_dir(os.path.dirname(path) or ".")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 from .. import log
 from .aof import Aof, AofError
@@ -70,12 +71,17 @@ class Persistence:
     def cron(self) -> None:
         self.snapshotter.poll()
         if self.aof is not None:
+            self.aof.poll_rewrite()
             self.aof.flush_pending_retry()
             self.aof.maybe_auto_rewrite(self.core.config)
 
     def shutdown(self, save: bool | None = None) -> None:
         """Flush and fsync the AOF; snapshot if asked (or if save rules exist and data changed)."""
         self.snapshotter.wait()
+        if self.aof is not None:
+            while self.aof.rewrite_pid is not None:
+                self.aof.poll_rewrite()
+                time.sleep(0.01)
         if save is None:
             save = bool(self.core.config["save"].split()) and self.core.dirty > 0
         if save:

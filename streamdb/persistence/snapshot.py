@@ -315,6 +315,8 @@ class Snapshotter:
         """BGSAVE: fork; the child writes the snapshot from its copy-on-write memory."""
         if self.child_pid is not None:
             raise RuntimeError("Background save already in progress")
+        if self.aof is not None and self.aof.rewrite_pid is not None:
+            raise RuntimeError("Background append only file rewriting in progress")
         dirty, covered, state = self._begin()
         now = self.core.now_ms()
         pid = os.fork()
@@ -364,6 +366,8 @@ class Snapshotter:
         now = int(self.core.clock())
         for i in range(0, len(rules), 2):
             seconds, changes = int(rules[i]), int(rules[i + 1])
+            if self.aof is not None and self.aof.rewrite_pid is not None:
+                return        # one child at a time: the rule fires again after the rewrite
             if self.core.dirty >= changes and now - self.last_save_time >= seconds and \
                     (self.last_ok or now - self.last_save_time >= 5):
                 log.log(log.NOTICE, f"{changes} changes in {seconds} seconds. Saving...")

@@ -257,3 +257,33 @@ def test_clients_see_loading_progress_while_a_large_aof_loads(tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_bgrewriteaof_compacts_in_a_child_while_writes_continue(tmp_path):
+    d = tmp_path / "data"
+    srv = ServerProcess(d, "--appendonly", "yes", "--appendfsync", "always", "--save", "").start()
+    try:
+        r = redis.Redis(port=srv.port)
+        for i in range(2000):
+            r.xadd("s", {"i": i}, maxlen=500, approximate=False)
+        r.xgroup_create("s", "g", id="0")
+        r.xreadgroup("g", "c", {"s": ">"}, count=5)
+        before = sum(p.stat().st_size for p in (d / "appendonlydir").glob("*.aof"))
+        assert r.bgrewriteaof()
+        for i in range(50):                                  # the loop keeps serving
+            r.xadd("s", {"during": i})
+        deadline = time.monotonic() + 30
+        while r.info("persistence")["aof_rewrite_in_progress"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert r.info("persistence")["aof_last_bgrewrite_status"] == "ok"
+        names = sorted(p.name for p in (d / "appendonlydir").iterdir())
+        assert sum(1 for n in names if n.endswith(".base.aof")) == 1
+        after = sum(p.stat().st_size for p in (d / "appendonlydir").glob("*.aof"))
+        assert after < before
+        digest = r.execute_command("DEBUG", "DIGEST")
+        srv.kill9()
+        srv.stop()
+        srv = ServerProcess(d, "--appendonly", "yes", "--save", "").start()
+        assert redis.Redis(port=srv.port).execute_command("DEBUG", "DIGEST") == digest
+    finally:
+        srv.stop()
