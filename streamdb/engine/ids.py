@@ -50,6 +50,9 @@ _STRTOULL = re.compile(rb"([ \t\n\v\f\r]*)([+-]?)([0-9]+)\Z")
 
 def parse_u64(text: bytes) -> int | None:
     """Parse an unsigned 64-bit decimal as Redis's string2ull() does; None if invalid."""
+    if text.isdigit():   # the usual form, plain ASCII digits: what the regex path gives
+        value = int(text)
+        return value if value <= U64 else None
     text = text.split(b"\0", 1)[0]  # Redis copies the ID into a C string
     m = _STRTOULL.match(text)
     if m is None:
