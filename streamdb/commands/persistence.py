@@ -147,6 +147,8 @@ def info_persistence(core) -> list[tuple[str, object]]:
         ("rdb_bgsave_in_progress", int(bool(snap and snap.in_progress))),
         ("rdb_last_save_time", int(core.extra.get("last_save_time", core.start_time))),
         ("rdb_last_bgsave_status", "ok" if not snap or snap.last_ok else "err"),
+        # StreamDB's own: what the last (incremental) snapshot wrote.
+        ("rdb_last_save_bytes_written", (snap.last_stats or {}).get("bytes_written", 0) if snap else 0),
         ("aof_enabled", int(aof is not None)),
         ("aof_rewrite_in_progress", int(bool(aof and aof.rewrite_pid is not None))),
         ("aof_rewrite_scheduled", 0),

@@ -116,18 +116,27 @@ def decode_value(raw: bytes, fetch=None):
         s.last_id = _sid(doc["last_id"])
         s.entries_added = _int(doc["entries_added"])
         s.max_deleted_id = _sid(doc["max_deleted_id"])
-        for first, last, total, live, nbytes, deleted, blob, is_open in doc["nodes"]:
+        docs = doc["nodes"]
+        for n, (first, last, total, live, nbytes, deleted, blob, is_open) in enumerate(docs, 1):
             if blob is None:
                 if fetch is None:
                     raise CodecError("node stored apart but no node store given")
                 blob = fetch(_sid(first))
-            try:
-                ids, entries = decode_node(_bytes(blob))
-                master = msgpack.unpackb(blob, raw=True)[1]
-            except CodecError:
-                raise
-            except Exception as e:
-                raise CodecError(f"bad stream node: {e}") from None
+            ids = entries = None
+            master: list = []
+            # Sealed nodes stay packed: their bytes are checksummed by the store,
+            # and decoding a million entries here would dominate restart time.
+            # Only the open node and the last node (the one XADD appends to)
+            # are unpacked now.
+            if is_open or n == len(docs):
+                try:
+                    master = msgpack.unpackb(_bytes(blob), raw=True)[1]
+                    if is_open:
+                        ids, entries = decode_node(blob)
+                except CodecError:
+                    raise
+                except Exception as e:
+                    raise CodecError(f"bad stream node: {e}") from None
             node = Node(_sid(first), [])
             node.master = master
             node.last, node.total, node.live, node.nbytes = _sid(last), _int(total), _int(live), _int(nbytes)

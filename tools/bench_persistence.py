@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Durability benchmark: StreamDB against a real redis-server 7.0, side by side.
+
+    .venv/bin/python tools/bench_persistence.py [--quick] [--only NAME[,NAME...]]
+
+Workloads (names for --only), targets from the durability issue:
+
+  always     XADD, 50 clients, appendfsync always, vs redis-server appendonly yes +
+             appendfsync always                                        >= 0.8x req/s
+  everysec   XADD, 50 clients: StreamDB appendfsync everysec vs StreamDB
+             appendonly no (both columns are StreamDB)                 >= 0.9x req/s
+  snapshot   bytes a snapshot writes after 1% of an N-entry stream changed,
+             over a full snapshot (StreamDB only)                      <= 5%
+  stall      longest PING round trip while a snapshot of N entries is written
+             (BGSAVE; Redis's column is its own BGSAVE)                <= 50 ms
+  restart    restart time with N entries (snapshot / RDB-preamble AOF) plus an
+             N/10-command AOF tail, after kill -9                      <= 2x Redis
+
+Uses the building blocks of tools/bench.py (same loader, same redis-benchmark
+runs).  Prints a table; timings are never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import (ENTRY, REDIS_SERVER, ROOT, Conn, Row, alternate, delete, free_port,  # noqa: E402
+                   median_of, preload, print_table, progress, redis_benchmark, resp, wait_for_ping)
+
+
+class Proc:
+    """A server process with the persistence options of a workload."""
+
+    def __init__(self, kind: str, workdir: Path, *args: str, port: int | None = None,
+                 data: Path | None = None) -> None:
+        self.kind = kind
+        self.port = port or free_port()
+        self.dir = data or workdir / f"{kind}-{self.port}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.args = list(args)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, wait: bool = True) -> "Proc":
+        log = open(self.dir / "server.log", "ab")
+        if self.kind == "redis":
+            cmd = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
+                   str(self.dir), "--daemonize", "no", "--save", "", *self.args]
+        else:
+            cmd = [sys.executable, "-m", "streamdb", "--port", str(self.port), "--bind",
+                   "127.0.0.1", "--dir", str(self.dir), "--save", "", *self.args]
+        self.t_start = time.perf_counter()
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        if wait:
+            wait_for_ping(self.port, self.proc, timeout=600)
+        return self
+
+    def call(self, *args):
+        c = Conn(self.port)
+        try:
+            return c.call(*args)
+        finally:
+            c.close()
+
+    def info(self, section: str) -> dict:
+        raw = self.call(b"INFO", section.encode())
+        out = {}
+        for line in raw.decode().splitlines():
+            if ":" in line and not line.startswith("#"):
+                k, v = line.split(":", 1)
+                out[k] = v
+        return out
+
+    def wait_child(self) -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            p = self.info("persistence")
+            if p.get("rdb_bgsave_in_progress") == "0" and p.get("aof_rewrite_in_progress", "0") == "0":
+                return
+            time.sleep(0.05)
+        raise TimeoutError("background save did not finish")
+
+    def kill9(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+
+def _ready(port: int, proc: subprocess.Popen, timeout: float = 600) -> None:
+    """Until PING answers +PONG (not -LOADING)."""
+    wait_for_ping(port, proc, timeout)
+
+
+def w_always(cfg) -> list[Row]:
+    servers = {"redis": Proc("redis", cfg.workdir, "--appendonly", "yes", "--appendfsync", "always").start(),
+               "streamdb": Proc("streamdb", cfg.workdir, "--appendonly", "yes", "--appendfsync", "always").start()}
+    try:
+        def run(srv):
+            delete(srv.port, b"bench")
+            return redis_benchmark(srv.port, 50, cfg.n_xadd, 1, "XADD", "bench", "*", "f", "v")
+        res = alternate(servers, cfg.rounds, "always", run)
+    finally:
+        for s in servers.values():
+            s.stop()
+    return [Row("XADD, 50 clients, appendfsync always", "req/s", median_of(res["redis"], "rps"),
+                median_of(res["streamdb"], "rps"), ">=", 0.8)]
+
+
+def w_everysec(cfg) -> list[Row]:
+    servers = {"redis": Proc("streamdb", cfg.workdir, "--appendonly", "no").start(),
+               "streamdb": Proc("streamdb", cfg.workdir, "--appendonly", "yes",
+                                "--appendfsync", "everysec").start()}
+    try:
+        def run(srv):
+            delete(srv.port, b"bench")
+            return redis_benchmark(srv.port, 50, cfg.n_xadd, 1, "XADD", "bench", "*", "f", "v")
+        res = alternate(servers, cfg.rounds, "everysec", run)
+    finally:
+        for s in servers.values():
+            s.stop()
+    return [Row("XADD, everysec vs appendonly no (both StreamDB)", "req/s",
+                median_of(res["redis"], "rps"), median_of(res["streamdb"], "rps"), ">=", 0.9,
+                note="'Redis 7.0' column = StreamDB appendonly no")]
+
+
+def _pinger(port: int, stop: threading.Event, out: list) -> None:
+    c = Conn(port)
+    worst = 0.0
+    ping = resp(b"PING")
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        c.send(ping)
+        c.read()
+        worst = max(worst, time.perf_counter() - t0)
+        time.sleep(0.001)
+    c.close()
+    out.append(worst * 1000)
+
+
+def _bgsave_stall(srv: Proc) -> float:
+    stop = threading.Event()
+    out: list = []
+    t = threading.Thread(target=_pinger, args=(srv.port, stop, out))
+    t.start()
+    time.sleep(0.2)
+    srv.call(b"BGSAVE")
+    srv.wait_child()
+    time.sleep(0.1)
+    stop.set()
+    t.join()
+    return out[0]
+
+
+def w_snapshot_and_stall(cfg) -> list[Row]:
+    rows = []
+    sdb = Proc("streamdb", cfg.workdir, "--appendonly", "yes").start()
+    red = Proc("redis", cfg.workdir, "--appendonly", "no").start()
+    try:
+        preload(sdb.port, b"big", cfg.n_entries, label="streamdb")
+        preload(red.port, b"big", cfg.n_entries, label="redis")
+        progress("stall: BGSAVE on both")
+        stall_sdb = _bgsave_stall(sdb)
+        stall_red = _bgsave_stall(red)
+        full = int(sdb.info("persistence")["rdb_last_save_bytes_written"])
+        preload(sdb.port, b"big", cfg.n_entries // 100, label="streamdb 1%")
+        sdb.call(b"BGSAVE")
+        sdb.wait_child()
+        incr = int(sdb.info("persistence")["rdb_last_save_bytes_written"])
+        rows.append(Row(f"snapshot after 1% of {cfg.n_entries:,} entries changed", "bytes",
+                        full, incr, "<=", 0.05, note="'Redis 7.0' column = full snapshot"))
+        rows.append(Row(f"longest PING during BGSAVE of {cfg.n_entries:,} entries", "ms",
+                        stall_red, stall_sdb, "abs<=", (50.0, float("inf")),
+                        note="target: <= 50 ms absolute"))
+    finally:
+        sdb.stop()
+        red.stop()
+    return rows
+
+
+def _restart_time(kind: str, cfg) -> float:
+    data = cfg.workdir / f"restart-{kind}"
+    args = ("--appendonly", "yes", "--appendfsync", "everysec")
+    srv = Proc(kind, cfg.workdir, *args, data=data).start()
+    preload(srv.port, b"big", cfg.n_entries, label=f"{kind} restart")
+    srv.call(b"BGSAVE" if kind == "streamdb" else b"BGREWRITEAOF")
+    srv.wait_child()
+    preload(srv.port, b"big", cfg.n_entries // 10, label=f"{kind} tail")
+    time.sleep(1.5)                 # let everysec fsync the tail
+    srv.kill9()
+    again = Proc(kind, cfg.workdir, *args, port=srv.port, data=data)
+    again.start(wait=False)
+    _ready(again.port, again.proc)
+    elapsed = time.perf_counter() - again.t_start
+    n = again.call(b"XLEN", b"big")
+    again.stop()
+    if n != cfg.n_entries + cfg.n_entries // 10:
+        raise RuntimeError(f"{kind} restarted with {n} entries")
+    return elapsed * 1000
+
+
+def w_restart(cfg) -> list[Row]:
+    red = _restart_time("redis", cfg)
+    sdb = _restart_time("streamdb", cfg)
+    return [Row(f"restart: {cfg.n_entries:,} entries + {cfg.n_entries // 10:,}-command AOF tail", "ms",
+                red, sdb, "<=", 2.0)]
+
+
+WORKLOADS = {"always": w_always, "everysec": w_everysec, "snapshot": w_snapshot_and_stall,
+             "restart": w_restart}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small N, a couple of minutes")
+    ap.add_argument("--only", default="", help="comma-separated: " + ",".join(WORKLOADS))
+    ap.add_argument("--rounds", type=int, default=0)
+    args = ap.parse_args(argv)
+    cfg = argparse.Namespace()
+    cfg.rounds = args.rounds or (1 if args.quick else 3)
+    cfg.n_xadd = 20_000 if args.quick else 200_000
+    cfg.n_entries = 100_000 if args.quick else 1_000_000
+    names = [x.strip() for x in args.only.split(",") if x.strip()] or list(WORKLOADS)
+    rows: list[Row] = []
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="streamdb-pbench-") as tmp:
+        cfg.workdir = Path(tmp)
+        for i, name in enumerate(names):
+            progress(f"[{i + 1}/{len(names)}] {name}")
+            rows.extend(WORKLOADS[name](cfg))
+    progress(f"done in {time.monotonic() - t0:.0f} s", done=True)
+    print(f"StreamDB durability vs redis-server 7.0, {'--quick' if args.quick else 'full'} run, "
+          f"{os.cpu_count()} CPUs, N={cfg.n_entries:,}")
+    print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
