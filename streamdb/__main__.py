@@ -34,6 +34,8 @@ async def serve(cfg: Config) -> int:
     os.makedirs(cfg["dir"], exist_ok=True)
     persistence.install(core)
     store = open_persistence(core, server, cfg)
+    from . import replication
+    repl = replication.install(core, server)
     core.extra["config_changed"] = lambda names: _apply_config(core, store.aof, names)
     server.cron_hooks.append(store.cron)
     await server.start()
@@ -55,8 +57,10 @@ async def serve(cfg: Config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.request_stop)
     log.log(log.NOTICE, "Ready to accept connections tcp")
+    replication.start(repl)
     await server.serve_until_stopped()
     store.shutdown(core.extra.get("shutdown_save"))
+    replication.shutdown(repl)
     log.log(log.NOTICE, "StreamDB is now ready to exit, bye bye...")
     return 0
 

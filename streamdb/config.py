@@ -154,6 +154,8 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("replica-read-only", "yes", _parse_bool, "Replicas reject writes.", True, _render_bool),
     _d("repl-backlog-size", "1048576", _parse_mem(16384), "Replication backlog size in bytes."),
     _d("repl-timeout", "60", _parse_int(1, 2**31 - 1), "Seconds before a silent replication link is dropped."),
+    _d("repl-ping-replica-period", "10", _parse_int(1, 2**31 - 1), "Seconds between the primary's PINGs to its replicas."),
+    _d("replica-priority", "100", _parse_int(0, 2**31 - 1), "Reported as slave_priority (no failover logic uses it)."),
 ]}
 
 # Names redis-cli, redis-py and monitoring tools ask for that we answer with fixed values.

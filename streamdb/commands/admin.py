@@ -479,7 +479,7 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         ("pubsub_channels", 0), ("pubsub_patterns", 0),
         ("total_error_replies", st.error_replies),
         ("total_reads_processed", 0), ("total_writes_processed", 0),
-    ]
+    ] + core.extra.get("info_stats_replication", list)()
     sections["replication"] = core.extra.get("info_replication", lambda: [
         ("role", "master"), ("connected_slaves", 0),
         ("master_replid", core.extra.get("replid", "0" * 40)),

@@ -1,0 +1,125 @@
+"""Replication: a primary's effect stream, its backlog and links (primary.py), and
+following a primary (replica.py).  ``install`` wires both into a server; the
+REPLICAOF / SLAVEOF command and the ``replicaof`` directive go through
+``become_replica`` / ``become_primary``.
+"""
+
+from __future__ import annotations
+
+from .. import log
+from ..protocol.reply import CommandError
+from .primary import WAIT_KEY, Replication
+from .replica import ReplicaSide, load_state, remove_state
+
+__all__ = ["install", "Replication", "become_replica", "become_primary", "parse_replicaof"]
+
+
+def parse_replicaof(text: str) -> tuple[str, int] | None:
+    parts = text.split()
+    if not parts or [p.lower() for p in parts] == ["no", "one"]:
+        return None
+    if len(parts) != 2 or not parts[1].isdigit() or not 0 < int(parts[1]) < 65536:
+        raise ValueError(f"replicaof wants '<host> <port>', got {text!r}")
+    return parts[0], int(parts[1])
+
+
+def install(core, server) -> Replication:
+    """Attach replication to a core + network server (before the data is loaded).
+
+    With the ``replicaof`` directive the server is a replica from the start (writes
+    are refused while it loads its own data); ``start`` then connects.
+    """
+    repl = Replication(core, server)
+    core.extra["replication"] = repl
+    core.extra["info_replication"] = repl.info_fields
+    core.extra["info_stats_replication"] = repl.info_stats
+    server.before_reply_hooks.append(repl.flush)
+    server.cron_hooks.append(repl.cron)
+    target = parse_replicaof(core.config["replicaof"])
+    if target is not None:
+        core.is_replica = True
+        log.set_role("S")
+        cached = load_state(core.config) if core.config["appendonly"] else None
+        side = ReplicaSide(repl, target[0], target[1])
+        if cached is not None:
+            repl.replid, repl.offset, side.client.db = cached
+            repl.backlog_start = repl.offset
+            side.read_offset = repl.offset
+            side.has_cache = True
+            log.log(log.NOTICE, f"Replication state found: replid {cached[0]} offset {cached[1]}: "
+                                f"will try a partial resynchronization")
+        repl.replica = side
+    return repl
+
+
+def start(repl: Replication) -> None:
+    """After the data set is loaded: start following the primary, if configured."""
+    if repl.replica is not None and repl.replica.task is None:
+        repl.replica.start()
+
+
+def shutdown(repl: Replication) -> None:
+    """After the AOF was flushed on shutdown: the state file matches it."""
+    if repl.replica is not None:
+        repl.replica.save_state()
+        repl.replica.stop()
+
+
+def _unblock_writers(core) -> None:
+    """Clients blocked in write commands (XREADGROUP) or WAIT lose their reason to wait."""
+    err = CommandError("UNBLOCKED force unblock from blocking operation, instance state changed "
+                       "(master -> replica?)")
+    for c in list(core.clients.values()):
+        req = c.blocked
+        if req is not None and (req.command in ("xreadgroup", "wait") or WAIT_KEY in req.keys):
+            core.unblock(c, err)
+
+
+def become_replica(repl: Replication, host: str, port: int, who: str = ""):
+    core = repl.core
+    side = repl.replica
+    if core.is_replica and side is not None and side.host == host and side.port == port:
+        return "already"
+    if side is not None:
+        side.stop()
+        has_cache = side.has_cache
+        db = side.client.db
+    else:
+        # A primary turning into a replica: its own id and offset describe its data,
+        # so a primary promoted from one of its replicas can continue it (psync2).
+        repl.flush()
+        log.log(log.NOTICE, "Before turning into a replica, using my own master parameters to "
+                            "synthesize a cached master: I may be able to synchronize with the "
+                            "new master with just a partial transfer.")
+        has_cache = True
+        db = max(repl.cur_db, 0)
+    _unblock_writers(core)
+    repl.drop_links("this instance is turning into a replica")
+    core.is_replica = True
+    log.set_role("S")
+    new = ReplicaSide(repl, host, port, has_cache=has_cache)
+    new.client.db = db
+    repl.replica = new
+    log.log(log.NOTICE, f"REPLICAOF {host}:{port} enabled")
+    new.start()
+    return "ok"
+
+
+def become_primary(repl: Replication, who: str = "") -> None:
+    core = repl.core
+    side = repl.replica
+    if not core.is_replica:
+        return
+    if side is not None:
+        side.stop()
+        core.remove_client(side.client)
+    repl.replica = None
+    core.is_replica = False
+    log.set_role("M")
+    repl.shift_replid()
+    if not repl.backlog_active:
+        repl.create_backlog()
+    # Chained replicas reconnect and learn the new id (+CONTINUE <new id>).
+    repl.drop_links("this instance was promoted")
+    remove_state(core.config)
+    log.log(log.NOTICE, f"MASTER MODE enabled (user request from '{who}')")

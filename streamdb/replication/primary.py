@@ -1,0 +1,413 @@
+"""Replication, primary side: replication id and offset, the backlog, replica links, WAIT.
+
+The replication stream is the effect stream: ``Replication.sink`` is an effect
+sink (core.effect_sinks) that encodes each batch as RESP, with a ``SELECT``
+whenever the database changes, exactly as the AOF writer does.  Offsets count
+bytes of that stream, as Redis's do:
+
+* ``offset`` (INFO master_repl_offset) is the number of bytes in the stream so far;
+* the backlog keeps the last ``repl-backlog-size`` bytes, from stream position
+  ``backlog_start`` (INFO repl_backlog_first_byte_offset is ``backlog_start + 1``);
+* a replica that has processed N bytes asks ``PSYNC <replid> N+1``.
+
+A replica link is a normal client connection that sent PSYNC: from then on its
+``client.kind`` is ``"replica"`` (no READONLY/MISCONF rules, not a normal
+client), the stream is written to it with ``client.deliver(Raw(bytes))`` at the
+end of each loop turn (``flush``, a ``before_reply_hook``), and the REPLCONF
+ACKs it sends are ordinary commands on the same connection.
+
+The same object serves a replica: there the backlog is fed with the exact
+bytes received from its primary (``feed_proxied``), not with re-encoded effects,
+so a chained replica sees the primary's offsets and ids (Redis's psync2), and
+after ``REPLICAOF NO ONE`` the old id stays valid as ``replid2`` up to
+``second_offset``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+
+from .. import log
+from ..commands.context import BlockRequest
+from ..persistence.aof import encode_command, state_commands
+from ..protocol.reply import OK, CommandError, Raw
+
+__all__ = ["Replication", "ReplicaLink", "new_replid", "WAIT_KEY"]
+
+# The pseudo key WAIT blocks on: an ACK signals it, so the core's blocked-client
+# machinery (FIFO, unblock on disconnect) serves WAIT too.
+WAIT_KEY = b"\x00streamdb:wait"
+NO_ID = "0" * 40
+PING_CMD = encode_command([b"PING"])
+GETACK_CMD = encode_command([b"REPLCONF", b"GETACK", b"*"])
+
+
+def new_replid() -> str:
+    return os.urandom(20).hex()
+
+
+class ReplicaLink:
+    """One connected replica, as the primary sees it."""
+
+    __slots__ = ("client", "ip", "port", "ack_offset", "ack_time", "since")
+
+    def __init__(self, client, ip: str, port: int) -> None:
+        self.client = client
+        self.ip = ip
+        self.port = port
+        self.ack_offset = 0
+        now = time.monotonic()
+        self.ack_time = now
+        self.since = now
+
+    @property
+    def name(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+
+class Replication:
+    def __init__(self, core, server=None) -> None:
+        self.core = core
+        self.server = server
+        self.replid = new_replid()
+        self.replid2 = NO_ID
+        self.second_offset = -1
+        self.offset = 0
+        self.backlog: deque[bytes] = deque()
+        self.backlog_start = 0
+        self.histlen = 0
+        self.backlog_active = False
+        self.cur_db = -1                 # the db the stream is in (-1: next batch SELECTs)
+        self.pending: list[bytes] = []   # stream bytes not yet written to the links
+        self.links: dict[int, ReplicaLink] = {}
+        self.handshakes: dict[int, dict] = {}    # client id -> REPLCONF info before PSYNC
+        self.waiters: dict[int, tuple] = {}      # client id -> (client, req, target, numreplicas)
+        self.getack_wanted = False
+        self.last_ping = time.monotonic()
+        self.sync_full = 0
+        self.sync_partial_ok = 0
+        self.sync_partial_err = 0
+        self.replica = None              # replica.ReplicaSide while following a primary
+
+    # -- the stream ---------------------------------------------------------------
+
+    def create_backlog(self) -> None:
+        if self.backlog_active:
+            return
+        self.backlog_active = True
+        self.backlog.clear()
+        self.backlog_start = self.offset
+        self.histlen = 0
+        self.core.effect_sinks.append(self.sink)
+        log.log(log.NOTICE, f"Replication backlog created, my new replication IDs are "
+                            f"'{self.replid}' and '{self.replid2}'")
+
+    def sink(self, db: int, effects: list[list[bytes]]) -> None:
+        """Effect sink: one command's (or transaction's) effects into the stream."""
+        if self.core.is_replica:
+            return      # a replica's stream is its primary's bytes (feed_proxied)
+        parts = []
+        if db != self.cur_db:
+            parts.append(encode_command([b"SELECT", b"%d" % db]))
+            self.cur_db = db
+        for argv in effects:
+            parts.append(encode_command(argv))
+            if argv[0] == b"SELECT":
+                self.cur_db = int(argv[1])
+        self._feed(b"".join(parts) if len(parts) > 1 else parts[0])
+
+    def feed_proxied(self, data: bytes) -> None:
+        """A replica: bytes applied from its primary's stream, passed on unchanged."""
+        if not self.backlog_active:
+            self.create_backlog()
+        self._feed(data)
+        self.flush()
+
+    def _feed(self, data: bytes) -> None:
+        self.backlog.append(data)
+        self.histlen += len(data)
+        self.offset += len(data)
+        size = self.core.config["repl-backlog-size"]
+        if self.histlen > size:
+            bl = self.backlog
+            while self.histlen - len(bl[0]) >= size:
+                old = bl.popleft()
+                self.histlen -= len(old)
+                self.backlog_start += len(old)
+            if self.histlen > size:
+                cut = self.histlen - size
+                bl[0] = bl[0][cut:]
+                self.histlen -= cut
+                self.backlog_start += cut
+        if self.links:
+            self.pending.append(data)
+
+    def backlog_from(self, pos: int) -> bytes:
+        """The stream bytes from position ``pos`` to the end (pos within the backlog)."""
+        skip = pos - self.backlog_start
+        out = []
+        for chunk in self.backlog:
+            if skip >= len(chunk):
+                skip -= len(chunk)
+                continue
+            out.append(chunk[skip:] if skip else chunk)
+            skip = 0
+        return b"".join(out)
+
+    def reset_stream(self, replid: str, offset: int) -> None:
+        """A replica after a full sync: the primary's id and offset, an empty backlog."""
+        self.replid = replid
+        self.replid2 = NO_ID
+        self.second_offset = -1
+        self.offset = offset
+        self.backlog.clear()
+        self.backlog_start = offset
+        self.histlen = 0
+        self.pending.clear()
+        if not self.backlog_active:
+            self.create_backlog()
+
+    def shift_replid(self) -> None:
+        """Promotion: a new id; the old one stays valid up to the current offset (psync2)."""
+        self.flush()
+        self.replid2 = self.replid
+        self.second_offset = self.offset + 1
+        self.replid = new_replid()
+        self.cur_db = -1
+        log.log(log.NOTICE, f"Setting secondary replication ID to {self.replid2}, valid up to "
+                            f"offset: {self.second_offset}. New replication ID is {self.replid}")
+
+    def flush(self) -> None:
+        """End of turn (and cron): write the stream bytes of this turn to every link."""
+        if self.getack_wanted and self.links and not self.core.is_replica:
+            self.getack_wanted = False
+            self._feed(GETACK_CMD)
+        if not self.pending:
+            return
+        data = b"".join(self.pending) if len(self.pending) > 1 else self.pending[0]
+        self.pending.clear()
+        clients = self.core.clients
+        for link in list(self.links.values()):
+            if link.client.id in clients:
+                link.client.deliver(Raw(data))
+
+    def stream_db(self) -> int:
+        """The db a replica's applying client is in at the current offset."""
+        if self.core.is_replica and self.replica is not None and self.replica.client is not None:
+            return self.replica.client.db
+        return max(self.cur_db, 0)
+
+    # -- the handshake --------------------------------------------------------------
+
+    def replconf(self, client, argv: list[bytes]):
+        if len(argv) % 2 == 0:
+            raise CommandError("ERR syntax error")
+        for i in range(1, len(argv), 2):
+            opt, val = argv[i].lower(), argv[i + 1]
+            if opt == b"listening-port":
+                try:
+                    port = int(val)
+                except ValueError:
+                    raise CommandError("ERR value is not an integer or out of range") from None
+                self.handshakes.setdefault(client.id, {})["port"] = port
+            elif opt == b"ip-address":
+                self.handshakes.setdefault(client.id, {})["ip"] = val.decode("latin-1")
+            elif opt == b"capa":
+                pass
+            elif opt == b"ack":
+                link = self.links.get(client.id)
+                if link is not None:
+                    try:
+                        off = int(val)
+                    except ValueError:
+                        return Raw(b"")
+                    link.ack_time = time.monotonic()
+                    if off > link.ack_offset:
+                        link.ack_offset = off
+                        self._signal_waiters()
+                return Raw(b"")       # ACKs are never answered
+            elif opt == b"getack":
+                return Raw(b"")       # only a replica answers GETACK (on its own link)
+            else:
+                raise CommandError(f"ERR Unrecognized REPLCONF option: "
+                                   f"{argv[i].decode('utf-8', 'replace')}")
+        return OK
+
+    def psync(self, client, replid: bytes, offset_raw: bytes):
+        core = self.core
+        if client.kind == "replica":
+            raise CommandError("ERR Replica already connected")
+        if core.is_replica and (self.replica is None or self.replica.state != "connected"):
+            raise CommandError("NOMASTERLINK Can't SYNC while not connected with my master")
+        try:
+            psync_offset = int(offset_raw)
+        except ValueError:
+            psync_offset = -1
+        info = self.handshakes.pop(client.id, {})
+        ip = info.get("ip") or client.addr.rsplit(":", 1)[0]
+        port = info.get("port", 0)
+        name = f"{ip}:{port}"
+        log.log(log.NOTICE, f"Replica {name} asks for synchronization")
+        self.flush()                     # bytes before this point belong to the other links
+        if not self.backlog_active:
+            self.create_backlog()
+        rid = replid.decode("latin-1", "replace")
+        pos = psync_offset - 1
+        reason = self._refuse_partial(rid, psync_offset)
+        client.kind = "replica"
+        link = ReplicaLink(client, ip, port)
+        if reason is None:
+            data = self.backlog_from(pos)
+            link.ack_offset = pos
+            self.links[client.id] = link
+            self.sync_partial_ok += 1
+            log.log(log.NOTICE, f"Partial resynchronization request from {name} accepted. Sending "
+                                f"{len(data)} bytes of backlog starting from offset {psync_offset}.")
+            return Raw(b"+CONTINUE %s\r\n" % self.replid.encode() + data)
+        if rid != "?":
+            self.sync_partial_err += 1
+            log.log(log.NOTICE, f"Partial resynchronization not accepted: {reason}")
+        else:
+            log.log(log.NOTICE, f"Full resync requested by replica {name}")
+        self.sync_full += 1
+        t0 = time.monotonic()
+        body = list(state_commands(core.keyspace))
+        body.append(encode_command([b"SELECT", b"%d" % self.stream_db()]))
+        payload = b"".join(body)
+        link.ack_offset = self.offset
+        self.links[client.id] = link
+        log.log(log.NOTICE, f"Starting full sync with replica {name}: {len(payload)} bytes of payload "
+                            f"at offset {self.offset} (built in {time.monotonic() - t0:.3f}s)")
+        return Raw(b"+FULLRESYNC %s %d\r\n$%d\r\n" % (self.replid.encode(), self.offset, len(payload))
+                   + payload)
+
+    def _refuse_partial(self, rid: str, psync_offset: int) -> str | None:
+        """None when ``PSYNC rid psync_offset`` can continue from the backlog, else why not."""
+        if rid == "?":
+            return "full resync requested"
+        if rid != self.replid:
+            if rid != self.replid2:
+                return f"Replication ID mismatch (Replica asked for '{rid}', my replication IDs " \
+                       f"are '{self.replid}' and '{self.replid2}')"
+            if psync_offset > self.second_offset:
+                return f"Requested offset for second ID was {psync_offset}, but I can reply up " \
+                       f"to {self.second_offset}"
+        pos = psync_offset - 1
+        if not self.backlog_active or pos < self.backlog_start or pos > self.offset:
+            return f"Unable to partial resync with replica for lack of backlog (Replica request " \
+                   f"was: {psync_offset}), my backlog covers {self.backlog_start + 1}.." \
+                   f"{self.offset}"
+        return None
+
+    def drop_links(self, why: str) -> None:
+        for link in list(self.links.values()):
+            log.log(log.NOTICE, f"Disconnecting replica {link.name}: {why}")
+            if link.client.close is not None:
+                link.client.close()
+        self.links.clear()
+        self.pending.clear()
+
+    # -- WAIT -------------------------------------------------------------------------
+
+    def count_acks(self, target: int) -> int:
+        clients = self.core.clients
+        return sum(1 for link in self.links.values()
+                   if link.ack_offset >= target and link.client.id in clients)
+
+    def wait(self, ctx, numreplicas: int, timeout_ms: int):
+        target = self.offset
+        n = self.count_acks(target)
+        if n >= numreplicas or ctx.in_exec or ctx.replaying or ctx.client.deliver is None:
+            return n
+        client = ctx.client
+
+        def serve(_ctx):
+            got = self.count_acks(target)
+            if got >= numreplicas:
+                self.waiters.pop(client.id, None)
+                return got
+            return None
+
+        req = BlockRequest([WAIT_KEY], 0, serve, n, "wait")
+        self.waiters[client.id] = (client, req)
+        self.getack_wanted = True
+        if timeout_ms > 0 and self.server is not None and self.server.loop is not None:
+            self.server.loop.call_later(timeout_ms / 1000.0, self._wait_timeout, client, req, target)
+        return req
+
+    def _wait_timeout(self, client, req, target: int) -> None:
+        self.waiters.pop(client.id, None)
+        if client.blocked is req:
+            self.core.unblock(client, self.count_acks(target))
+
+    def _signal_waiters(self) -> None:
+        for client, req in list(self.waiters.values()):
+            if client.blocked is req:
+                self.core.signal_key(client.db, WAIT_KEY)
+            else:
+                self.waiters.pop(client.id, None)
+
+    # -- periodic work ----------------------------------------------------------------
+
+    def cron(self) -> None:
+        core = self.core
+        now = time.monotonic()
+        timeout = core.config["repl-timeout"]
+        for cid, link in list(self.links.items()):
+            if cid not in core.clients:
+                del self.links[cid]
+                log.log(log.NOTICE, f"Connection with replica {link.name} lost.")
+            elif now - link.ack_time > timeout:
+                del self.links[cid]
+                log.log(log.WARNING, f"Disconnecting timedout replica (streaming sync): {link.name}")
+                if link.client.close is not None:
+                    link.client.close()
+        for cid in [c for c in self.handshakes if c not in core.clients]:
+            del self.handshakes[cid]
+        if self.links and not core.is_replica and \
+                now - self.last_ping >= core.config["repl-ping-replica-period"]:
+            self.last_ping = now
+            self._feed(PING_CMD)
+        if self.replica is not None:
+            self.replica.cron()
+        self.flush()
+
+    # -- INFO / ROLE --------------------------------------------------------------------
+
+    def info_fields(self) -> list[tuple[str, object]]:
+        core = self.core
+        fields: list[tuple[str, object]] = []
+        if core.is_replica and self.replica is not None:
+            fields += [("role", "slave")] + self.replica.info_fields()
+        else:
+            fields.append(("role", "master"))
+        now = time.monotonic()
+        live = [l for l in self.links.values() if l.client.id in core.clients]
+        fields.append(("connected_slaves", len(live)))
+        for i, link in enumerate(live):
+            fields.append((f"slave{i}", f"ip={link.ip},port={link.port},state=online,"
+                                        f"offset={link.ack_offset},lag={int(now - link.ack_time)}"))
+        fields += [
+            ("master_failover_state", "no-failover"),
+            ("master_replid", self.replid), ("master_replid2", self.replid2),
+            ("master_repl_offset", self.offset), ("second_repl_offset", self.second_offset),
+            ("repl_backlog_active", int(self.backlog_active)),
+            ("repl_backlog_size", core.config["repl-backlog-size"]),
+            ("repl_backlog_first_byte_offset", self.backlog_start + 1 if self.backlog_active else 0),
+            ("repl_backlog_histlen", self.histlen),
+        ]
+        return fields
+
+    def info_stats(self) -> list[tuple[str, object]]:
+        return [("sync_full", self.sync_full), ("sync_partial_ok", self.sync_partial_ok),
+                ("sync_partial_err", self.sync_partial_err)]
+
+    def role(self) -> list:
+        if self.core.is_replica and self.replica is not None:
+            return self.replica.role()
+        live = [l for l in self.links.values() if l.client.id in self.core.clients]
+        return [b"master", self.offset,
+                [[l.ip.encode(), b"%d" % l.port, b"%d" % l.ack_offset] for l in live]]
+

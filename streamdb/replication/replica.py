@@ -1,0 +1,414 @@
+"""Replication, replica side: follow a primary through the same apply path as AOF replay.
+
+``ReplicaSide`` runs one asyncio task per followed primary:
+
+    connect -> PING -> [AUTH] -> REPLCONF listening-port / capa -> PSYNC <replid> <offset+1>
+      +FULLRESYNC <replid> <offset>  then ``$<len>\\r\\n<payload>``: the payload is RESP
+                                     commands (SELECT + RESTORE ... REPLACE, the AOF
+                                     rewrite's form) applied after a FLUSHALL
+      +CONTINUE [<replid>]           the missed bytes follow from the backlog
+    -> the live stream, applied command by command through a client of kind
+       "master" (``core.execute``: effects reach this server's own AOF, snapshots,
+       WATCHers and blocked XREAD readers exactly as for any write)
+
+Offsets count stream bytes exactly as the primary does.  The offset only moves at
+command boundaries outside MULTI/EXEC (a dropped link in the middle of a
+transaction discards the queued part and re-requests it), and the bytes up to that
+point are passed on unchanged to this server's own backlog for chained replicas.
+
+The replica acks its offset every second (REPLCONF ACK) and at once on REPLCONF
+GETACK, drops a link silent for ``repl-timeout`` seconds, and reconnects with
+back-off.  With ``appendonly yes`` it writes ``replid offset db`` to
+``<dir>/replication.state`` after each loop turn whose effects reached its AOF,
+so a restarted replica can resynchronise partially.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from .. import log
+from ..persistence.aof import encode_command
+from ..protocol.reply import CommandError
+from ..protocol.request import ProtocolError, RequestParser
+
+__all__ = ["ReplicaSide", "ReplError", "STATE_FILE", "load_state", "state_path"]
+
+STATE_FILE = "replication.state"
+
+
+class ReplError(Exception):
+    pass
+
+
+def state_path(cfg) -> str:
+    return os.path.join(cfg["dir"], STATE_FILE)
+
+
+def load_state(cfg) -> tuple[str, int, int] | None:
+    """(replid, offset, db) saved by a replica, or None."""
+    try:
+        with open(state_path(cfg), encoding="ascii") as f:
+            parts = f.read().split()
+        replid, offset, db = parts[0], int(parts[1]), int(parts[2])
+        if len(replid) != 40 or offset < 0 or not 0 <= db < cfg["databases"]:
+            return None
+        return replid, offset, db
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return None
+
+
+def remove_state(cfg) -> None:
+    try:
+        os.unlink(state_path(cfg))
+    except OSError:
+        pass
+
+
+class _StateWriter:
+    """Scheduled like a connection (server.schedule_flush): ``flush`` runs at the end
+    of the loop turn, after the AOF hook wrote the turn's effects, and is held (and
+    retried) with the replies when that write failed."""
+
+    __slots__ = ("side",)
+
+    def __init__(self, side: "ReplicaSide") -> None:
+        self.side = side
+
+    def flush(self) -> None:
+        self.side.save_state()
+
+
+def _errors_in(reply) -> list:
+    if isinstance(reply, CommandError):
+        return [reply]
+    if isinstance(reply, list):
+        return [r for r in reply if isinstance(r, CommandError)]
+    return []
+
+
+class ReplicaSide:
+    def __init__(self, repl, host: str, port: int, has_cache: bool = False) -> None:
+        self.repl = repl
+        self.core = repl.core
+        self.server = repl.server
+        self.host = host
+        self.port = port
+        self.state = "connect"
+        self.client = self.core.replay_client("master")
+        self.has_cache = has_cache       # repl.replid/offset describe our data: try PSYNC
+        self.read_offset = repl.offset
+        self.last_io = time.monotonic()
+        self.down_since = time.monotonic()
+        self.sync_total = 0
+        self.sync_read = 0
+        self.task: asyncio.Task | None = None
+        self.writer = None
+        self.raw = bytearray()
+        self.parser: RequestParser | None = None
+        self.stopped = False
+        self.errors_to_master = 0
+        self.saved: tuple | None = None
+        self.writer_obj = _StateWriter(self)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+        self._close()
+        self._rollback()
+        self.state = "connect"
+
+    def _close(self) -> None:
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            self.writer = None
+
+    def _rollback(self) -> None:
+        """Forget a transaction whose EXEC did not arrive: the offset is before its MULTI."""
+        c = self.client
+        if c.in_multi:
+            c.in_multi = False
+            c.multi_queue = []
+            c.multi_error = False
+        self.raw = bytearray()
+        self.parser = None
+        self.read_offset = self.repl.offset
+
+    async def _run(self) -> None:
+        delay = 0.1
+        while not self.stopped:
+            try:
+                await self._session()
+            except asyncio.CancelledError:
+                raise
+            except (OSError, EOFError, asyncio.TimeoutError, asyncio.IncompleteReadError,
+                    ReplError, ProtocolError) as e:
+                what = "timeout" if isinstance(e, asyncio.TimeoutError) else (str(e) or type(e).__name__)
+                if self.state == "connected":
+                    log.log(log.WARNING, f"Connection with master lost ({what}).")
+                    delay = 0.1
+                else:
+                    log.log(log.WARNING, f"Error condition on socket for SYNC with "
+                                         f"{self.host}:{self.port}: {what}")
+            finally:
+                self._close()
+                self._rollback()
+                if self.state == "connected":
+                    self.down_since = time.monotonic()
+                self.state = "connect"
+            if self.stopped:
+                break
+            log.log(log.VERBOSE, f"Reconnecting to MASTER {self.host}:{self.port} in {delay:.1f}s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    # -- one connection ---------------------------------------------------------------
+
+    async def _readline(self, reader, timeout: float) -> bytes:
+        while True:
+            line = await asyncio.wait_for(reader.readline(), timeout)
+            if not line:
+                raise EOFError("connection closed by the master")
+            self.last_io = time.monotonic()
+            line = line.rstrip(b"\r\n")
+            if line:                     # a bare newline is a keepalive
+                return line
+
+    async def _session(self) -> None:
+        cfg = self.core.config
+        timeout = cfg["repl-timeout"]
+        self.state = "connecting"
+        log.log(log.NOTICE, f"Connecting to MASTER {self.host}:{self.port}")
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(self.host, self.port), timeout)
+        self.writer = writer
+        log.log(log.NOTICE, "MASTER <-> REPLICA sync started")
+        self.state = "handshake"
+
+        async def call(*args) -> bytes:
+            writer.write(encode_command([a if isinstance(a, bytes) else str(a).encode() for a in args]))
+            return await self._readline(reader, timeout)
+
+        r = await call("PING")
+        if r.startswith(b"-") and not r.startswith((b"-NOAUTH", b"-NOPERM", b"-ERR operation not permitted")):
+            raise ReplError(f"Error reply to PING from master: '{r.decode('latin-1')}'")
+        log.log(log.NOTICE, "Master replied to PING, replication can continue...")
+        if cfg["masterauth"]:
+            args = ["AUTH"] + ([cfg["masteruser"]] if cfg["masteruser"] else []) + [cfg["masterauth"]]
+            r = await call(*args)
+            if not r.startswith(b"+"):
+                raise ReplError(f"Unable to AUTH to MASTER: {r.decode('latin-1')}")
+        await call("REPLCONF", "listening-port", cfg["port"])
+        await call("REPLCONF", "capa", "eof", "capa", "psync2")
+        repl = self.repl
+        if self.has_cache:
+            rid, off = repl.replid, repl.offset + 1
+            log.log(log.NOTICE, f"Trying a partial resynchronization (request {rid}:{off}).")
+        else:
+            rid, off = "?", -1
+            log.log(log.NOTICE, "Partial resynchronization not possible (no cached master)")
+        r = await call("PSYNC", rid, off)
+        if r.startswith(b"+FULLRESYNC"):
+            parts = r.split()
+            if len(parts) != 3:
+                raise ReplError(f"Bad FULLRESYNC reply: {r!r}")
+            new_id, new_off = parts[1].decode("ascii"), int(parts[2])
+            log.log(log.NOTICE, f"Full resync from master: {new_id}:{new_off}")
+            await self._full_sync(reader, timeout, new_id, new_off)
+        elif r.startswith(b"+CONTINUE"):
+            parts = r.split()
+            new_id = parts[1].decode("ascii") if len(parts) > 1 else repl.replid
+            if new_id != repl.replid:
+                # The primary's id changed (it was promoted): ours becomes the secondary one.
+                repl.replid2 = repl.replid
+                repl.second_offset = repl.offset + 1
+                repl.replid = new_id
+                repl.drop_links("the replication id of my master changed")
+                log.log(log.NOTICE, f"Master replication ID changed to {new_id}")
+            if not repl.backlog_active:
+                repl.create_backlog()
+            log.log(log.NOTICE, "Successful partial resynchronization with master.")
+            log.log(log.NOTICE, "MASTER <-> REPLICA sync: Master accepted a Partial Resynchronization.")
+        else:
+            raise ReplError(f"Unexpected reply to PSYNC from master: {r.decode('latin-1')}")
+        self.state = "connected"
+        self.read_offset = repl.offset
+        self.parser = RequestParser(max_bulk_len=1 << 62)
+        self.raw = bytearray()
+        self.save_state()
+        self.send_ack()
+        ack_task = asyncio.get_running_loop().create_task(self._ack_loop())
+        try:
+            while True:
+                data = await asyncio.wait_for(reader.read(1 << 16), timeout)
+                if not data:
+                    raise EOFError("connection closed by the master")
+                self.apply(data)
+        finally:
+            ack_task.cancel()
+
+    async def _full_sync(self, reader, timeout: float, new_id: str, new_off: int) -> None:
+        self.state = "sync"
+        self.has_cache = False       # until the payload is applied, our data matches no id
+        hdr = await self._readline(reader, timeout)
+        if not hdr.startswith(b"$"):
+            raise ReplError(f"Bad protocol from MASTER, the first byte is not '$': {hdr[:40]!r}")
+        total = int(hdr[1:])
+        self.sync_total, self.sync_read = total, 0
+        log.log(log.NOTICE, f"MASTER <-> REPLICA sync: receiving {total} bytes from master to memory")
+        chunks = []
+        t0 = time.monotonic()
+        while self.sync_read < total:
+            data = await asyncio.wait_for(reader.read(min(total - self.sync_read, 1 << 20)), timeout)
+            if not data:
+                raise EOFError(f"connection lost during the full sync transfer "
+                               f"({self.sync_read} of {total} bytes)")
+            chunks.append(data)
+            self.sync_read += len(data)
+            self.last_io = time.monotonic()
+        log.log(log.NOTICE, "MASTER <-> REPLICA sync: Flushing old data")
+        self.load_payload(chunks, new_id, new_off)
+        log.log(log.NOTICE, f"MASTER <-> REPLICA sync: Finished with success ({total} bytes in "
+                            f"{time.monotonic() - t0:.3f}s)")
+
+    def load_payload(self, chunks: list[bytes], new_id: str, new_off: int) -> None:
+        """Replace the dataset with the full-sync payload, in one go (one loop turn)."""
+        core, c = self.core, self.client
+        remove_state(core.config)    # the data no longer matches the saved id/offset
+        self.saved = None
+        c.in_multi = False
+        c.multi_queue = []
+        c.db = 0
+        # FLUSHALL through the applying client: this server's AOF, WATCHers and
+        # blocked readers see it like any other change.
+        core.execute(c, [b"FLUSHALL"])
+        p = RequestParser(max_bulk_len=1 << 62)
+        n = 0
+        for chunk in chunks:
+            p.feed(chunk)
+            while True:
+                argv = p.next_command()
+                if argv is None:
+                    break
+                errors = _errors_in(core.execute(c, argv))
+                if errors:
+                    raise ReplError(f"full-sync payload command {argv[0]!r} failed: {errors[0].message}")
+                n += 1
+        if p.buffered():
+            raise ReplError("full-sync payload ends in the middle of a command")
+        self.repl.reset_stream(new_id, new_off)
+        self.repl.drop_links("my master sent a full resynchronization")
+        self.has_cache = True
+        self.read_offset = new_off
+        log.log(log.NOTICE, f"MASTER <-> REPLICA sync: Loaded {n} commands of payload")
+        self.server.schedule_flush(self.writer_obj)
+
+    # -- the live stream --------------------------------------------------------------
+
+    def apply(self, data: bytes) -> None:
+        self.last_io = time.monotonic()
+        self.read_offset += len(data)
+        raw = self.raw
+        raw += data
+        p = self.parser
+        p.feed(data)
+        core, c = self.core, self.client
+        safe = 0
+        ack = False
+        while True:
+            argv = p.next_command()
+            if argv is None:
+                break
+            name = argv[0].lower()
+            if name == b"replconf":
+                if len(argv) > 1 and argv[1].lower() == b"getack":
+                    ack = True
+            elif name == b"ping":
+                pass
+            else:
+                errors = _errors_in(core.execute(c, argv))
+                if errors:
+                    self.errors_to_master += 1
+                    log.log(log.WARNING, f"== CRITICAL == This replica is sending an error to its "
+                                         f"master: '{errors[0].message}' after processing the "
+                                         f"command '{argv[0].decode('latin-1')}'")
+            if not c.in_multi:
+                safe = len(raw) - p.buffered()
+        if safe:
+            chunk = bytes(raw[:safe])
+            del raw[:safe]
+            self.repl.feed_proxied(chunk)        # offset, own backlog, chained replicas
+            self.server.schedule_flush(self.writer_obj)
+        if ack:
+            self.send_ack()
+
+    def send_ack(self) -> None:
+        if self.writer is not None and self.state == "connected":
+            self.writer.write(encode_command([b"REPLCONF", b"ACK", b"%d" % self.repl.offset]))
+
+    async def _ack_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self.send_ack()
+
+    def save_state(self) -> None:
+        """Write ``replid offset db`` (atomically) when it changed and the AOF holds the data."""
+        core = self.core
+        if core.extra.get("aof") is None or not self.has_cache:
+            return
+        state = (self.repl.replid, self.repl.offset, self.client.db)
+        if state == self.saved:
+            return
+        path = state_path(core.config)
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "w", encoding="ascii") as f:
+                f.write("%s %d %d\n" % state)
+            os.replace(tmp, path)
+            self.saved = state
+        except OSError as e:
+            log.log(log.WARNING, f"Cannot write {path}: {e}")
+
+    def cron(self) -> None:
+        pass
+
+    # -- INFO / ROLE ------------------------------------------------------------------
+
+    def info_fields(self) -> list[tuple[str, object]]:
+        now = time.monotonic()
+        up = self.state == "connected"
+        fields: list[tuple[str, object]] = [
+            ("master_host", self.host), ("master_port", self.port),
+            ("master_link_status", "up" if up else "down"),
+            ("master_last_io_seconds_ago", int(now - self.last_io) if self.writer is not None else -1),
+            ("master_sync_in_progress", int(self.state == "sync")),
+            ("slave_read_repl_offset", self.read_offset),
+            ("slave_repl_offset", self.repl.offset),
+        ]
+        if self.state == "sync":
+            fields += [("master_sync_total_bytes", self.sync_total),
+                       ("master_sync_read_bytes", self.sync_read),
+                       ("master_sync_left_bytes", self.sync_total - self.sync_read)]
+        if not up:
+            fields.append(("master_link_down_since_seconds", int(now - self.down_since)))
+        fields += [("slave_priority", self.core.config["replica-priority"]),
+                   ("slave_read_only", int(self.core.config["replica-read-only"])),
+                   ("replica_announced", 1)]
+        return fields
+
+    def role(self) -> list:
+        state = {"connect": b"connect", "connecting": b"connecting", "handshake": b"handshake",
+                 "sync": b"sync", "connected": b"connected"}[self.state]
+        return [b"slave", self.host.encode(), self.port, state, self.repl.offset]
