@@ -35,14 +35,18 @@ def install(core, server) -> Replication:
     core.extra["info_stats_replication"] = repl.info_stats
     server.before_reply_hooks.append(repl.flush)
     server.cron_hooks.append(repl.cron)
-    target = parse_replicaof(core.config["replicaof"])
+    try:
+        target = parse_replicaof(core.config["replicaof"])
+    except ValueError as e:
+        log.log(log.WARNING, f"Fatal config error: {e}")
+        raise SystemExit(1) from None
     if target is not None:
         core.is_replica = True
         log.set_role("S")
         cached = load_state(core.config) if core.config["appendonly"] else None
         side = ReplicaSide(repl, target[0], target[1])
         if cached is not None:
-            repl.replid, repl.offset, side.client.db = cached
+            repl.replid, repl.offset, side.client.db, side.cached_aof_pos = cached
             repl.backlog_start = repl.offset
             side.read_offset = repl.offset
             side.has_cache = True
@@ -54,8 +58,17 @@ def install(core, server) -> Replication:
 
 def start(repl: Replication) -> None:
     """After the data set is loaded: start following the primary, if configured."""
-    if repl.replica is not None and repl.replica.task is None:
-        repl.replica.start()
+    side = repl.replica
+    if side is not None and side.task is None:
+        if side.cached_aof_pos is not None:
+            from .replica import aof_position
+            now = aof_position(repl.core)
+            if now != side.cached_aof_pos:
+                log.log(log.WARNING, f"Replication state does not match the AOF (state written at "
+                                     f"{side.cached_aof_pos}, AOF ends at {now}): full resync")
+                side.has_cache = False
+            side.cached_aof_pos = None
+        side.start()
 
 
 def shutdown(repl: Replication) -> None:

@@ -47,17 +47,26 @@ def state_path(cfg) -> str:
     return os.path.join(cfg["dir"], STATE_FILE)
 
 
-def load_state(cfg) -> tuple[str, int, int] | None:
-    """(replid, offset, db) saved by a replica, or None."""
+def load_state(cfg) -> tuple[str, int, int, tuple[str, int]] | None:
+    """(replid, offset, db, (AOF segment, size)) saved by a replica, or None."""
     try:
         with open(state_path(cfg), encoding="ascii") as f:
             parts = f.read().split()
         replid, offset, db = parts[0], int(parts[1]), int(parts[2])
+        aof_pos = (parts[3], int(parts[4]))
         if len(replid) != 40 or offset < 0 or not 0 <= db < cfg["databases"]:
             return None
-        return replid, offset, db
+        return replid, offset, db, aof_pos
     except (OSError, ValueError, IndexError, UnicodeDecodeError):
         return None
+
+
+def aof_position(core) -> tuple[str, int] | None:
+    """Where the AOF ends now: (last segment, its size), None without an AOF."""
+    aof = core.extra.get("aof")
+    if aof is None or not aof.manifest.incrs or aof.pending or aof.buf:
+        return None
+    return aof.manifest.incrs[-1], aof.size
 
 
 def remove_state(cfg) -> None:
@@ -99,6 +108,7 @@ class ReplicaSide:
         self.state = "connect"
         self.client = self.core.replay_client("master")
         self.has_cache = has_cache       # repl.replid/offset describe our data: try PSYNC
+        self.cached_aof_pos: tuple[str, int] | None = None   # from the state file
         self.read_offset = repl.offset
         self.last_io = time.monotonic()
         self.down_since = time.monotonic()
@@ -364,25 +374,34 @@ class ReplicaSide:
             self.send_ack()
 
     def save_state(self) -> None:
-        """Write ``replid offset db`` (atomically) when it changed and the AOF holds the data."""
+        """Write ``replid offset db segment size`` (atomically) when it changed.
+
+        ``segment size`` is where the AOF ended when the state was true: at start-up
+        the state is trusted only if the loaded AOF ends exactly there (a kill between
+        the AOF write and this rename, a cut torn tail, writes of another kind: all
+        mean a full resync rather than replaying bytes twice or skipping some).
+        """
         core = self.core
-        if core.extra.get("aof") is None or not self.has_cache:
+        pos = aof_position(core)
+        if pos is None or not self.has_cache:
             return
-        state = (self.repl.replid, self.repl.offset, self.client.db)
+        state = (self.repl.replid, self.repl.offset, self.client.db, pos[0], pos[1])
         if state == self.saved:
             return
         path = state_path(core.config)
         tmp = path + ".tmp"
         try:
             with open(tmp, "w", encoding="ascii") as f:
-                f.write("%s %d %d\n" % state)
+                f.write("%s %d %d %s %d\n" % state)
             os.replace(tmp, path)
             self.saved = state
         except OSError as e:
             log.log(log.WARNING, f"Cannot write {path}: {e}")
 
     def cron(self) -> None:
-        pass
+        # The AOF may have moved without a stream turn (a snapshot rotated it).
+        if self.saved is not None and self.state == "connected":
+            self.save_state()
 
     # -- INFO / ROLE ------------------------------------------------------------------
 

@@ -268,3 +268,86 @@ def test_promotion_keeps_data_and_psync2(tmp_path):
             assert c1.info("stats")["sync_partial_ok"] == 1
             assert c1.info("stats")["sync_full"] == 0
             assert info(c2)["master_replid"] == info(c1)["master_replid"]
+
+
+def test_planned_failover_old_primary_rejoins_partially(tmp_path):
+    with ServerProcess(tmp_path / "p", "--save", "") as p, replica_of(tmp_path / "r", p) as r:
+        cp, cr = client(p), client(r)
+        populate(cp)
+        wait_synced(cp, cr)
+        assert cr.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+        cr.xadd("orders", {"on": "new primary"})
+        cr.xreadgroup("billing", "zoe", {"orders": ">"}, count=4)
+        # The old primary follows the promoted replica: its own id/offset are the
+        # promoted one's replid2/second offset, so only the new bytes travel.
+        assert cp.execute_command("REPLICAOF", "127.0.0.1", r.port) == b"OK"
+        wait_until(lambda: link_up(cp), what="old primary linked")
+        wait_synced(cr, cp)
+        assert cr.info("stats")["sync_partial_ok"] == 1 and cr.info("stats")["sync_full"] == 0
+        with pytest.raises(redis.ReadOnlyError):
+            cp.xadd("orders", {"no": 1})
+        assert cp.execute_command("REPLICAOF", "127.0.0.1", r.port) == b"OK Already connected to specified master"
+
+
+def test_chained_replica_and_masterauth(tmp_path):
+    # requirepass is set after start: the helper's readiness probe pings without AUTH.
+    def protect(srv):
+        redis.Redis(port=srv.port).config_set("requirepass", "s3cret")
+        return redis.Redis(port=srv.port, password="s3cret")
+
+    with ServerProcess(tmp_path / "p", "--save", "") as p:
+        cp = protect(p)
+        with replica_of(tmp_path / "r1", p, "--masterauth", "s3cret") as r1:
+            c1 = protect(r1)
+            sub = ServerProcess(tmp_path / "r2", "--save", "", "--replicaof", "127.0.0.1",
+                                str(r1.port), "--masterauth", "s3cret")
+            with sub:
+                c2 = redis.Redis(port=sub.port)
+                populate(cp)
+                for i in range(30):
+                    cp.xadd("orders", {"chain": i})
+                d = wait_synced(cp, c1)
+                wait_until(lambda: c2.execute_command("DEBUG", "DIGEST") == d, 10, "chained replica")
+                # Same ids and offsets down the chain (psync2).
+                assert info(c2)["master_replid"] == info(cp)["master_replid"]
+                wait_until(lambda: info(c2)["master_repl_offset"] == info(cp)["master_repl_offset"])
+                with pytest.raises(redis.AuthenticationError):
+                    redis.Redis(port=p.port, password="wrong").ping()
+
+
+def test_link_timeout_then_partial_resync(tmp_path):
+    import os
+    import signal
+    with ServerProcess(tmp_path / "p", "--save", "", "--repl-ping-replica-period", "1") as p, \
+            replica_of(tmp_path / "r", p, "--repl-timeout", "2") as r:
+        cp, cr = client(p), client(r)
+        cp.xadd("s", {"a": 1})
+        wait_synced(cp, cr)
+        os.kill(p.proc.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: not link_up(cr), 6, "replica to time the link out")
+        finally:
+            os.kill(p.proc.pid, signal.SIGCONT)
+        cp.xadd("s", {"b": 2})
+        wait_synced(cp, cr)
+        assert "Connection with master lost (timeout)" in r.log_text()
+        assert cp.info("stats")["sync_partial_ok"] >= 1 and cp.info("stats")["sync_full"] == 1
+
+
+def test_state_file_not_matching_the_aof_means_full_resync(tmp_path):
+    with ServerProcess(tmp_path / "p", "--save", "") as p:
+        cp = client(p)
+        cp.xadd("s", {"a": 1})
+        rep = replica_of(tmp_path / "r", p)
+        with rep:
+            wait_synced(cp, client(rep))
+            time.sleep(0.2)
+        state = tmp_path / "r" / "replication.state"
+        parts = state.read_text().split()
+        parts[4] = str(int(parts[4]) - 1)      # as if killed between AOF write and state write
+        state.write_text(" ".join(parts) + "\n")
+        cp.xadd("s", {"b": 2})
+        with rep:
+            wait_synced(cp, client(rep))
+            assert "does not match the AOF" in rep.log_text()
+        assert cp.info("stats")["sync_full"] == 2 and cp.info("stats")["sync_partial_ok"] == 0
