@@ -276,7 +276,7 @@ class Replication:
         body = list(state_commands(core.keyspace))
         body.append(encode_command([b"SELECT", b"%d" % self.stream_db()]))
         payload = b"".join(body)
-        link.ack_offset = self.offset
+        link.ack_offset = 0      # counts for WAIT once it acks, i.e. once the payload is loaded
         self.links[client.id] = link
         log.log(log.NOTICE, f"Starting full sync with replica {name}: {len(payload)} bytes of payload "
                             f"at offset {self.offset} (built in {time.monotonic() - t0:.3f}s)")
