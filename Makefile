@@ -6,7 +6,7 @@ VENV    := .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test soak deps redis-server node-clients bench clean
+.PHONY: run test soak deps redis-server node-clients spark-deps bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -33,7 +33,16 @@ node-clients:
 	  mkdir -p .cache/node && npm install --prefix .cache/node --silent --no-audit --no-fund ioredis@5 >/dev/null 2>&1 \
 	  || echo "ioredis not installed (npm failed): its test will be skipped"; fi
 
-test: deps redis-server node-clients
+# PySpark (and pyarrow) in the venv, and a Java runtime for Spark from Debian's
+# packages when there is none, for tests/spark.
+spark-deps: deps
+	@$(VPY) -c 'import pyspark, pyarrow' 2>/dev/null || $(VPY) -m pip install -q 'pyspark>=4.2,<5' 'pyarrow>=15'
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "installing a Java runtime (openjdk-17-jre-headless) for Spark"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
+
+test: deps redis-server node-clients spark-deps
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
 
 # Long crash/soak loops, bounded by STREAMDB_SOAK_SECONDS (CI runs a short one).
