@@ -250,6 +250,8 @@ class Snapshotter:
     # -- the effect sink ----------------------------------------------------------
 
     def sink(self, db: int, effects: list[list[bytes]]) -> None:
+        if self.full:
+            return        # the next snapshot writes every key anyway: nothing to track
         cur = db
         for argv in effects:
             name = argv[0].lower()
