@@ -222,7 +222,7 @@ def stream_state(client, key: bytes) -> dict | None:
         if "no such key" in str(e).lower():
             return None
         raise
-    d = dict(zip(reply[0::2], reply[1::2]))
+    d = reply if isinstance(reply, dict) else dict(zip(reply[0::2], reply[1::2]))   # RESP3 / RESP2
     def _id(v):
         return parse_id(v) if v else (0, 0)
     first = d.get(b"first-entry")
