@@ -165,6 +165,15 @@ class Core:
                 client.multi_error = True
             return self._error(CommandError("NOAUTH Authentication required."), spec.name,
                                rejected=True)
+        # Before MULTI queueing, as in Redis: a write queued on a replica flags the
+        # transaction (EXEC then answers EXECABORT) instead of running at EXEC.
+        if self.is_replica and spec.is_write and client.kind == "normal" \
+                and self.config["replica-read-only"]:
+            if client.in_multi:
+                client.multi_error = True
+            return self._error(CommandError(
+                "READONLY You can't write against a read only replica."), spec.name,
+                rejected=True)
         if client.in_multi and name not in _MULTI_IMMEDIATE:
             if "no-multi" in spec.flags:
                 client.multi_error = True
@@ -172,11 +181,6 @@ class Core:
                     f"ERR Command not allowed inside a transaction"), spec.name, rejected=True)
             client.multi_queue.append(argv)
             return QUEUED
-        if self.is_replica and spec.is_write and client.kind == "normal" \
-                and self.config["replica-read-only"]:
-            return self._error(CommandError(
-                "READONLY You can't write against a read only replica."), spec.name,
-                rejected=True)
         refusal = self.extra.get("write_refusal")
         if refusal and client.kind == "normal" and (spec.is_write or (
                 name == "exec" and any(_is_write(a) for a in client.multi_queue))):

@@ -133,6 +133,15 @@ def test_replica_rejects_writes_with_readonly(pair):
         got += raw.recv(4096)
     raw.close()
     assert got == (b"-" + READONLY.encode() + b"\r\n") * 2
+    # Inside MULTI the write is refused at queue time and EXEC aborts, as in Redis.
+    raw = socket.create_connection(("127.0.0.1", r.port), timeout=5)
+    raw.sendall(b"MULTI\r\nXADD orders * a 1\r\nXLEN orders\r\nEXEC\r\n")
+    got = b""
+    while got.count(b"\r\n") < 4:
+        got += raw.recv(4096)
+    raw.close()
+    assert got == (b"+OK\r\n-" + READONLY.encode() + b"\r\n+QUEUED\r\n"
+                   b"-EXECABORT Transaction discarded because of previous errors.\r\n")
     # Reads are served.
     assert rr.xlen("orders") > 0
     assert rr.xrange("orders", count=1)
@@ -211,6 +220,9 @@ def test_partial_resync_after_replica_kill9_and_restart(tmp_path):
             wait_synced(rp, rr)
             time.sleep(0.2)            # the state file is written at the end of the turn
             rep.kill9()
+            # The replica's own AOF holds what it applied (full-sync payload and live effects).
+            aof = b"".join(f.read_bytes() for f in (tmp_path / "r" / "appendonlydir").glob("*.aof"))
+            assert b"FLUSHALL" in aof and b"RESTORE" in aof and b"XCLAIM" in aof
             wait_until(lambda: info(rp)["connected_slaves"] == 0, 5, "primary to see the link drop")
             for i in range(40):        # missed while the replica is down
                 rp.xadd("orders", {"missed": i})
