@@ -136,6 +136,8 @@ class FilesReader(DataSourceReader):
 
     def read(self, partition):
         import pyarrow as pa  # noqa: F401
+        if not hasattr(partition, "stream"):   # Spark's placeholder when there are no partitions
+            return
         builder = RowBuilder(self.schema, self.codec, self.fields_as_columns)
         stream = self._db().data.get(partition.stream)
         if stream is None:

@@ -54,6 +54,8 @@ class _Options:
 
 
 def _read_range(opts: _Options, schema, part: RangePartition):
+    if not hasattr(part, "stream"):   # Spark's placeholder partition when there are none
+        return
     builder = RowBuilder(schema, opts.codec, opts.fields_as_columns)
     client = connect(opts.url)
     try:

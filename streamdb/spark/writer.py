@@ -29,7 +29,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
+                                    WriterCommitMessage)
 from pyspark.sql.types import StructType
 
 from .common import Codec, bool_option, connect, format_id, int_option, parse_id, raw
@@ -53,6 +54,27 @@ def _server_idmp_maxsize(url: str) -> int:
             client.close()
     except Exception:  # noqa: BLE001 - a server without the setting
         return 100
+
+
+def _pipeline(client, commands: list) -> list:
+    """Send every command in one write, read every reply (errors as exception objects)."""
+    import redis
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    try:
+        conn.send_packed_command(conn.pack_commands(commands))
+        replies = []
+        for _ in commands:
+            try:
+                replies.append(conn.read_response())
+            except redis.ResponseError as e:
+                replies.append(e)
+        return replies
+    except BaseException:
+        conn.disconnect()
+        raise
+    finally:
+        pool.release(conn)
 
 
 class _Writer:
@@ -120,10 +142,7 @@ class _Writer:
                         raw(client, "XCFGSET", key, "IDMP-DURATION", self.idmp_duration)
                     except Exception:  # noqa: BLE001
                         configured.discard(key)
-            p = client.pipeline(transaction=False)
-            for key, argv, _ in pipe_rows:
-                p.execute_command(*argv)
-            replies = p.execute(raise_on_error=False)
+            replies = _pipeline(client, [argv for _, argv, _ in pipe_rows])
             for (key, argv, rid), rep in zip(pipe_rows, replies):
                 if isinstance(rep, Exception):
                     if rid is not None and "equal or smaller" in str(rep):
@@ -135,28 +154,34 @@ class _Writer:
             seen_streams.update(r[0] for r in pipe_rows)
             pipe_rows.clear()
 
+        pos = {name: i for i, name in enumerate(self.names)}
+        stream_i = pos.get("stream")
+        id_i = pos.get("id") if self.has_id else None
+        idem_i = pos.get(self.idem_col) if self.idem_col else None
+        fields_i = pos.get(self.fields_col) if self.fields_col is not None else None
+        value_cols = [(enc(c), pos[c]) for c in self.value_cols]
         try:
             for n, row in enumerate(iterator):
-                d = row.asDict() if hasattr(row, "asDict") else dict(zip(self.names, row))
-                key = fixed_key if fixed_key is not None else enc(d["stream"])
+                key = fixed_key if fixed_key is not None else enc(row[stream_i])
                 fv = []
-                if self.fields_col is not None:
-                    for k, v in (d.get(self.fields_col) or {}).items():
+                if fields_i is not None:
+                    m = row[fields_i] or ()
+                    for k, v in (m.items() if isinstance(m, dict) else m):
                         if v is not None:
                             fv += [enc(k), enc(v)]
                 else:
-                    for c in self.value_cols:
-                        v = d[c]
+                    for c, i in value_cols:
+                        v = row[i]
                         if v is not None:
-                            fv += [enc(c), enc(v)]
+                            fv += [c, enc(v)]
                 if not fv:
                     raise ValueError(f"row {n} of the task has no non-null field to write")
                 argv = ["XADD", key]
                 rid = None
-                if self.has_id and d.get("id") is not None:
-                    rid = format_id(parse_id(str(d["id"])))
+                if id_i is not None and row[id_i] is not None:
+                    rid = format_id(parse_id(str(row[id_i])))
                 elif self.idempotent:
-                    iid = enc(d[self.idem_col]) if self.idem_col else str(n).encode()
+                    iid = enc(row[idem_i]) if idem_i is not None else str(n).encode()
                     argv += ["IDMP", f"{prefix}:{n // self.chunk}", iid]
                 argv += self.trim
                 argv.append(rid or "*")
@@ -172,12 +197,18 @@ class _Writer:
         return res
 
 
-class BatchWriter(DataSourceWriter):
+def _rows(batches):
+    """Row tuples out of Arrow record batches (maps come as lists of pairs)."""
+    for b in batches:
+        yield from zip(*(col.to_pylist() for col in b.columns))
+
+
+class BatchWriter(DataSourceArrowWriter):
     def __init__(self, options, schema, overwrite) -> None:
         self.w = _Writer(options, schema, overwrite, streaming=False)
 
     def write(self, iterator):
-        return self.w.write_rows(iterator)
+        return self.w.write_rows(_rows(iterator))
 
     def commit(self, messages) -> None:
         pass
@@ -186,12 +217,12 @@ class BatchWriter(DataSourceWriter):
         pass
 
 
-class StreamWriter(DataSourceStreamWriter):
+class StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options, schema, overwrite) -> None:
         self.w = _Writer(options, schema, overwrite, streaming=True)
 
     def write(self, iterator):
-        return self.w.write_rows(iterator)
+        return self.w.write_rows(_rows(iterator))
 
     def commit(self, messages, batchId) -> None:
         pass

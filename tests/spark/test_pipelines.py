@@ -4,6 +4,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 import redis
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,3 +88,14 @@ def test_group_report(spark, server, url, capsys):
     done = next(line for line in lines if " done " in line).split()
     assert slow[:6] == ["rep:1", "slow", "1", "4", "6", "1003-0"] and slow[6] == "1000-0"
     assert done[:5] == ["rep:1", "done", "0", "0", "0"]
+
+
+@pytest.mark.soak
+def test_bench_spark_runs(tmp_path):
+    """tools/bench_spark.py end to end on a small data set (its own server and session)."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_spark.py"), "--entries", "3000"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "sink, XADD IDMP" in out.stdout and "redis-py XRANGE loop" in out.stdout
