@@ -221,7 +221,8 @@ def run(args) -> list[RoundResult]:
                 res = verify(port, ledger, last_id)
                 last_id = res[5]
                 _record(results[-1], res)
-                _forget_lost(ledger, port)
+                if results[-1].lost_xadds:
+                    _forget_lost(ledger, port)
             stop = threading.Event()
             threads = [threading.Thread(target=_producer, args=(port, f"p{i}", ledger, stop, rnd * 10**7))
                        for i in range(args.producers)]
@@ -261,9 +262,17 @@ def _record(result: RoundResult, res: tuple) -> None:
 def _forget_lost(ledger: Ledger, port: int) -> None:
     """After a measured loss (everysec + power loss), later rounds compare against what survived."""
     r = redis.Redis(port=port)
+    present = set()
+    start = "-"
+    while True:
+        chunk = r.xrange(STREAM, min=start, count=5000)
+        if not chunk:
+            break
+        present.update(sid for sid, _ in chunk)
+        start = "(" + chunk[-1][0].decode()
     with ledger.lock:
         for sid in list(ledger.added):
-            if not r.xrange(STREAM, min=sid.decode(), max=sid.decode()):
+            if sid not in present:
                 del ledger.added[sid]
                 ledger.delivered.pop(sid, None)
                 ledger.acked.discard(sid)
