@@ -73,13 +73,13 @@ class RowBuilder:
             else:
                 raise ValueError(f"column {f.name!r} is not one of {', '.join(META_COLUMNS)}; "
                                  f"set fieldsAsColumns=true to pick entry fields into columns")
+        self.utf8 = codec.encoding.lower().replace("_", "-") in ("utf-8", "utf8")
         self.binary_map = any(f.name == "fields" and f.dataType.simpleString() == "map<string,binary>"
                               for f in schema.fields)
 
     def batch(self, stream: str, page: list):
         """One record batch from a raw XRANGE page ([[id, [f, v, ...]], ...])."""
         import pyarrow as pa
-        dec = self.codec.decode
         cols = []
         ids = [e[0] for e in page]
         for name, conv in self.plan:
@@ -95,15 +95,41 @@ class RowBuilder:
             elif name == "stream":
                 cols.append([stream] * len(page))
             elif name == "id":
-                cols.append([i.decode("ascii") for i in ids])
+                cols.append(pa.array(ids, type=pa.binary()).cast(pa.string()))
             elif name == "ms":
                 cols.append([int(i.partition(b"-")[0]) for i in ids])
             elif name == "seq":
                 cols.append([int(i.partition(b"-")[2]) for i in ids])
             else:   # fields
-                if self.binary_map:
-                    cols.append([list(zip(map(dec, fv[0::2]), fv[1::2])) for _, fv in page])
-                else:
-                    cols.append([list(zip(map(dec, fv[0::2]), map(dec, fv[1::2]))) for _, fv in page])
-        arrays = [pa.array(c, type=f.type) for c, f in zip(cols, self.arrow_schema)]
+                cols.append(self._map(page))
+        arrays = [c if isinstance(c, pa.Array) else pa.array(c, type=f.type)
+                  for c, f in zip(cols, self.arrow_schema)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
+
+    def _text(self, values: list):
+        """A string array from bytes: UTF-8 is checked by Arrow in C, other codecs in Python."""
+        import pyarrow as pa
+        if self.utf8:
+            try:
+                return pa.array(values, type=pa.binary()).cast(pa.string())
+            except pa.ArrowInvalid:
+                for v in values:
+                    self.codec.decode(v)      # raises the error that names the option
+                raise
+        return pa.array([self.codec.decode(v) for v in values], type=pa.string())
+
+    def _map(self, page: list):
+        """The fields map column, built from flat key/value arrays and offsets."""
+        import pyarrow as pa
+        offsets = [0]
+        keys: list = []
+        vals: list = []
+        n = 0
+        for _, fv in page:
+            keys += fv[0::2]
+            vals += fv[1::2]
+            n += len(fv) >> 1
+            offsets.append(n)
+        k = self._text(keys)
+        v = pa.array(vals, type=pa.binary()) if self.binary_map else self._text(vals)
+        return pa.MapArray.from_arrays(pa.array(offsets, type=pa.int32()), k, v)
