@@ -38,6 +38,8 @@ from .common import Codec, bool_option, connect, format_id, int_option, parse_id
 
 @dataclass
 class WriteResult(WriterCommitMessage):
+    """Per task: XADDs acknowledged (an IDMP duplicate is answered like a new entry, so it
+    counts here too) and explicit-ID rows found already present."""
     partition: int
     written: int = 0
     duplicates: int = 0
@@ -192,7 +194,6 @@ class _Writer:
             flush()
         finally:
             client.close()
-        # XADD IDMP answers a duplicate with the original id: count those from the stats.
         res.streams = sorted(k.decode("latin-1") for k in seen_streams)
         return res
 
