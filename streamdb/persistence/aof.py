@@ -42,6 +42,7 @@ import time
 import zlib
 
 from .. import log
+from .child import fork_child, reap
 
 __all__ = ["Aof", "AofError", "encode_command", "read_segment", "Manifest", "FRAME_HEADER_MAX",
            "state_commands", "write_base"]
@@ -595,19 +596,8 @@ class Aof:
             raise RuntimeError("Background append only file rewriting already in progress")
         covered = self.rotate()
         name = self._base_name(covered)
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                write_base(os.path.join(self.dir, name), self.core.keyspace)
-                code = 0
-            except BaseException as e:  # noqa: BLE001 - report anything, then exit
-                try:
-                    os.write(2, f"AOF rewrite child failed: {e!r}\n".encode())
-                except OSError:
-                    pass
-            finally:
-                os._exit(code)
+        path = os.path.join(self.dir, name)
+        pid = fork_child(lambda: write_base(path, self.core.keyspace), "AOF rewrite")
         self.rewrite_pid = pid
         self._rewrite_pending = (covered, name)
         log.log(log.NOTICE, f"Background append only file rewriting started by pid {pid}")
@@ -616,12 +606,12 @@ class Aof:
         """Cron: finish a background rewrite whose child has exited."""
         if self.rewrite_pid is None:
             return
-        pid, status = os.waitpid(self.rewrite_pid, os.WNOHANG)
-        if pid == 0:
+        code = reap(self.rewrite_pid)
+        if code is None:
             return
         self.rewrite_pid = None
         covered, name = self._rewrite_pending
-        if os.waitstatus_to_exitcode(status) == 0:
+        if code == 0:
             self._rewrite_done(covered, name)
             self.last_rewrite_ok = True
         else:

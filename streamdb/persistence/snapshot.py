@@ -35,6 +35,7 @@ import msgpack
 
 from .. import log
 from ..commands import registry
+from .child import fork_child, reap
 from .codec import CodecError, decode_value, encode_value
 
 __all__ = ["Snapshotter", "SnapshotError", "load_snapshot", "write_snapshot", "snapshot_info"]
@@ -321,21 +322,12 @@ class Snapshotter:
             raise RuntimeError("Background append only file rewriting in progress")
         dirty, covered, state = self._begin()
         now = self.core.now_ms()
-        pid = os.fork()
-        if pid == 0:   # the child: write and leave without running anything of the parent's
-            code = 1
-            try:
-                stats = write_snapshot(self.path, self.core.keyspace, dirty, covered, now)
-                with open(os.path.join(self.path, "last-save.stats"), "wb") as f:
-                    f.write(msgpack.packb(stats))
-                code = 0
-            except BaseException as e:   # noqa: BLE001 - report anything, then exit
-                try:
-                    os.write(2, f"snapshot child failed: {e!r}\n".encode())
-                except OSError:
-                    pass
-            finally:
-                os._exit(code)
+        def work() -> None:
+            stats = write_snapshot(self.path, self.core.keyspace, dirty, covered, now)
+            with open(os.path.join(self.path, "last-save.stats"), "wb") as f:
+                f.write(msgpack.packb(stats))
+
+        pid = fork_child(work, "snapshot")
         self.child_pid = pid
         self._pending = state
         self.in_progress = True
@@ -344,13 +336,13 @@ class Snapshotter:
     def poll(self) -> None:
         """Cron: reap a finished child; start a BGSAVE when a ``save`` rule says so."""
         if self.child_pid is not None:
-            pid, status = os.waitpid(self.child_pid, os.WNOHANG)
-            if pid == 0:
+            code = reap(self.child_pid)
+            if code is None:
                 return
             self.child_pid = None
             self.in_progress = False
             state, self._pending = self._pending, None
-            if os.waitstatus_to_exitcode(status) == 0:
+            if code == 0:
                 stats = {}
                 try:
                     with open(os.path.join(self.path, "last-save.stats"), "rb") as f:
