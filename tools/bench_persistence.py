@@ -107,36 +107,33 @@ def _ready(port: int, proc: subprocess.Popen, timeout: float = 600) -> None:
     wait_for_ping(port, proc, timeout)
 
 
-def w_always(cfg) -> list[Row]:
-    servers = {"redis": Proc("redis", cfg.workdir, "--appendonly", "yes", "--appendfsync", "always").start(),
-               "streamdb": Proc("streamdb", cfg.workdir, "--appendonly", "yes", "--appendfsync", "always").start()}
+def _xadd_side_by_side(cfg, label: str, servers: dict) -> dict:
+    """redis-benchmark XADD, 50 clients, on both servers, alternating; stops them after."""
     try:
         def run(srv):
             delete(srv.port, b"bench")
             return redis_benchmark(srv.port, 50, cfg.n_xadd, 1, "XADD", "bench", "*", "f", "v")
-        res = alternate(servers, cfg.rounds, "always", run)
+        res = alternate({k: s.start() for k, s in servers.items()}, cfg.rounds, label, run)
     finally:
         for s in servers.values():
             s.stop()
-    return [Row("XADD, 50 clients, appendfsync always", "req/s", median_of(res["redis"], "rps"),
-                median_of(res["streamdb"], "rps"), ">=", 0.8)]
+    return {k: median_of(v, "rps") for k, v in res.items()}
+
+
+def w_always(cfg) -> list[Row]:
+    rps = _xadd_side_by_side(cfg, "always", {
+        "redis": Proc("redis", cfg.workdir, "--appendonly", "yes", "--appendfsync", "always"),
+        "streamdb": Proc("streamdb", cfg.workdir, "--appendonly", "yes", "--appendfsync", "always")})
+    return [Row("XADD, 50 clients, appendfsync always", "req/s", rps["redis"], rps["streamdb"],
+                ">=", 0.8)]
 
 
 def w_everysec(cfg) -> list[Row]:
-    servers = {"redis": Proc("streamdb", cfg.workdir, "--appendonly", "no").start(),
-               "streamdb": Proc("streamdb", cfg.workdir, "--appendonly", "yes",
-                                "--appendfsync", "everysec").start()}
-    try:
-        def run(srv):
-            delete(srv.port, b"bench")
-            return redis_benchmark(srv.port, 50, cfg.n_xadd, 1, "XADD", "bench", "*", "f", "v")
-        res = alternate(servers, cfg.rounds, "everysec", run)
-    finally:
-        for s in servers.values():
-            s.stop()
-    return [Row("XADD, everysec vs appendonly no (both StreamDB)", "req/s",
-                median_of(res["redis"], "rps"), median_of(res["streamdb"], "rps"), ">=", 0.9,
-                note="'Redis 7.0' column = StreamDB appendonly no")]
+    rps = _xadd_side_by_side(cfg, "everysec", {
+        "redis": Proc("streamdb", cfg.workdir, "--appendonly", "no"),
+        "streamdb": Proc("streamdb", cfg.workdir, "--appendonly", "yes", "--appendfsync", "everysec")})
+    return [Row("XADD, everysec vs appendonly no (both StreamDB)", "req/s", rps["redis"],
+                rps["streamdb"], ">=", 0.9, note="'Redis 7.0' column = StreamDB appendonly no")]
 
 
 def _pinger(port: int, stop: threading.Event, out: list) -> None:

@@ -17,35 +17,8 @@ from streamdb.commands import COMMANDS
 from streamdb.commands.server import digest_keyspace
 from streamdb.server.core import BLOCKED, Core
 
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def _b(*args) -> list[bytes]:
-    return [a if isinstance(a, bytes) else str(a).encode() for a in args]
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.batches: list[tuple[int, list[list[bytes]]]] = []
-
-    def __call__(self, db: int, effects: list[list[bytes]]) -> None:
-        self.batches.append((db, [list(a) for a in effects]))
-
-
-def replay(batches, core: Core) -> None:
-    client = core.replay_client()
-    for db, effects in batches:
-        if client.db != db:
-            assert core.execute(client, _b("SELECT", db)) is not None
-        for argv in effects:
-            reply = core.execute(client, argv)
-            assert not hasattr(reply, "message"), (argv, getattr(reply, "message", None))
+from inproc import FakeClock, Recorder, replay
+from inproc import argv as _b
 
 
 def random_workload(core: Core, clock: FakeClock, rng: random.Random, steps: int) -> None:

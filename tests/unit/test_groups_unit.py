@@ -18,8 +18,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 import streamdb.commands  # noqa: F401  (fills the command table)
 from streamdb.commands.server import digest_keyspace
 from streamdb.engine import ConsumerGroup
-from streamdb.protocol.reply import CommandError
 from streamdb.server.core import BLOCKED, Core
+
+from inproc import FakeClock, replay
+from inproc import argv as _b
 
 # ---------------------------------------------------------------------------
 # Engine: PEL invariants
@@ -107,18 +109,6 @@ TestPelMachine.settings = settings(max_examples=60, stateful_step_count=40, dead
 # ---------------------------------------------------------------------------
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def _b(*args) -> list[bytes]:
-    return [a if isinstance(a, bytes) else str(a).encode() for a in args]
-
-
 class Env:
     """A Core with a fake clock and an effect recorder."""
 
@@ -141,15 +131,8 @@ class Env:
         return [a for _, eff in new for a in eff if a[0] not in (b"MULTI", b"EXEC")]
 
     def replay_into_fresh(self) -> Core:
-        fresh = Core(clock=FakeClock())
-        fresh.clock.t = self.clock.t + 3600     # replay happens later; times must not move
-        client = fresh.replay_client()
-        for db, effects in self.batches:
-            if client.db != db:
-                fresh.execute(client, _b("SELECT", db))
-            for argv in effects:
-                reply = fresh.execute(client, argv)
-                assert not isinstance(reply, CommandError), (argv, reply.message)
+        fresh = Core(clock=FakeClock(self.clock.t + 3600))  # replay happens later; times must not move
+        replay(self.batches, fresh)
         return fresh
 
 
