@@ -40,6 +40,9 @@ from pathlib import Path
 
 import hiredis
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from streamdb.tools.procs import free_port, wait_until_ready  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 REDIS_BENCHMARK = shutil.which("redis-benchmark") or "/usr/bin/redis-benchmark"
@@ -61,12 +64,6 @@ def progress(msg: str, done: bool = False) -> None:
     else:
         sys.stderr.write(msg + "\n")
     sys.stderr.flush()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def resp(*args) -> bytes:
@@ -117,20 +114,7 @@ class Conn:
 # ---------------------------------------------------------------------------
 
 
-def wait_for_ping(port: int, proc: subprocess.Popen, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server on port {port} exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(64).startswith(b"+PONG"):
-                    return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"server on port {port} did not answer PING")
+wait_for_ping = wait_until_ready
 
 
 class Server:

@@ -28,7 +28,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,27 +37,10 @@ from dataclasses import dataclass, field
 
 import redis
 
+from .procs import free_port, wait_until_ready
+
 STREAM = "crash:log"
 GROUP = "crash-group"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_ready(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode} during start-up")
-        try:
-            if redis.Redis(port=port, socket_timeout=1).ping():
-                return
-        except redis.RedisError:
-            time.sleep(0.05)
-    raise TimeoutError("server did not become ready")
 
 
 @dataclass
@@ -202,7 +184,7 @@ def run(args) -> list[RoundResult]:
     if args.dir and os.path.exists(data_dir) and not args.keep:
         shutil.rmtree(data_dir)
     os.makedirs(data_dir, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     ledger = Ledger()
     results: list[RoundResult] = []
     cmd = [sys.executable, "-m", "streamdb", "--port", str(port), "--dir", data_dir,
@@ -213,7 +195,7 @@ def run(args) -> list[RoundResult]:
     try:
         for rnd in range(1, args.rounds + 1):
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-            _wait_ready(port, proc)
+            wait_until_ready(port, proc, timeout=60)
             r = redis.Redis(port=port)
             if rnd == 1:
                 r.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
@@ -242,7 +224,7 @@ def run(args) -> list[RoundResult]:
             _progress(rnd, args.rounds)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         try:
-            _wait_ready(port, proc)
+            wait_until_ready(port, proc, timeout=60)
             _record(results[-1], verify(port, ledger, last_id))
         finally:
             proc.terminate()
