@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-import signal
 import sys
+import time
 
 from . import __version__, log
 from .config import Config, ConfigError
@@ -26,6 +26,7 @@ async def serve(cfg: Config) -> int:
     from .commands import persistence
     from .persistence.recovery import RecoveryError, open_persistence
     from .server.core import Core
+    from .server.lifecycle import aof_bytes_on_disk, install_signal_handlers, log_loaded
     from .server.network import Server
 
     core = Core(cfg)
@@ -39,29 +40,28 @@ async def serve(cfg: Config) -> int:
     core.extra["config_changed"] = lambda names: _apply_config(core, store.aof, names)
     server.cron_hooks.append(store.cron)
     await server.start()
-    log.log(log.NOTICE, f"StreamDB {__version__} (Redis protocol 7.0 compatible) pid={os.getpid()} "
-                        f"port={cfg['port']} bind={cfg['bind']} dir={os.path.abspath(cfg['dir'])} "
-                        f"config={cfg.file or '(none)'} appendonly={'yes' if cfg['appendonly'] else 'no'} "
-                        f"appendfsync={cfg['appendfsync']}")
+    # From here a signal takes the SHUTDOWN path (even while loading: it runs after the load).
+    install_signal_handlers(asyncio.get_running_loop(), server.request_stop)
+    aof_bytes = aof_bytes_on_disk(cfg)
+    load_started = time.monotonic()
     try:
         await store.load(server)
     except RecoveryError as e:
         log.log(log.WARNING, str(e))
         await server.close()
         return 1
-    log.log(log.NOTICE, f"Data loaded: {sum(len(db) for db in core.keyspace.dbs)} keys")
+    log_loaded(core.keyspace, aof_bytes, time.monotonic() - load_started)
     # Long-lived data is loaded by now: keep the cyclic GC from rescanning it.
     gc.collect()
     gc.freeze()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, server.request_stop)
     log.log(log.NOTICE, "Ready to accept connections tcp")
     replication.start(repl)
-    await server.serve_until_stopped()
+    await server.serve_until_stopped()      # SHUTDOWN, SIGTERM or SIGINT; listeners closed
+    log.log(log.WARNING, "User requested shutdown...")
     store.shutdown(core.extra.get("shutdown_save"))
     replication.shutdown(repl)
-    log.log(log.NOTICE, "StreamDB is now ready to exit, bye bye...")
+    await server.close()                    # last replies out, then every client closed
+    await asyncio.sleep(0)                  # let the transports finish closing
     return 0
 
 
@@ -71,6 +71,8 @@ def _apply_config(core, aof, names: list[str]) -> None:
         aof.policy = core.config["appendfsync"]
     if "aof-load-truncated" in names and aof is not None:
         aof.load_truncated = core.config["aof-load-truncated"]
+    if "loglevel" in names:
+        log.set_level(core.config["loglevel"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,17 +85,46 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, OSError) as e:
         print(f"*** FATAL CONFIG FILE ERROR ***\n{e}", file=sys.stderr)
         return 1
-    log.configure(cfg["loglevel"], cfg["logfile"])
+    try:
+        log.configure(cfg["loglevel"], cfg["logfile"], syslog_enabled=cfg["syslog-enabled"],
+                      syslog_ident=cfg["syslog-ident"], syslog_facility=cfg["syslog-facility"])
+    except OSError as e:
+        print(f"Can't open the log file: {e}", file=sys.stderr)
+        return 1
+    return run_server(cfg)
+
+
+def run_server(cfg: Config) -> int:
+    """Lock the data directory, write the pid file, serve; undo both on the way out."""
+    from .server.lifecycle import DataDirLock, LifecycleError, PidFile, log_startup_banner
+
+    log_startup_banner(cfg)
+    lock = DataDirLock(cfg["dir"])
+    try:
+        lock.acquire()
+    except (LifecycleError, OSError) as e:
+        log.log(log.WARNING, str(e))
+        return 1
+    pidfile = PidFile(cfg["pidfile"]) if cfg["pidfile"] else None
+    if pidfile is not None:
+        pidfile.write()
     try:
         import uvloop
         uvloop.install()
     except ImportError:
         pass
     try:
-        return asyncio.run(serve(cfg))
+        code = asyncio.run(serve(cfg))
     except OSError as e:
         log.log(log.WARNING, f"Failed listening on port {cfg['port']}: {e}")
-        return 1
+        code = 1
+    finally:
+        if pidfile is not None:
+            pidfile.remove()
+        lock.release()
+    if code == 0:
+        log.log(log.WARNING, "StreamDB is now ready to exit, bye bye...")
+    return code
 
 
 if __name__ == "__main__":
