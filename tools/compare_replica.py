@@ -11,7 +11,8 @@ data may still move between the two DEBUG DIGEST calls, so a mismatch is
 retried (--retries) before the per-stream detail is printed.
 
 Per stream: length, last id, entries-added, max-deleted id, DEBUG DIGEST-VALUE,
-and per group: last-delivered id, entries-read, lag, PEL size, consumers.
+and per group: last-delivered id, entries-read, lag, the PEL (id, owner, delivery
+count) and the consumers with their pending counts.
 
 Exit status: 0 equal, 1 different, 2 could not compare (connection, timeout).
 """
@@ -35,25 +36,57 @@ def _offset(r: redis.Redis, field: str) -> int:
     return int(r.info("replication").get(field, 0))
 
 
+def _fields(reply) -> dict:
+    """An XINFO reply as {str field: value}, whether redis-py parsed it or not."""
+    if not isinstance(reply, dict):
+        reply = dict(zip(reply[::2], reply[1::2]))
+    return {(k.decode() if isinstance(k, bytes) else k): v for k, v in reply.items()}
+
+
 def stream_detail(r: redis.Redis, db: int, key: bytes) -> dict:
     r.execute_command("SELECT", db)
     out: dict = {"type": r.type(key)}
     if out["type"] != b"stream":
         out["digest"] = r.execute_command("DEBUG", "DIGEST-VALUE", key)
         return out
-    info = r.execute_command("XINFO", "STREAM", key)
-    info = dict(zip(info[::2], info[1::2]))
-    out.update({"length": info.get(b"length"), "last_id": info.get(b"last-generated-id"),
-                "entries_added": info.get(b"entries-added"),
-                "max_deleted_id": info.get(b"max-deleted-entry-id"),
+    info = _fields(r.execute_command("XINFO", "STREAM", key))
+    out.update({"length": info.get("length"), "last_id": info.get("last-generated-id"),
+                "entries_added": info.get("entries-added"),
+                "max_deleted_id": info.get("max-deleted-entry-id"),
                 "digest": r.execute_command("DEBUG", "DIGEST-VALUE", key)})
+    out["groups"] = group_detail(r, key)
+    return out
+
+
+def group_detail(r: redis.Redis, key: bytes) -> dict:
+    """Per group of a stream (in the connection's current db): last-delivered id,
+    entries-read, lag, the whole PEL (id, owner, delivery count) and the consumers
+    with their pending counts.  Idle times are left out: they are clock readings."""
     groups = {}
     for g in r.execute_command("XINFO", "GROUPS", key):
-        g = dict(zip(g[::2], g[1::2]))
-        groups[g[b"name"]] = {"last_delivered_id": g.get(b"last-delivered-id"),
-                              "entries_read": g.get(b"entries-read"), "lag": g.get(b"lag"),
-                              "pel": g.get(b"pending"), "consumers": g.get(b"consumers")}
-    out["groups"] = groups
+        g = _fields(g)
+        name = g["name"]
+        pel = r.xpending_range(key, name, "-", "+", max(int(g["pending"]), 1))
+        consumers = [_fields(c) for c in r.execute_command("XINFO", "CONSUMERS", key, name)]
+        groups[name] = {"last_delivered_id": g.get("last-delivered-id"),
+                        "entries_read": g.get("entries-read"), "lag": g.get("lag"),
+                        "pel": [(e["message_id"], e["consumer"], e["times_delivered"])
+                                for e in pel],
+                        "consumers": sorted((c["name"], c["pending"]) for c in consumers)}
+    return groups
+
+
+def all_group_detail(r: redis.Redis) -> dict:
+    """{(db, stream key): group_detail} for every stream with groups, in every db."""
+    out = {}
+    for name in r.info("keyspace"):
+        db = int(str(name)[2:])
+        r.execute_command("SELECT", db)
+        for key in r.scan_iter(count=1000, _type="stream"):
+            detail = group_detail(r, key)
+            if detail:
+                out[(db, key)] = detail
+    r.execute_command("SELECT", 0)
     return out
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from .. import log
 from ..protocol.reply import CommandError
+from . import state
 from .primary import WAIT_KEY, Replication
-from .replica import ReplicaSide, load_state, remove_state
+from .replica import ReplicaSide
 
 __all__ = ["install", "Replication", "become_replica", "become_primary", "parse_replicaof"]
 
@@ -40,34 +41,45 @@ def install(core, server) -> Replication:
     except ValueError as e:
         log.log(log.WARNING, f"Fatal config error: {e}")
         raise SystemExit(1) from None
+    # Checked against the AOF once it is loaded (start).
+    repl.cached_state = state.load(core.config) if core.config["appendonly"] else None
     if target is not None:
         core.is_replica = True
         log.set_role("S")
-        cached = load_state(core.config) if core.config["appendonly"] else None
-        side = ReplicaSide(repl, target[0], target[1])
-        if cached is not None:
-            repl.replid, repl.offset, side.client.db, side.cached_aof_pos = cached
-            repl.backlog_start = repl.offset
-            side.read_offset = repl.offset
-            side.has_cache = True
-            log.log(log.NOTICE, f"Replication state found: replid {cached[0]} offset {cached[1]}: "
-                                f"will try a partial resynchronization")
-        repl.replica = side
+        repl.replica = ReplicaSide(repl, target[0], target[1])
     return repl
 
 
 def start(repl: Replication) -> None:
-    """After the data set is loaded: start following the primary, if configured."""
+    """After the data set is loaded: adopt the saved replication state if the AOF
+    proves it (state.py), then start following the primary, if configured."""
+    st, repl.cached_state = repl.cached_state, None
+    if st is not None:
+        now = state.aof_position(repl.core)
+        if now != st.aof_pos:
+            log.log(log.WARNING, f"Replication state does not match the AOF (state written at "
+                                 f"{st.aof_pos}, AOF ends at {now}): new replication ID, "
+                                 f"replicas will need a full resync")
+            repl.forget_state()
+            st = None
     side = repl.replica
-    if side is not None and side.task is None:
-        if side.cached_aof_pos is not None:
-            from .replica import aof_position
-            now = aof_position(repl.core)
-            if now != side.cached_aof_pos:
-                log.log(log.WARNING, f"Replication state does not match the AOF (state written at "
-                                     f"{side.cached_aof_pos}, AOF ends at {now}): full resync")
-                side.has_cache = False
-            side.cached_aof_pos = None
+    if side is None:
+        if st is not None:
+            repl.restore(st)
+        return
+    if st is not None:
+        # Our data is the stream at st.offset: our primary's, or our own from when we
+        # were a primary (psync2: the new primary may have been our replica).
+        repl.replid, repl.offset = st.replid, st.offset
+        repl.replid2, repl.second_offset = st.replid2, st.second_offset
+        repl.backlog_start = repl.offset
+        repl.saved = st
+        side.client.db = max(st.db, 0)
+        side.read_offset = repl.offset
+        side.has_cache = True
+        log.log(log.NOTICE, f"Replication state found: replid {st.replid} offset {st.offset}: "
+                            f"will try a partial resynchronization")
+    if side.task is None:
         side.start()
 
 
@@ -76,6 +88,8 @@ def shutdown(repl: Replication) -> None:
     if repl.replica is not None:
         repl.replica.save_state()
         repl.replica.stop()
+    elif repl.core.config["appendonly"]:
+        repl.save_state(repl.cur_db)
 
 
 def _unblock_writers(core) -> None:
@@ -134,5 +148,5 @@ def become_primary(repl: Replication, who: str = "") -> None:
         repl.create_backlog()
     # Chained replicas reconnect and learn the new id (+CONTINUE <new id>).
     repl.drop_links("this instance was promoted")
-    remove_state(core.config)
+    repl.forget_state()          # the next cron saves the new id
     log.log(log.NOTICE, f"MASTER MODE enabled (user request from '{who}')")

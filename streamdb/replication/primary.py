@@ -33,13 +33,14 @@ from .. import log
 from ..commands.context import BlockRequest
 from ..persistence.aof import encode_command, state_commands
 from ..protocol.reply import OK, CommandError, Raw
+from . import state
+from .state import NO_ID, SavedState
 
 __all__ = ["Replication", "ReplicaLink", "new_replid", "WAIT_KEY"]
 
 # The pseudo key WAIT blocks on: an ACK signals it, so the core's blocked-client
 # machinery (FIFO, unblock on disconnect) serves WAIT too.
 WAIT_KEY = b"\x00streamdb:wait"
-NO_ID = "0" * 40
 PING_CMD = encode_command([b"PING"])
 GETACK_CMD = encode_command([b"REPLCONF", b"GETACK", b"*"])
 
@@ -90,6 +91,8 @@ class Replication:
         self.sync_partial_ok = 0
         self.sync_partial_err = 0
         self.replica = None              # replica.ReplicaSide while following a primary
+        self.saved: SavedState | None = None     # what replication.state holds (state.py)
+        self.cached_state: SavedState | None = None  # read at start-up, checked after loading
 
     # -- the stream ---------------------------------------------------------------
 
@@ -117,6 +120,9 @@ class Replication:
             if argv[0] == b"SELECT":
                 self.cur_db = int(argv[1])
         self._feed(b"".join(parts) if len(parts) > 1 else parts[0])
+        writer = self.core.current_client
+        if writer is not None:
+            writer.woff = self.offset
 
     def feed_proxied(self, data: bytes) -> None:
         """A replica: bytes applied from its primary's stream, passed on unchanged."""
@@ -199,6 +205,39 @@ class Replication:
             return self.replica.client.db
         return max(self.cur_db, 0)
 
+    # -- the saved state (state.py) -------------------------------------------------
+
+    def save_state(self, db: int) -> None:
+        """Record that the AOF, as it ends now, holds the data at ``self.offset``."""
+        pos = state.aof_position(self.core)
+        if pos is None:
+            return
+        st = SavedState(self.replid, self.offset, db, pos[0], pos[1], self.replid2,
+                        self.second_offset)
+        if st != self.saved and state.save(self.core.config, st):
+            self.saved = st
+
+    def forget_state(self) -> None:
+        state.remove(self.core.config)
+        self.saved = None
+
+    def restore(self, st: SavedState) -> None:
+        """A primary restarted from an AOF that ends where ``st`` says.
+
+        Its data is the stream at ``st.offset``, but a replica may have seen bytes
+        past it that the restarted primary lost (written to the link, not yet saved
+        in the state).  So the restored id becomes the secondary one, valid up to
+        this offset only (psync2, as on promotion): a replica at or before it
+        continues partially, one ahead of it gets a full resync, and new writes
+        belong to a new id.  The backlog starts empty at the restored offset.
+        """
+        self.replid, self.offset = st.replid, st.offset
+        self.backlog_start = st.offset
+        self.create_backlog()
+        log.log(log.NOTICE, f"Replication ID and offset restored from the AOF: "
+                            f"{self.replid}:{self.offset}")
+        self.shift_replid()
+
     # -- the handshake --------------------------------------------------------------
 
     def replconf(self, client, argv: list[bytes]):
@@ -276,7 +315,7 @@ class Replication:
         body = list(state_commands(core.keyspace))
         body.append(encode_command([b"SELECT", b"%d" % self.stream_db()]))
         payload = b"".join(body)
-        link.ack_offset = 0      # counts for WAIT once it acks, i.e. once the payload is loaded
+        link.ack_offset = -1     # counts for WAIT once it acks, i.e. once the payload is loaded
         self.links[client.id] = link
         log.log(log.NOTICE, f"Starting full sync with replica {name}: {len(payload)} bytes of payload "
                             f"at offset {self.offset} (built in {time.monotonic() - t0:.3f}s)")
@@ -317,7 +356,9 @@ class Replication:
                    if link.ack_offset >= target and link.client.id in clients)
 
     def wait(self, ctx, numreplicas: int, timeout_ms: int):
-        target = self.offset
+        # The offset after this client's own last write, as Redis's c->woff: a
+        # client that wrote nothing is covered by every connected replica.
+        target = ctx.client.woff
         n = self.count_acks(target)
         if n >= numreplicas or ctx.in_exec or ctx.replaying or ctx.client.deliver is None:
             return n
@@ -370,9 +411,13 @@ class Replication:
                 now - self.last_ping >= core.config["repl-ping-replica-period"]:
             self.last_ping = now
             self._feed(PING_CMD)
+        self.flush()
         if self.replica is not None:
             self.replica.cron()
-        self.flush()
+        elif not core.is_replica and self.core.config["appendonly"]:
+            # Not per turn (a file rename per write turn costs the primary): a kill -9
+            # right after a write finds the state behind the AOF, hence a full resync.
+            self.save_state(self.cur_db)
 
     # -- INFO / ROLE --------------------------------------------------------------------
 
@@ -387,8 +432,10 @@ class Replication:
         live = [l for l in self.links.values() if l.client.id in core.clients]
         fields.append(("connected_slaves", len(live)))
         for i, link in enumerate(live):
-            fields.append((f"slave{i}", f"ip={link.ip},port={link.port},state=online,"
-                                        f"offset={link.ack_offset},lag={int(now - link.ack_time)}"))
+            state = "online" if link.ack_offset >= 0 else "send_bulk"
+            fields.append((f"slave{i}", f"ip={link.ip},port={link.port},state={state},"
+                                        f"offset={max(link.ack_offset, 0)},"
+                                        f"lag={int(now - link.ack_time)}"))
         fields += [
             ("master_failover_state", "no-failover"),
             ("master_replid", self.replid), ("master_replid2", self.replid2),
@@ -409,5 +456,5 @@ class Replication:
             return self.replica.role()
         live = [l for l in self.links.values() if l.client.id in self.core.clients]
         return [b"master", self.offset,
-                [[l.ip.encode(), b"%d" % l.port, b"%d" % l.ack_offset] for l in live]]
+                [[l.ip.encode(), b"%d" % l.port, b"%d" % max(l.ack_offset, 0)] for l in live]]
 

@@ -18,62 +18,27 @@ point are passed on unchanged to this server's own backlog for chained replicas.
 
 The replica acks its offset every second (REPLCONF ACK) and at once on REPLCONF
 GETACK, drops a link silent for ``repl-timeout`` seconds, and reconnects with
-back-off.  With ``appendonly yes`` it writes ``replid offset db`` to
-``<dir>/replication.state`` after each loop turn whose effects reached its AOF,
-so a restarted replica can resynchronise partially.
+back-off.  With ``appendonly yes`` it saves the primary's id and the applied
+offset (state.py) after each loop turn whose effects reached its AOF, so a
+restarted replica can resynchronise partially.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 from .. import log
 from ..persistence.aof import encode_command
 from ..protocol.reply import CommandError
 from ..protocol.request import ProtocolError, RequestParser
+from . import state
 
-__all__ = ["ReplicaSide", "ReplError", "STATE_FILE", "load_state", "state_path"]
-
-STATE_FILE = "replication.state"
+__all__ = ["ReplicaSide", "ReplError"]
 
 
 class ReplError(Exception):
     pass
-
-
-def state_path(cfg) -> str:
-    return os.path.join(cfg["dir"], STATE_FILE)
-
-
-def load_state(cfg) -> tuple[str, int, int, tuple[str, int]] | None:
-    """(replid, offset, db, (AOF segment, size)) saved by a replica, or None."""
-    try:
-        with open(state_path(cfg), encoding="ascii") as f:
-            parts = f.read().split()
-        replid, offset, db = parts[0], int(parts[1]), int(parts[2])
-        aof_pos = (parts[3], int(parts[4]))
-        if len(replid) != 40 or offset < 0 or not 0 <= db < cfg["databases"]:
-            return None
-        return replid, offset, db, aof_pos
-    except (OSError, ValueError, IndexError, UnicodeDecodeError):
-        return None
-
-
-def aof_position(core) -> tuple[str, int] | None:
-    """Where the AOF ends now: (last segment, its size), None without an AOF."""
-    aof = core.extra.get("aof")
-    if aof is None or not aof.manifest.incrs or aof.pending or aof.buf:
-        return None
-    return aof.manifest.incrs[-1], aof.size
-
-
-def remove_state(cfg) -> None:
-    try:
-        os.unlink(state_path(cfg))
-    except OSError:
-        pass
 
 
 class _StateWriter:
@@ -120,7 +85,6 @@ class ReplicaSide:
         self.parser: RequestParser | None = None
         self.stopped = False
         self.errors_to_master = 0
-        self.saved: tuple | None = None
         self.writer_obj = _StateWriter(self)
 
     # -- lifecycle ------------------------------------------------------------------
@@ -296,8 +260,7 @@ class ReplicaSide:
     def load_payload(self, chunks: list[bytes], new_id: str, new_off: int) -> None:
         """Replace the dataset with the full-sync payload, in one go (one loop turn)."""
         core, c = self.core, self.client
-        remove_state(core.config)    # the data no longer matches the saved id/offset
-        self.saved = None
+        self.repl.forget_state()     # the data no longer matches the saved id/offset
         c.in_multi = False
         c.multi_queue = []
         c.db = 0
@@ -374,33 +337,13 @@ class ReplicaSide:
             self.send_ack()
 
     def save_state(self) -> None:
-        """Write ``replid offset db segment size`` (atomically) when it changed.
-
-        ``segment size`` is where the AOF ended when the state was true: at start-up
-        the state is trusted only if the loaded AOF ends exactly there (a kill between
-        the AOF write and this rename, a cut torn tail, writes of another kind: all
-        mean a full resync rather than replaying bytes twice or skipping some).
-        """
-        core = self.core
-        pos = aof_position(core)
-        if pos is None or not self.has_cache:
-            return
-        state = (self.repl.replid, self.repl.offset, self.client.db, pos[0], pos[1])
-        if state == self.saved:
-            return
-        path = state_path(core.config)
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "w", encoding="ascii") as f:
-                f.write("%s %d %d %s %d\n" % state)
-            os.replace(tmp, path)
-            self.saved = state
-        except OSError as e:
-            log.log(log.WARNING, f"Cannot write {path}: {e}")
+        """The applied primary id/offset and our db, once our data matches them."""
+        if self.has_cache:
+            self.repl.save_state(self.client.db)
 
     def cron(self) -> None:
         # The AOF may have moved without a stream turn (a snapshot rotated it).
-        if self.saved is not None and self.state == "connected":
+        if self.repl.saved is not None and self.state == "connected":
             self.save_state()
 
     # -- INFO / ROLE ------------------------------------------------------------------

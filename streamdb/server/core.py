@@ -101,6 +101,9 @@ class Core:
         self.on_client_unblocked: Callable[[Client], None] | None = None
         self.shutdown_requested: Callable | None = None
         self.extra = {}                      # subsystems hang state here (aof, replication)
+        # The client whose command's effects are being emitted (None for the server's
+        # own, e.g. expiry): the replication sink records its offset for WAIT.
+        self.current_client: Client | None = None
 
     # -- clock ----------------------------------------------------------------
 
@@ -190,6 +193,7 @@ class Core:
                 self.unwatch_all(client)
             return self._error(CommandError(refusal), spec.name, rejected=True)
         client.last_cmd = spec.name
+        self.current_client = client
         reply, effects, db = self._call(client, spec, argv, now)
         if effects:
             self._emit(db, effects)
@@ -373,6 +377,7 @@ class Core:
                         continue
                     now = self.now_ms()
                     ctx = Ctx(self, client, now, [req.command.encode()])
+                    self.current_client = client
                     try:
                         reply = req.serve(ctx)
                     except CommandError as e:
@@ -393,6 +398,7 @@ class Core:
         """Delete up to ``budget`` expired keys (Redis's active expiry), propagating DELs."""
         if self.is_replica:
             return 0
+        self.current_client = None
         now = self.now_ms()
         removed = 0
         for db in self.keyspace.dbs:
