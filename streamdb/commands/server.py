@@ -12,7 +12,7 @@ import time
 
 from .. import __version__
 from ..engine import Stream
-from ..protocol.reply import NULL_ARRAY, OK, PONG, CommandError, Map, Status
+from ..protocol.reply import NULL_ARRAY, OK, PONG, CommandError, Map, Raw, Status
 from .args import parse_int
 from .context import Ctx, syntax_error
 from .registry import command, subcommand
@@ -233,7 +233,8 @@ def shutdown(ctx: Ctx, argv):
     if ctx.core.shutdown_requested is not None:
         ctx.core.shutdown_requested()
     ctx.client.close_after_reply = True
-    return OK
+    # As Redis: a successful SHUTDOWN is never answered; the connection just closes.
+    return Raw(b"")
 
 
 @command("debug", -2, "admin noscript", since="1.0.0")
