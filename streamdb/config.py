@@ -89,6 +89,45 @@ def _render_bool(v: bool) -> str:
     return "yes" if v else "no"
 
 
+# client-output-buffer-limit: "<class> <hard> <soft> <soft seconds>" groups, as in
+# Redis; the parsed value maps each class given to (hard, soft, seconds) and CONFIG
+# SET merges it into the current one (classes not named keep their limits).
+_OBUF_CLASSES = {"normal": "normal", "replica": "replica", "slave": "replica", "pubsub": "pubsub"}
+
+
+def _parse_obuf_limits(text: str) -> dict[str, tuple[int, int, int]]:
+    parts = text.split()
+    if not parts or len(parts) % 4:
+        raise ConfigError("Wrong number of arguments in buffer limit configuration.")
+    limits = {}
+    for i in range(0, len(parts), 4):
+        cls = _OBUF_CLASSES.get(parts[i].lower())
+        if cls is None:
+            raise ConfigError("Invalid client class specified in buffer limit configuration.")
+        try:
+            hard, soft = parse_memory(parts[i + 1]), parse_memory(parts[i + 2])
+            seconds = int(parts[i + 3])
+        except (ConfigError, ValueError):
+            hard = soft = seconds = -1
+        if min(hard, soft, seconds) < 0:
+            raise ConfigError("Error in hard, soft or soft_seconds setting in buffer limit configuration.")
+        limits[cls] = (hard, soft, seconds)
+    return limits
+
+
+def _render_obuf_limits(limits: dict[str, tuple[int, int, int]]) -> str:
+    return " ".join(f"{'slave' if cls == 'replica' else cls} {h} {s} {sec}"
+                    for cls, (h, s, sec) in limits.items())
+
+
+def _parse_tls_protocols(text: str) -> str:
+    names = {"tlsv1": "TLSv1", "tlsv1.1": "TLSv1.1", "tlsv1.2": "TLSv1.2", "tlsv1.3": "TLSv1.3"}
+    try:
+        return " ".join(names[p.lower()] for p in text.split())
+    except KeyError as e:
+        raise ConfigError(f"Invalid tls-protocols specified: {e.args[0]}") from None
+
+
 @dataclass
 class Directive:
     name: str
@@ -97,10 +136,12 @@ class Directive:
     doc: str
     mutable: bool = True
     render: Callable[[Any], str] = str
+    # merge(current, parsed) -> value, for directives a CONFIG SET only amends.
+    merge: Callable[[Any, Any], Any] | None = None
 
 
-def _d(name, default, parse, doc, mutable=True, render=str) -> Directive:
-    return Directive(name, default, parse, doc, mutable, render)
+def _d(name, default, parse, doc, mutable=True, render=str, merge=None) -> Directive:
+    return Directive(name, default, parse, doc, mutable, render, merge)
 
 
 _S = str
@@ -113,6 +154,15 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("timeout", "0", _parse_int(0, 2**31 - 1), "Close a client idle this many seconds (0 = never)."),
     _d("tcp-keepalive", "300", _parse_int(0, 2**31 - 1), "TCP keepalive interval in seconds."),
     _d("maxclients", "10000", _parse_int(1, 2**31 - 1), "Maximum number of connected clients."),
+    # -- tls (server/tls.py)
+    _d("tls-port", "0", _parse_int(0, 65535), "TLS port to listen on (0 = no TLS listener).", False),
+    _d("tls-cert-file", "", _S, "Server certificate (PEM); also the client certificate of a TLS replica link.", False),
+    _d("tls-key-file", "", _S, "Private key of tls-cert-file (PEM).", False),
+    _d("tls-ca-cert-file", "", _S, "CA certificates (PEM) that client certificates and a TLS primary are checked against.", False),
+    _d("tls-ca-cert-dir", "", _S, "Directory of CA certificates (c_rehash layout), as tls-ca-cert-file.", False),
+    _d("tls-auth-clients", "yes", _parse_enum("yes", "no", "optional"), "Client certificates: yes = required, optional = checked when sent, no = not asked for.", False),
+    _d("tls-protocols", "", _parse_tls_protocols, "TLS versions allowed, e.g. \"TLSv1.2 TLSv1.3\" (empty = TLSv1.2 and TLSv1.3).", False),
+    _d("tls-replication", "no", _parse_bool, "A replica connects to its primary over TLS (replicaof names the primary's tls-port).", True, _render_bool),
     # -- general
     _d("daemonize", "no", _parse_bool, "Not supported: run under a supervisor instead.", False, _render_bool),
     _d("pidfile", "", _S, "Write the process id to this file when set (removed at shutdown).", False),
@@ -130,7 +180,15 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("proto-max-bulk-len", "536870912", _parse_mem(1024 * 1024), "Largest bulk string a client may send.", True),
     _d("client-query-buffer-limit", "1073741824", _parse_mem(1024 * 1024), "Largest query buffer of one client."),
     _d("maxmemory", "0", _parse_mem(), "Memory limit in bytes (0 = none); writes fail with OOM past it."),
-    _d("maxmemory-policy", "noeviction", _parse_enum("noeviction"), "Only noeviction: a log never drops data silently."),
+    _d("maxmemory-policy", "noeviction", _parse_enum(
+        "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl", "allkeys-lru",
+        "allkeys-lfu", "allkeys-random", "noeviction"),
+       "Every policy behaves as noeviction (with a warning): a log never drops data silently."),
+    _d("client-output-buffer-limit", "normal 0 0 0 replica 256mb 64mb 60 pubsub 32mb 8mb 60",
+       _parse_obuf_limits, "Per class: <class> <hard> <soft> <soft seconds>; 0 = no limit.",
+       True, _render_obuf_limits, lambda current, new: {**current, **new}),
+    _d("stream-group-max-pel", "0", _parse_int(0, 2**63 - 1), "Most pending entries per consumer group (0 = unlimited)."),
+    _d("stream-group-max-consumers", "0", _parse_int(0, 2**63 - 1), "Most consumers per consumer group (0 = unlimited)."),
     # -- streams
     _d("stream-node-max-entries", "100", _parse_int(0, 2**63 - 1), "Entries per stream node before it is sealed."),
     _d("stream-node-max-bytes", "4096", _parse_mem(0), "Approximate bytes per stream node before it is sealed."),
@@ -188,7 +246,10 @@ class Config:
             raise ConfigError(f"Bad directive or wrong number of arguments")
         if not startup and not d.mutable:
             raise ConfigError("can't set immutable config")
-        self.values[name] = d.parse(raw)
+        value = d.parse(raw)
+        if d.merge is not None:
+            value = d.merge(self.values[name], value)
+        self.values[name] = value
 
     def render(self, name: str) -> str:
         return DIRECTIVES[name].render(self.values[name])

@@ -13,13 +13,16 @@ pipelined requests wait in its parser, as in Redis.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 
 from .. import log
 from ..commands import registry
 from ..protocol.reply import encode_reply
 from ..protocol.request import ProtocolError, RequestParser
+from . import tls
 from .core import BLOCKED, Core
+from .limits import output_limit_reached
 
 __all__ = ["Server", "Connection", "allowed_while_loading"]
 
@@ -36,7 +39,7 @@ def allowed_while_loading(argv: list[bytes]) -> bool:
 
 class Connection(asyncio.Protocol):
     __slots__ = ("server", "core", "transport", "parser", "client", "out", "closing",
-                 "paused")
+                 "paused", "parked", "soft_limit_since")
 
     def __init__(self, server: "Server") -> None:
         self.server = server
@@ -46,6 +49,11 @@ class Connection(asyncio.Protocol):
         self.client = None
         self.out: list[bytes] = []
         self.closing = False
+        # Replies of earlier turns waiting for their frame's fsync (appendfsync
+        # always): (log position needed, bytes or None for "close now"), in order.
+        self.parked: collections.deque = collections.deque()
+        # When pending output first went past the soft output-buffer limit (limits.py).
+        self.soft_limit_since: float | None = None
 
     # -- asyncio callbacks --------------------------------------------------------
 
@@ -71,6 +79,8 @@ class Connection(asyncio.Protocol):
         if self.client is not None:
             self.core.remove_client(self.client)
             self.server.connections.discard(self)
+        self.parked.clear()
+        self.server.parked.pop(self, None)
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -79,6 +89,7 @@ class Connection(asyncio.Protocol):
         self.parser.feed(data)
         if self.parser.buffered() > self.core.config.values["client-query-buffer-limit"]:
             log.log(log.WARNING, f"Closing client that reached max query buffer length: id={self.client.id} addr={self.client.addr}")
+            self.core.stats.query_buffer_limit_disconnections += 1
             self.transport.close()
             self.closing = True
             return
@@ -137,8 +148,48 @@ class Connection(asyncio.Protocol):
             self.out.clear()
             self.core.stats.net_output_bytes += len(data)
             self.transport.write(data)
+            if output_limit_reached(self, self.core.config.values["client-output-buffer-limit"]):
+                self.drop_for_output_limit()
+                return
         if self.closing:
             self.transport.close()
+
+    def drop_for_output_limit(self) -> None:
+        """Redis's closeClientOnOutputBufferLimitReached: drop, without flushing."""
+        from ..commands.admin import client_info_line
+        info = client_info_line(self.core, self.client).decode("utf-8", "replace")
+        log.log(log.WARNING, f"Client {info} scheduled to be closed ASAP for overcoming "
+                             "of output buffer limits.")
+        self.core.stats.output_buffer_limit_disconnections += 1
+        self.closing = True
+        self.out.clear()
+        self.parked.clear()
+        self.transport.abort()
+
+    def park(self, pos: int) -> None:
+        """Keep this turn's replies until the log is durable up to ``pos``."""
+        if self.out:
+            self.parked.append((pos, b"".join(self.out)))
+            self.out.clear()
+        if self.closing:
+            self.parked.append((pos, None))
+
+    def release(self, durable_pos: int) -> bool:
+        """Write the parked replies the log now covers; True when none is left."""
+        parked = self.parked
+        while parked and parked[0][0] <= durable_pos:
+            data = parked.popleft()[1]
+            if self.transport.is_closing():
+                continue
+            if data is None:
+                self.transport.close()
+            else:
+                self.core.stats.net_output_bytes += len(data)
+                self.transport.write(data)
+                if output_limit_reached(self, self.core.config.values["client-output-buffer-limit"]):
+                    self.drop_for_output_limit()
+                    return True
+        return not parked
 
 
 class Server:
@@ -150,6 +201,11 @@ class Server:
         self._to_flush: dict[Connection, None] = {}
         self._flush_scheduled = False
         self._held: dict[Connection, None] = {}     # replies waiting for a durable write
+        # Connections with replies parked until an fsync covers them (see
+        # Connection.park); reply_gate, set by persistence under appendfsync
+        # always, gives the log position the current turn's replies need.
+        self.parked: dict[Connection, None] = {}
+        self.reply_gate = None
         self._retry_handle = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.servers: list = []
@@ -192,8 +248,24 @@ class Server:
         if self._held:
             conns = {**self._held, **conns}
             self._held = {}
+        gate = self.reply_gate() if self.reply_gate is not None else None
+        if gate is None and not self.parked:
+            for conn in conns:
+                conn.flush()
+            return
+        # Pipelined group commit: the frame is written, its fsync runs on the
+        # AOF thread; these replies go out when it is done (release_parked).
         for conn in conns:
-            conn.flush()
+            conn.park(gate or 0)
+            self.parked[conn] = None
+        if gate is None:
+            self.release_parked(float("inf"))
+
+    def release_parked(self, durable_pos) -> None:
+        """The log is durable up to ``durable_pos``: send the replies that waited for it."""
+        done = [conn for conn in self.parked if conn.release(durable_pos)]
+        for conn in done:
+            del self.parked[conn]
 
     def _retry_durability(self) -> None:
         self._retry_handle = None
@@ -234,6 +306,17 @@ class Server:
                     self._new_connection, addr, port, backlog=cfg["tcp-backlog"],
                     reuse_address=True)
                 self.servers.append(srv)
+        if cfg["tls-port"]:
+            context = tls.server_context(cfg)
+            for addr in cfg["bind"].split():
+                srv = await self.loop.create_server(
+                    self._new_connection, addr.lstrip("-"), cfg["tls-port"],
+                    backlog=cfg["tcp-backlog"], reuse_address=True, ssl=context)
+                self.servers.append(srv)
+        if cfg["metrics-port"]:
+            # Same loop as the Redis listener: a scrape reads the keyspace between turns.
+            from .metrics import start_metrics
+            self.servers += await start_metrics(self.core)
         self._cron_handle = self.loop.call_later(1.0 / cfg["hz"], self._cron)
 
     def _cron(self) -> None:

@@ -1,0 +1,250 @@
+"""The Prometheus endpoint (metrics-port): a real server, scraped over HTTP with urllib."""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import redis
+
+from helpers import ServerProcess
+from streamdb.tools.procs import free_port
+
+
+def parse_exposition(text: str) -> tuple[dict, dict]:
+    """(families {name: (type, help)}, samples {(name, frozenset(labels)): value}).
+
+    Checks the format rules on the way: HELP and TYPE come before a family's
+    samples, and each family appears once.
+    """
+    families: dict[str, list] = {}
+    samples: dict = {}
+    current = None
+    assert text.endswith("\n")
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name, help_text = line[7:].split(" ", 1)
+            assert name not in families, f"family {name} declared twice"
+            families[name] = [None, help_text]
+            current = name
+        elif line.startswith("# TYPE "):
+            name, kind = line[7:].split(" ")
+            assert name == current and kind in ("gauge", "counter")
+            families[name][0] = kind
+        else:
+            name, labels, value = _parse_sample(line)
+            assert name == current, f"sample {name} outside its family block"
+            samples[(name, frozenset(labels.items()))] = float(value)
+    return {k: tuple(v) for k, v in families.items()}, samples
+
+
+def _parse_sample(line: str) -> tuple[str, dict, str]:
+    brace = line.find("{")
+    if brace < 0:
+        name, value = line.split(" ")
+        return name, {}, value
+    name, i, labels = line[:brace], brace + 1, {}
+    while line[i] != "}":
+        eq = line.index("=", i)
+        label = line[i:eq]
+        assert line[eq + 1] == '"'
+        j, chars = eq + 2, []
+        while line[j] != '"':
+            if line[j] == "\\":
+                chars.append({"\\": "\\", '"': '"', "n": "\n"}[line[j + 1]])
+                j += 2
+            else:
+                chars.append(line[j])
+                j += 1
+        labels[label] = "".join(chars)
+        i = j + 1
+        if line[i] == ",":
+            i += 1
+    rest = line[i + 1:]
+    assert rest.startswith(" ")
+    return name, labels, rest[1:]
+
+
+def scrape(port: int) -> tuple[dict, dict]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return parse_exposition(resp.read().decode("utf-8"))
+
+
+def value(samples: dict, name: str, **labels):
+    return samples.get((name, frozenset(labels.items())))
+
+
+def wait_for_value(port: int, name: str, expected, labels: dict, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = value(scrape(port)[1], name, **labels)
+        if got == expected or time.monotonic() > deadline:
+            return got
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def metrics_server(tmp_path):
+    mport = free_port()
+    with ServerProcess(tmp_path / "sdb", "--appendonly", "yes", "--save", "",
+                       "--metrics-port", str(mport)) as srv:
+        srv.metrics_port = mport
+        yield srv
+
+
+def test_stream_group_and_consumer_values_follow_the_data(metrics_server):
+    r = redis.Redis(port=metrics_server.port)
+    mport = metrics_server.metrics_port
+    r.xadd("orders", {"n": 1}, id="1-1")
+    r.xadd("orders", {"n": 2}, id="1-2")
+    r.xadd("orders", {"n": 3}, id="1-3")
+    r.xgroup_create("orders", "billing", id="0")
+    fams, s = scrape(mport)
+    stream = {"db": "0", "key": "orders"}
+    group = {**stream, "group": "billing"}
+    assert fams["streamdb_stream_length"] == ("gauge", "Entries in the stream (XLEN).")
+    assert fams["streamdb_stream_entries_added_total"][0] == "counter"
+    assert value(s, "streamdb_stream_length", **stream) == 3
+    assert value(s, "streamdb_stream_entries_added_total", **stream) == 3
+    # The last id's time part is 1 ms after the epoch: its age is about "now".
+    assert value(s, "streamdb_stream_last_entry_age_seconds", **stream) > 1e9
+    assert value(s, "streamdb_group_lag", **group) == 3
+    assert value(s, "streamdb_group_pending", **group) == 0
+    assert value(s, "streamdb_group_oldest_pending_idle_seconds", **group) is None
+
+    r.xreadgroup("billing", "alice", {"orders": ">"}, count=2)
+    _, s = scrape(mport)
+    consumer = {**group, "consumer": "alice"}
+    assert value(s, "streamdb_group_lag", **group) == 1
+    assert value(s, "streamdb_group_pending", **group) == 2
+    assert value(s, "streamdb_group_entries_read", **group) == 2
+    assert value(s, "streamdb_consumer_pending", **consumer) == 2
+    assert value(s, "streamdb_consumer_idle_seconds", **consumer) >= 0
+    assert value(s, "streamdb_group_oldest_pending_idle_seconds", **group) >= 0
+
+    r.xack("orders", "billing", "1-1")
+    r.xadd("orders", {"n": 4}, id="2-1")
+    _, s = scrape(mport)
+    assert value(s, "streamdb_group_pending", **group) == 1
+    assert value(s, "streamdb_consumer_pending", **consumer) == 1
+    assert value(s, "streamdb_group_lag", **group) == 2
+    assert value(s, "streamdb_stream_entries_added_total", **stream) == 4
+
+    # Deleting an undelivered entry leaves a tombstone ahead of the group:
+    # Redis reports the lag as unknown (nil), so the series disappears.
+    r.xdel("orders", "1-3")
+    _, s = scrape(mport)
+    assert value(s, "streamdb_group_lag", **group) is None
+    assert value(s, "streamdb_stream_length", **stream) == 3
+
+
+def test_server_series_and_label_escaping(metrics_server):
+    r = redis.Redis(port=metrics_server.port)
+    mport = metrics_server.metrics_port
+    _, before = scrape(mport)
+    odd_key = 'we"ird\\key\nline'
+    r.xadd(odd_key, {"f": "v"})
+    r.xadd("other", {"f": "v"}, id="5-0")
+    _, s = scrape(mport)
+    assert value(s, "streamdb_stream_length", db="0", key=odd_key) == 1
+    assert value(s, "streamdb_aof_enabled") == 1
+    assert value(s, "streamdb_aof_last_write_ok") == 1
+    assert value(s, "streamdb_aof_size_bytes") > value(before, "streamdb_aof_size_bytes")
+    assert value(s, "streamdb_commands_processed_total") >= value(before, "streamdb_commands_processed_total") + 2
+    assert value(s, "streamdb_snapshot_changes_since_last_save") >= 2
+    assert value(s, "streamdb_snapshot_bgsave_in_progress") == 0
+    assert value(s, "streamdb_connected_clients") >= 1
+    assert value(s, "streamdb_used_memory_bytes") > 1_000_000
+    assert value(s, "streamdb_uptime_seconds") >= 0
+    assert value(s, "streamdb_replication_role", role="master") == 1
+    assert value(s, "streamdb_metrics_series_truncated") == 0
+
+    # A client blocked in XREAD is counted while it waits.
+    blocker = redis.Redis(port=metrics_server.port)
+    conn = blocker.connection_pool.get_connection()
+    conn.send_command("XREAD", "BLOCK", "0", "STREAMS", "nothing-yet", "$")
+    assert wait_for_value(mport, "streamdb_blocked_clients", 1, {}) == 1
+    r.xadd("nothing-yet", {"f": "v"})
+    reply = conn.read_response()       # RESP3 map or RESP2 list, as the client negotiated
+    assert list(reply) == [b"nothing-yet"] if isinstance(reply, dict) else reply[0][0] == b"nothing-yet"
+    blocker.close()
+
+
+def test_http_errors_and_hostile_clients_do_not_hurt_the_server(metrics_server):
+    mport = metrics_server.metrics_port
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://127.0.0.1:{mport}/other", timeout=10)
+    assert e.value.code == 404
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{mport}/metrics", data=b"x", method="POST"), timeout=10)
+    assert e.value.code == 405
+    assert e.value.headers["Allow"] == "GET, HEAD"
+
+    # A huge request head is refused with 431, not buffered.
+    with socket.create_connection(("127.0.0.1", mport), timeout=10) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nX-Junk: " + b"a" * 20000 + b"\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 431 ")
+
+    # Clients that connect and stay silent (or send half a request) keep their
+    # socket, but scrapes and Redis commands are served meanwhile.
+    silent = [socket.create_connection(("127.0.0.1", mport), timeout=10) for _ in range(4)]
+    silent[0].sendall(b"GET /metr")
+    try:
+        r = redis.Redis(port=metrics_server.port)
+        r.xadd("alive", {"f": "v"})
+        _, s = scrape(mport)
+        assert value(s, "streamdb_stream_length", db="0", key="alive") == 1
+        assert r.ping()
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+def test_series_cap_counts_what_it_leaves_out(tmp_path):
+    mport = free_port()
+    with ServerProcess(tmp_path / "sdb", "--appendonly", "no", "--save", "",
+                       "--metrics-port", str(mport), "--metrics-max-series", "3") as srv:
+        r = redis.Redis(port=srv.port)
+        for i in range(5):
+            r.xadd(f"s{i}", {"f": "v"})
+        r.xgroup_create("s0", "g", id="0")
+        _, s = scrape(mport)
+        exported_streams = [k for k in s if k[0] == "streamdb_stream_length"]
+        exported_groups = [k for k in s if k[0] == "streamdb_group_pending"]
+        # 5 streams + 1 group = 6 series objects, 3 exported.
+        assert len(exported_streams) + len(exported_groups) == 3
+        assert value(s, "streamdb_metrics_series_truncated") == 3
+        r.config_set("metrics-max-series", 100)
+        _, s = scrape(mport)
+        assert value(s, "streamdb_metrics_series_truncated") == 0
+        assert len([k for k in s if k[0] == "streamdb_stream_length"]) == 5
+
+
+def test_replication_series_on_primary_and_replica(tmp_path):
+    pm, rm = free_port(), free_port()
+    with ServerProcess(tmp_path / "p", "--appendonly", "no", "--save", "",
+                       "--metrics-port", str(pm)) as primary:
+        with ServerProcess(tmp_path / "r", "--appendonly", "no", "--save", "",
+                           "--metrics-port", str(rm),
+                           "--replicaof", f"127.0.0.1 {primary.port}") as replica:
+            assert wait_for_value(rm, "streamdb_master_link_up", 1, {}) == 1
+            _, s = scrape(rm)
+            assert value(s, "streamdb_replication_role", role="slave") == 1
+            assert wait_for_value(pm, "streamdb_connected_replicas", 1, {}) == 1
+            redis.Redis(port=primary.port).xadd("replicated", {"f": "v"})
+            _, s = scrape(pm)
+            lag_keys = [k for k in s if k[0] == "streamdb_replica_lag_bytes"]
+            assert len(lag_keys) == 1
+            (label,) = [v for n, v in lag_keys[0][1] if n == "replica"]
+            assert label.startswith("127.0.0.1:")
+            assert s[lag_keys[0]] >= 0
+            # Once the replica has acked, it is not behind.
+            assert wait_for_value(pm, "streamdb_replica_lag_bytes", 0, {"replica": label}) == 0
+            assert wait_for_value(rm, "streamdb_stream_length", 1, {"db": "0", "key": "replicated"}) == 1
+        assert wait_for_value(pm, "streamdb_connected_replicas", 0, {}) == 0
