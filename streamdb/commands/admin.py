@@ -447,7 +447,8 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
     sections["clients"] = [
         ("connected_clients", len(core.clients)), ("cluster_connections", 0),
         ("maxclients", cfg["maxclients"]), ("client_recent_max_input_buffer", 0),
-        ("client_recent_max_output_buffer", 0), ("blocked_clients", len(blocked)),
+        ("client_recent_max_output_buffer", max((c.output_size for c in core.clients.values()), default=0)),
+        ("blocked_clients", len(blocked)),
         ("tracking_clients", 0), ("clients_in_timeout_table", sum(1 for c in blocked if c.blocked.timeout_ms)),
         ("total_blocking_keys", len(core.blocking_keys)),
         ("total_blocking_keys_on_nokey", 0),
@@ -475,6 +476,9 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         ("instantaneous_ops_per_sec", 0),
         ("total_net_input_bytes", st.net_input_bytes), ("total_net_output_bytes", st.net_output_bytes),
         ("rejected_connections", st.rejected_connections), ("expired_keys", st.expired_keys),
+        # Redis 7.2's names for clients dropped by the query/output buffer limits.
+        ("client_query_buffer_limit_disconnections", st.query_buffer_limit_disconnections),
+        ("client_output_buffer_limit_disconnections", st.output_buffer_limit_disconnections),
         ("evicted_keys", 0), ("keyspace_hits", st.keyspace_hits), ("keyspace_misses", st.keyspace_misses),
         ("pubsub_channels", 0), ("pubsub_patterns", 0),
         ("total_error_replies", st.error_replies),

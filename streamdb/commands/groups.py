@@ -79,10 +79,46 @@ def _claiming_consumer(g: ConsumerGroup, name: bytes, now: int) -> Consumer:
     return c
 
 
+# stream-group-max-consumers / stream-group-max-pel (0 = unlimited).  Effects being
+# replayed (AOF, a primary's stream) are never refused: they already happened.
+
+
+def check_consumer_room(ctx: Ctx, g: ConsumerGroup, name: bytes) -> None:
+    """Refuse to create consumer ``name`` when the group already has the most allowed."""
+    cap = ctx.config["stream-group-max-consumers"]
+    if cap and not ctx.replaying and name not in g.consumers and len(g.consumers) >= cap:
+        raise CommandError(f"ERR consumer group '{_s(g.name)}' already has {len(g.consumers)} "
+                           f"consumers, the most stream-group-max-consumers allows")
+
+
+def pel_room(ctx: Ctx, g: ConsumerGroup) -> int | None:
+    """How many more entries the group's PEL may take; None when there is no cap."""
+    cap = ctx.config["stream-group-max-pel"]
+    if not cap or ctx.replaying:
+        return None
+    return cap - len(g.pel)
+
+
+def check_pel_room(ctx: Ctx, s: Stream, g: ConsumerGroup, noack: bool) -> None:
+    """A ">" read that would deliver into a full PEL is an error, not an empty reply.
+
+    An empty reply (or blocking) would look like an idle stream while new entries
+    wait; the error tells the consumers to XACK first.  A read that finds some
+    room is served up to it (partial delivery is still progress).
+    """
+    if noack or not _has_new(s, g):
+        return
+    room = pel_room(ctx, g)
+    if room is not None and room <= 0:
+        raise CommandError(f"ERR the pending entries list of consumer group '{_s(g.name)}' "
+                           f"is full (stream-group-max-pel); XACK entries first")
+
+
 def _consumer(ctx: Ctx, key: bytes, g: ConsumerGroup, name: bytes) -> Consumer:
     """Look up a consumer (refreshing its seen-time), creating it on first use."""
     c = g.consumers.get(name)
     if c is None:
+        check_consumer_room(ctx, g, name)
         c = g.create_consumer(name, ctx.now_ms)
         ctx.propagate([b"XGROUP", b"CREATECONSUMER", key, g.name, name])
     else:
@@ -245,6 +281,7 @@ def xgroup_createconsumer(ctx: Ctx, argv: list[bytes]):
     s, g = _xgroup_prelude(ctx, argv, need_group=True)
     if argv[4] in g.consumers:
         return 0
+    check_consumer_room(ctx, g, argv[4])
     g.create_consumer(argv[4], ctx.now_ms)
     ctx.propagate_as_is()
     return 1
@@ -364,7 +401,12 @@ def _serve_new_or_claim(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup,
     if min_idle is not None:
         claimed = _claim_idle(ctx, key, s, g, consumer, min_idle, count, out)
     if not count or claimed < count:
-        _deliver_new(ctx, key, s, g, consumer, count - claimed if count else 0, noack, out)
+        wanted = count - claimed if count else 0          # 0 = all
+        room = None if noack else pel_room(ctx, g)
+        if room is not None:
+            wanted = min(wanted, room) if wanted else room
+        if room is None or room > 0:
+            _deliver_new(ctx, key, s, g, consumer, wanted, noack, out)
     return out if out else None
 
 
@@ -379,6 +421,7 @@ def _blocked_serve(keys: list[bytes], group: bytes, consumer_name: bytes, count:
             if _group_of(s, group) is None:
                 raise CommandError("NOGROUP the consumer group this client was blocked on "
                                    "no longer exists")
+            check_pel_room(ctx, s, s.groups[group], noack)
         items = []
         for key in keys:
             s = ctx.db.data[key]
@@ -414,6 +457,9 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
             sid = parse_strict_stream_id(raw)
             # Redis marks ">" with the maximum id internally, so that id means ">" too.
             after.append(NEW_ONLY if sid == MAX_ID else sid)
+    for key, g, gt in zip(a.keys, groups, after):
+        if gt == NEW_ONLY:       # before anything is served: an error must change nothing
+            check_pel_room(ctx, ctx.db.data[key], g, a.noack)
     items = []
     for key, g, gt in zip(a.keys, groups, after):
         s = ctx.db.data[key]
@@ -601,6 +647,7 @@ def xclaim(ctx: Ctx, argv: list[bytes]):
         else:
             raise CommandError(f"ERR Unrecognized XCLAIM option '{_s(opt)}'")
         j += 1
+    check_consumer_room(ctx, g, argv[3])
     moved_last_id = False
     if last_id > g.last_id:
         g.last_id = last_id
@@ -682,6 +729,7 @@ def xautoclaim(ctx: Ctx, argv: list[bytes]):
         # Redis allocates COUNT ids up front and reports a failed allocation.
         raise CommandError("ERR Insufficient memory, failed allocating transient memory, "
                            "COUNT too high.")
+    check_consumer_room(ctx, g, argv[3])
     attempts = count * _AUTOCLAIM_ATTEMPTS
     # Candidates in id order; one more than the scan may visit, for the cursor.
     cands = list(islice(g.pel.irange(start), attempts + 1))

@@ -32,6 +32,7 @@ from .. import log
 from ..persistence.aof import encode_command
 from ..protocol.reply import CommandError
 from ..protocol.request import ProtocolError, RequestParser
+from ..server import tls
 from . import state
 
 __all__ = ["ReplicaSide", "ReplError"]
@@ -160,13 +161,22 @@ class ReplicaSide:
             if line:                     # a bare newline is a keepalive
                 return line
 
+    def _tls_context(self):
+        """The SSLContext of the link under tls-replication yes, else None (plain TCP)."""
+        if not self.core.config["tls-replication"]:
+            return None
+        try:
+            return tls.replica_context(self.core.config)
+        except tls.TlsConfigError as e:
+            raise ReplError(str(e)) from None
+
     async def _session(self) -> None:
         cfg = self.core.config
         timeout = cfg["repl-timeout"]
         self.state = "connecting"
         log.log(log.NOTICE, f"Connecting to MASTER {self.host}:{self.port}")
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port), timeout)
+            asyncio.open_connection(self.host, self.port, ssl=self._tls_context()), timeout)
         self.writer = writer
         log.log(log.NOTICE, "MASTER <-> REPLICA sync started")
         self.state = "handshake"
@@ -184,7 +194,8 @@ class ReplicaSide:
             r = await call(*args)
             if not r.startswith(b"+"):
                 raise ReplError(f"Unable to AUTH to MASTER: {r.decode('latin-1')}")
-        await call("REPLCONF", "listening-port", cfg["port"])
+        await call("REPLCONF", "listening-port",
+                   cfg["tls-port"] if cfg["tls-replication"] else cfg["port"])
         await call("REPLCONF", "capa", "eof", "capa", "psync2")
         repl = self.repl
         if self.has_cache:

@@ -72,6 +72,8 @@ class Stats:
         self.commands_processed = 0
         self.connections_received = 0
         self.rejected_connections = 0
+        self.output_buffer_limit_disconnections = 0
+        self.query_buffer_limit_disconnections = 0
         self.expired_keys = 0
         self.error_replies = 0
         self.errors: dict[str, int] = defaultdict(int)
@@ -101,6 +103,8 @@ class Core:
         self.on_client_unblocked: Callable[[Client], None] | None = None
         self.shutdown_requested: Callable | None = None
         self.extra = {}                      # subsystems hang state here (aof, replication)
+        # Used memory is above maxmemory: commands that grow data get -OOM (limits.py).
+        self.out_of_memory = False
         # The client whose command's effects are being emitted (None for the server's
         # own, e.g. expiry): the replication sink records its offset for WAIT.
         self.current_client: Client | None = None
@@ -168,6 +172,19 @@ class Core:
                 client.multi_error = True
             return self._error(CommandError("NOAUTH Authentication required."), spec.name,
                                rejected=True)
+        # maxmemory: server/limits.py refreshes out_of_memory on each cron tick, so a
+        # request pays one attribute test here.
+        if self.out_of_memory and client.kind == "normal" and _refused_for_memory(spec, client):
+            if name == "exec":
+                client.in_multi = False
+                client.multi_queue = []
+                self.unwatch_all(client)
+                return self._error(CommandError(
+                    "EXECABORT Transaction discarded because of: " + OOM_MESSAGE), name,
+                    rejected=True)
+            if client.in_multi:
+                client.multi_error = True
+            return self._error(CommandError("OOM " + OOM_MESSAGE), spec.name, rejected=True)
         # Before MULTI queueing, as in Redis: a write queued on a replica flags the
         # transaction (EXEC then answers EXECABORT) instead of running at EXEC.
         if self.is_replica and spec.is_write and client.kind == "normal" \
@@ -294,8 +311,24 @@ class Core:
 
     # -- effects ------------------------------------------------------------------
 
-    def _emit(self, db_index: int, effects: list[list[bytes]]) -> None:
-        """The one path every change takes: WATCH, blocked clients, then the sinks."""
+    def emit_replayed(self, db_index: int, name: str, effects: list[list[bytes]]) -> None:
+        """Effects a replay fast path applied itself (commands/streams.apply_xadd_effects).
+
+        Counted as if executed one by one, then sent down the one effect path as
+        independent commands (not wrapped in MULTI/EXEC: each was one command).
+        """
+        n = len(effects)
+        stats = self.stats.commands[name]
+        stats.calls += n
+        self.stats.commands_processed += n
+        self.dirty += n
+        self._emit(db_index, effects, atomic=False)
+
+    def _emit(self, db_index: int, effects: list[list[bytes]], atomic: bool = True) -> None:
+        """The one path every change takes: WATCH, blocked clients, then the sinks.
+
+        ``atomic``: the effects are one command's, so a batch of several is
+        wrapped in MULTI/EXEC for the sinks."""
         db = self.keyspace.dbs[db_index]
         cur = db_index
         for argv in effects:
@@ -316,7 +349,7 @@ class Core:
                     db.touch(key)
                 if (cur, key) in self.blocking_keys:
                     self.ready_keys[(cur, key)] = None
-        if len(effects) > 1:
+        if atomic and len(effects) > 1:
             effects = [[b"MULTI"], *effects, [b"EXEC"]]
         for sink in self.effect_sinks:
             sink(db_index, effects)
@@ -421,6 +454,29 @@ class Core:
     def replay_client(self, kind: str = "aof") -> Client:
         """A client that applies effects (AOF load, a replica's link): no auth, no blocking."""
         return self.new_client(kind=kind)
+
+
+OOM_MESSAGE = "command not allowed when used memory > 'maxmemory'."
+# Inside MULTI every command is refused when out of memory (queueing costs memory)
+# except these, as in Redis.
+_OOM_ALLOWED_IN_MULTI = frozenset(("exec", "discard", "quit", "reset"))
+
+
+def _refused_for_memory(spec, client: Client) -> bool:
+    if "denyoom" in spec.flags:
+        return True
+    if client.in_multi:
+        return spec.name not in _OOM_ALLOWED_IN_MULTI
+    if spec.name == "exec":
+        return any(_is_denyoom(argv) for argv in client.multi_queue)
+    return False
+
+
+def _is_denyoom(argv: list[bytes]) -> bool:
+    spec = registry.lookup(argv)
+    if spec is not None and spec.subcommands and len(argv) > 1:
+        spec = spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
+    return spec is not None and "denyoom" in spec.flags
 
 
 def _is_write(argv: list[bytes]) -> bool:

@@ -307,7 +307,10 @@ class Server:
                     reuse_address=True)
                 self.servers.append(srv)
         if cfg["tls-port"]:
-            context = tls.server_context(cfg)
+            try:
+                context = tls.server_context(cfg)
+            except tls.TlsConfigError as e:
+                raise OSError(f"Failed to configure TLS: {e}") from None
             for addr in cfg["bind"].split():
                 srv = await self.loop.create_server(
                     self._new_connection, addr.lstrip("-"), cfg["tls-port"],

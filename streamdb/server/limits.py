@@ -1,0 +1,126 @@
+"""Resource limits that watch connections and memory (maxclients is in network.py).
+
+* maxmemory (noeviction only): ``refresh_memory`` compares INFO's used_memory
+  with maxmemory once per cron tick and sets ``core.out_of_memory``; the core
+  then refuses commands flagged ``denyoom`` with Redis's -OOM error.  A replica
+  ignores maxmemory (Redis's replica-ignore-maxmemory default): its data is its
+  primary's.  Eviction policies are accepted by CONFIG but act as noeviction,
+  with a warning: dropping entries of a log silently is never what its reader wants.
+* timeout: idle normal clients are closed by the cron, at most once a second;
+  replicas and blocked clients are never idle-closed, as in Redis.
+* client-output-buffer-limit: ``output_limit_reached`` runs after each write to
+  a connection and measures its pending output (the transport's write buffer
+  plus replies parked for an fsync); past the class's hard limit, or past the
+  soft limit for longer than its seconds, the client is dropped without
+  flushing, as Redis does.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .. import log
+
+__all__ = ["Limits", "output_limit_reached", "pending_output"]
+
+
+def output_class(client) -> str:
+    return "replica" if client.kind == "replica" else "normal"
+
+
+def pending_output(conn) -> int:
+    """Bytes written to the connection but not yet taken by the peer, plus parked replies."""
+    size = conn.transport.get_write_buffer_size()
+    if conn.out:
+        size += sum(len(b) for b in conn.out)
+    if conn.parked:
+        size += sum(len(data) for _, data in conn.parked if data is not None)
+    return size
+
+
+def output_limit_reached(conn, limits: dict) -> bool:
+    """Record the connection's pending output; True when its class's limit is overcome.
+
+    Redis's rule: the hard limit closes at once; the soft limit closes once it
+    has been exceeded continuously for more than its seconds.
+    """
+    client = conn.client
+    used = pending_output(conn)
+    client.output_size = used
+    hard, soft, soft_seconds = limits[output_class(client)]
+    if hard and used >= hard:
+        return True
+    if soft and used >= soft:
+        now = time.monotonic()
+        if conn.soft_limit_since is None:
+            conn.soft_limit_since = now
+            return False
+        return now - conn.soft_limit_since > soft_seconds
+    conn.soft_limit_since = None
+    return False
+
+
+class Limits:
+    """The cron side of the limits: the memory flag and idle clients."""
+
+    IDLE_SCAN_INTERVAL = 1.0     # seconds: timeout is given in whole seconds
+
+    def __init__(self, core, server) -> None:
+        self.core = core
+        self.server = server
+        self._next_idle_scan = 0.0
+        self.warn_policy()
+
+    def warn_policy(self) -> None:
+        policy = self.core.config["maxmemory-policy"]
+        if policy != "noeviction":
+            log.log(log.WARNING, f"maxmemory-policy {policy} is treated as noeviction: "
+                                 "StreamDB never evicts keys; writes get -OOM past maxmemory")
+
+    def config_changed(self, names: list[str]) -> None:
+        if "maxmemory-policy" in names:
+            self.warn_policy()
+        if "maxmemory" in names:
+            self.refresh_memory()
+
+    def cron(self) -> None:
+        self.refresh_memory()
+        if self.core.config["timeout"]:
+            now = time.monotonic()
+            if now >= self._next_idle_scan:
+                self._next_idle_scan = now + self.IDLE_SCAN_INTERVAL
+                self.close_idle_clients()
+
+    def refresh_memory(self) -> None:
+        from ..commands.admin import used_memory   # the figure INFO reports
+        core = self.core
+        maxmemory = core.config["maxmemory"]
+        core.out_of_memory = bool(maxmemory) and not core.is_replica \
+            and used_memory(core) > maxmemory
+
+    def close_idle_clients(self) -> None:
+        core = self.core
+        max_idle_ms = core.config["timeout"] * 1000
+        now_ms = core.now_ms()
+        for conn in list(self.server.connections):
+            client = conn.client
+            if client is None or conn.closing or client.kind != "normal" \
+                    or client.blocked is not None:
+                continue
+            if now_ms - client.last_ms > max_idle_ms:
+                log.log(log.VERBOSE, f"Closing idle client id={client.id} addr={client.addr}")
+                conn.closing = True
+                conn.transport.close()
+
+
+def install(core, server) -> Limits:
+    limits = Limits(core, server)
+    server.cron_hooks.append(limits.cron)
+    previous = core.extra.get("config_changed")
+
+    def config_changed(names: list[str]) -> None:
+        if previous is not None:
+            previous(names)
+        limits.config_changed(names)
+    core.extra["config_changed"] = config_changed
+    return limits
