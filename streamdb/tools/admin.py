@@ -1,0 +1,405 @@
+"""streamdb-admin: operate streams and consumer groups from the command line.
+
+Subcommands:
+  status        one-screen summary: role, version, memory, clients, persistence,
+                replicas, top streams by length and by consumer-group lag
+  groups        the groups and consumers of one stream: lag, pending, idle times
+  dead-letter   move entries delivered more than N times to a dead-letter stream
+  claim-idle    keep claiming entries idle longer than a threshold (XAUTOCLAIM loop)
+
+Only standard Redis commands are used, so every subcommand works against
+redis-server as well as StreamDB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+
+import redis
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+__all__ = ["main"]
+
+# Fields added to a dead-lettered entry next to its own fields.
+DLQ_FIELDS = ("dlq-stream", "dlq-original-id", "dlq-group", "dlq-consumer", "dlq-deliveries")
+
+
+def _text(value) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return "-" if value is None else str(value)
+
+
+def _seconds(ms) -> str:
+    if ms is None:
+        return "-"
+    return f"{ms / 1000:.1f}s"
+
+
+def _next_id(entry_id: bytes) -> str:
+    """The smallest stream id after ``entry_id`` (XPENDING's exclusive start, spelled out)."""
+    ms, seq = (int(part) for part in entry_id.split(b"-"))
+    if seq == 2**64 - 1:
+        return f"{ms + 1}-0"
+    return f"{ms}-{seq + 1}"
+
+
+def connect(args) -> redis.Redis:
+    return redis.Redis(host=args.host, port=args.port, password=args.password or None,
+                       username=args.user or None, protocol=2, socket_timeout=10,
+                       socket_connect_timeout=5)
+
+
+# ---------------------------------------------------------------------------
+# status
+# ---------------------------------------------------------------------------
+
+
+def scan_streams(r: redis.Redis, limit: int, console: Console) -> tuple[list[dict], bool]:
+    """Length and per-group lag of up to ``limit`` streams; (rows, truncated)."""
+    keys: list[bytes] = []
+    truncated = False
+    for key in r.scan_iter(_type="stream", count=1000):
+        if len(keys) >= limit:
+            truncated = True
+            break
+        keys.append(key)
+    rows = []
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("reading streams", total=len(keys))
+        for start in range(0, len(keys), 100):
+            batch = keys[start:start + 100]
+            pipe = r.pipeline(transaction=False)
+            for key in batch:
+                pipe.xlen(key)
+                pipe.xinfo_groups(key)
+            replies = pipe.execute(raise_on_error=False)
+            for i, key in enumerate(batch):
+                length, groups = replies[2 * i], replies[2 * i + 1]
+                if isinstance(length, Exception) or isinstance(groups, Exception):
+                    continue       # deleted or retyped since SCAN saw it
+                rows.append({"key": key, "length": length, "groups": groups})
+            bar.advance(task, len(batch))
+    return rows, truncated
+
+
+def cmd_status(r: redis.Redis, args, console: Console) -> int:
+    info = r.info()
+    version = info.get("streamdb_version")
+    title = f"StreamDB {version}" if version else f"Redis {info.get('redis_version', '?')}"
+    summary = Table.grid(padding=(0, 2))
+    summary.add_column(style="bold")
+    summary.add_column()
+    summary.add_row("server", f"{title} at {args.host}:{args.port}, up {info.get('uptime_in_seconds', 0)}s")
+    role = info.get("role", "?")
+    if role == "slave":
+        role += (f" of {info.get('master_host')}:{info.get('master_port')}, "
+                 f"link {info.get('master_link_status')}")
+    summary.add_row("role", role)
+    summary.add_row("memory", str(info.get("used_memory_human", info.get("used_memory", "?"))))
+    summary.add_row("clients", f"{info.get('connected_clients', 0)} connected, "
+                               f"{info.get('blocked_clients', 0)} blocked")
+    aof = "off"
+    if info.get("aof_enabled"):
+        aof = f"on, last write {info.get('aof_last_write_status', '?')}"
+        if "aof_current_size" in info:
+            aof += f", {info['aof_current_size']} bytes"
+    summary.add_row("aof", aof)
+    snapshot = (f"last save {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(info.get('rdb_last_save_time', 0)))}, "
+                f"{info.get('rdb_changes_since_last_save', 0)} changes since, "
+                f"last status {info.get('rdb_last_bgsave_status', '?')}")
+    if info.get("rdb_bgsave_in_progress"):
+        snapshot += ", saving now"
+    summary.add_row("snapshot", snapshot)
+    offset = info.get("master_repl_offset", 0)
+    replicas = [info[k] for k in sorted(info) if k.startswith("slave") and k[5:].isdigit()]
+    lines = [f"{rep.get('ip')}:{rep.get('port')} {rep.get('state', '')} "
+             f"behind {max(offset - int(rep.get('offset', 0)), 0)} bytes, last ack {rep.get('lag', '?')}s ago"
+             for rep in replicas]
+    summary.add_row("replicas", "\n".join(lines) if lines else "none")
+    console.print(summary)
+
+    rows, truncated = scan_streams(r, args.max_streams, console)
+    note = f" (first {args.max_streams} streams only)" if truncated else ""
+    by_length = Table(title=f"Top streams by length{note}")
+    by_length.add_column("stream")
+    by_length.add_column("length", justify="right")
+    by_length.add_column("groups", justify="right")
+    for row in sorted(rows, key=lambda x: -x["length"])[:args.top]:
+        by_length.add_row(_text(row["key"]), str(row["length"]), str(len(row["groups"])))
+    console.print(by_length)
+
+    by_lag = Table(title=f"Top consumer groups by lag{note}")
+    for name in ("stream", "group", "lag", "pending"):
+        by_lag.add_column(name, justify="left" if name in ("stream", "group") else "right")
+    group_rows = [(row["key"], g) for row in rows for g in row["groups"]]
+    # Unknown lag (nil, after deletions) sorts after every known one but is still shown.
+    group_rows.sort(key=lambda kg: (kg[1].get("lag") is None, -(kg[1].get("lag") or 0)))
+    for key, g in group_rows[:args.top]:
+        by_lag.add_row(_text(key), _text(g["name"]), _text(g.get("lag")), str(g["pending"]))
+    console.print(by_lag)
+    console.print(f"{len(rows)} streams, {len(group_rows)} consumer groups")
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# groups
+# ---------------------------------------------------------------------------
+
+
+def oldest_pending_idle_ms(r: redis.Redis, key, group) -> int | None:
+    first = r.xpending_range(key, group, "-", "+", 1)
+    return first[0]["time_since_delivered"] if first else None
+
+
+def cmd_groups(r: redis.Redis, args, console: Console) -> int:
+    groups = r.xinfo_groups(args.key)
+    table = Table(title=f"Consumer groups of {args.key}")
+    for name in ("group / consumer", "lag", "pending", "oldest pending idle", "idle",
+                 "last delivered", "entries read"):
+        table.add_column(name, justify="left" if name == "group / consumer" else "right")
+    for g in groups:
+        table.add_row(_text(g["name"]), _text(g.get("lag")), str(g["pending"]),
+                      _seconds(oldest_pending_idle_ms(r, args.key, g["name"])), "",
+                      _text(g.get("last-delivered-id")), _text(g.get("entries-read")))
+        for c in r.xinfo_consumers(args.key, g["name"]):
+            table.add_row(f"  {_text(c['name'])}", "", str(c["pending"]), "", _seconds(c["idle"]), "", "")
+    console.print(table)
+    if not groups:
+        console.print(f"{args.key} has no consumer groups")
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# dead-letter
+# ---------------------------------------------------------------------------
+
+
+def over_delivered(r: redis.Redis, key, group, max_deliveries: int, batch: int):
+    """Yield XPENDING extended rows whose delivery count exceeds ``max_deliveries``."""
+    start = "-"
+    while True:
+        rows = r.xpending_range(key, group, start, "+", batch)
+        for row in rows:
+            if row["times_delivered"] > max_deliveries:
+                yield row
+        if len(rows) < batch:
+            return
+        start = _next_id(rows[-1]["message_id"])
+
+
+def dead_letter_one(r: redis.Redis, args, row) -> str:
+    """Move one pending entry; returns what happened: moved, deleted, or acked-meanwhile."""
+    entry_id = row["message_id"]
+    found = r.xrange(args.key, entry_id, entry_id)
+    if not found:
+        # Deleted from the stream but still pending: nothing to keep, just ack.
+        r.xack(args.key, args.group, entry_id)
+        return "deleted"
+    fields = dict(found[0][1])
+    fields.update({
+        "dlq-stream": args.key, "dlq-original-id": entry_id, "dlq-group": args.group,
+        "dlq-consumer": row["consumer"], "dlq-deliveries": row["times_delivered"]})
+    with r.pipeline(transaction=True) as tx:     # MULTI: both or neither
+        tx.xadd(args.to, fields)
+        tx.xack(args.key, args.group, entry_id)
+        _, acked = tx.execute()
+    # A consumer may have acked it between XPENDING and EXEC; it is then in the
+    # dead-letter stream too, which the report says.
+    return "moved" if acked else "acked-meanwhile"
+
+
+def cmd_dead_letter(r: redis.Redis, args, console: Console) -> int:
+    total = r.xpending(args.key, args.group)["pending"]
+    rows = []
+    counts = {"moved": 0, "deleted": 0, "acked-meanwhile": 0, "would move": 0}
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("scanning pending entries", total=total)
+        for row in over_delivered(r, args.key, args.group, args.max_deliveries, args.batch):
+            outcome = "would move" if args.dry_run else dead_letter_one(r, args, row)
+            counts[outcome] += 1
+            rows.append((row, outcome))
+            bar.advance(task)
+    table = Table(title=f"{'Would dead-letter' if args.dry_run else 'Dead-lettered'} "
+                        f"{args.key} / {args.group} -> {args.to}")
+    for name in ("id", "consumer", "deliveries", "outcome"):
+        table.add_column(name)
+    for row, outcome in rows[:args.show]:
+        table.add_row(_text(row["message_id"]), _text(row["consumer"]), str(row["times_delivered"]), outcome)
+    if rows:
+        console.print(table)
+    if len(rows) > args.show:
+        console.print(f"... and {len(rows) - args.show} more")
+    done = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
+    console.print(f"{len(rows)} of {total} pending entries delivered more than {args.max_deliveries} times"
+                  + (f": {done}" if done else ""))
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# claim-idle
+# ---------------------------------------------------------------------------
+
+
+class StopFlag:
+    """Set by SIGINT/SIGTERM; sleeping on it wakes up at once."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda signum, frame: self.event.set())
+
+    @property
+    def stopped(self) -> bool:
+        return self.event.is_set()
+
+    def sleep(self, seconds: float) -> None:
+        self.event.wait(seconds)
+
+
+def claim_pass(r: redis.Redis, args, console: Console, stop: StopFlag) -> int:
+    """One walk of the whole PEL with XAUTOCLAIM; returns the number of entries claimed."""
+    cursor, claimed = "0-0", 0
+    while not stop.stopped:
+        reply = r.xautoclaim(args.key, args.group, args.consumer, args.min_idle, cursor, count=args.count)
+        cursor, entries = reply[0], reply[1]
+        deleted = reply[2] if len(reply) > 2 else []
+        if entries:
+            claimed += len(entries)
+            console.print(f"claimed {len(entries)}: " + " ".join(_text(e[0]) for e in entries), highlight=False)
+        if deleted:
+            console.print(f"dropped {len(deleted)} deleted entries from the PEL: "
+                          + " ".join(_text(d) for d in deleted), highlight=False)
+        if cursor in (b"0-0", "0-0"):
+            break
+    return claimed
+
+
+def cmd_claim_idle(r: redis.Redis, args, console: Console) -> int:
+    stop = StopFlag()
+    stop.install()
+    backoff = 0.0
+    passes = 0
+    console.print(f"claiming entries of {args.key} / {args.group} idle for {args.min_idle} ms "
+                  f"or more into consumer {args.consumer}", highlight=False)
+    while not stop.stopped:
+        try:
+            claimed = claim_pass(r, args, console, stop)
+            backoff = 0.0
+            passes += 1
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            backoff = min(max(backoff * 2, 0.5), args.max_backoff)
+            console.print(f"connection lost ({e}); retrying in {backoff:.1f}s", highlight=False)
+            r.connection_pool.disconnect()
+            stop.sleep(backoff)
+            continue
+        except redis.ResponseError as e:
+            # Before the first pass an error is a mistake in the arguments (main
+            # reports it); later it is the server's state changing under us (a
+            # restart without the group, a failover), which a worker outlives.
+            if not passes:
+                raise
+            backoff = min(max(backoff * 2, 0.5), args.max_backoff)
+            console.print(f"error: {e}; retrying in {backoff:.1f}s", highlight=False)
+            stop.sleep(backoff)
+            continue
+        if args.once:
+            console.print(f"done: {claimed} claimed")
+            return 0
+        console.print(f"pass done: {claimed} claimed; next in {args.interval}s", highlight=False)
+        stop.sleep(args.interval)
+    console.print("stopped by signal")
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# entry point
+# ---------------------------------------------------------------------------
+
+
+CONNECTION_DEFAULTS = {"host": "127.0.0.1", "port": 6379, "password": "", "user": ""}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # The connection options are accepted before and after the subcommand.  Their
+    # defaults are filled in after parsing (CONNECTION_DEFAULTS): a subparser's
+    # default would otherwise overwrite a value given before the subcommand.
+    common = argparse.ArgumentParser(add_help=False)
+    # -h is the host, as in redis-cli; help is --help only.
+    common.add_argument("-h", "--host", default=argparse.SUPPRESS, help="default 127.0.0.1")
+    common.add_argument("-p", "--port", type=int, default=argparse.SUPPRESS, help="default 6379")
+    common.add_argument("-a", "--password", default=argparse.SUPPRESS)
+    common.add_argument("--user", default=argparse.SUPPRESS)
+    common.add_argument("--help", action="help", help="show this help and exit")
+
+    ap = argparse.ArgumentParser(prog="streamdb-admin", description=__doc__.split("\n")[0],
+                                 add_help=False, parents=[common])
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    st = sub.add_parser("status", add_help=False, parents=[common], help="one-screen summary")
+    st.add_argument("--top", type=int, default=10, help="rows per top-N table (default 10)")
+    st.add_argument("--max-streams", type=int, default=10000,
+                    help="streams read at most (default 10000)")
+    st.set_defaults(run=cmd_status)
+
+    gr = sub.add_parser("groups", add_help=False, parents=[common], help="groups and consumers of a stream")
+    gr.add_argument("key")
+    gr.set_defaults(run=cmd_groups)
+
+    dl = sub.add_parser("dead-letter", add_help=False, parents=[common],
+                        help="move over-delivered pending entries to a dead-letter stream")
+    dl.add_argument("key")
+    dl.add_argument("group")
+    dl.add_argument("--max-deliveries", type=int, required=True,
+                    help="entries delivered more than this many times are moved")
+    dl.add_argument("--to", required=True, help="the dead-letter stream")
+    dl.add_argument("--dry-run", action="store_true", help="only list what would be moved")
+    dl.add_argument("--batch", type=int, default=100, help="XPENDING page size (default 100)")
+    dl.add_argument("--show", type=int, default=50, help="rows listed at most (default 50)")
+    dl.set_defaults(run=cmd_dead_letter)
+
+    ci = sub.add_parser("claim-idle", add_help=False, parents=[common],
+                        help="XAUTOCLAIM idle entries into a consumer, in a loop")
+    ci.add_argument("key")
+    ci.add_argument("group")
+    ci.add_argument("--min-idle", type=int, required=True, help="milliseconds")
+    ci.add_argument("--consumer", required=True)
+    ci.add_argument("--interval", type=float, default=5.0, help="seconds between passes (default 5)")
+    ci.add_argument("--once", action="store_true", help="one pass over the PEL, then exit")
+    ci.add_argument("--count", type=int, default=100, help="XAUTOCLAIM COUNT (default 100)")
+    ci.add_argument("--max-backoff", type=float, default=10.0,
+                    help="longest wait between reconnection attempts (default 10 s)")
+    ci.set_defaults(run=cmd_claim_idle)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    for name, default in CONNECTION_DEFAULTS.items():
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    # Piped output keeps whole table rows instead of wrapping them at 80 columns.
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    r = connect(args)
+    try:
+        return args.run(r, args, console)
+    except redis.ResponseError as e:
+        Console(stderr=True).print(f"error: {e}", highlight=False)
+        return 1
+    except (redis.ConnectionError, redis.TimeoutError) as e:
+        Console(stderr=True).print(f"error: cannot talk to {args.host}:{args.port}: {e}", highlight=False)
+        return 2
+    finally:
+        r.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""streamdb-admin run as a subprocess against real servers; output and resulting state checked."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import redis
+
+from helpers import ROOT, ServerProcess
+
+ADMIN = [sys.executable, "-m", "streamdb.tools.admin"]
+
+
+def run_admin(port: int, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([*ADMIN, "-p", str(port), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def table_rows(output: str) -> list[list[str]]:
+    """The cells of every rich table row in ``output``."""
+    return [[cell.strip() for cell in line.strip("│").split("│")]
+            for line in output.splitlines() if line.startswith("│")]
+
+
+class Worker:
+    """A long-running admin subprocess whose output lines are collected as they come."""
+
+    def __init__(self, port: int, *args: str) -> None:
+        self.proc = subprocess.Popen([*ADMIN, "-p", str(port), *args], cwd=ROOT, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, predicate, timeout: float = 20.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(predicate(line) for line in list(self.lines)):
+                return True
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        return any(predicate(line) for line in list(self.lines))
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(15)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._reader.join(5)
+
+
+@pytest.fixture
+def sdb(tmp_path):
+    with ServerProcess(tmp_path / "sdb", "--appendonly", "no", "--save", "") as srv:
+        srv.client = redis.Redis(port=srv.port)
+        yield srv
+        srv.client.close()
+
+
+def make_streams(r: redis.Redis) -> None:
+    for i in range(5):
+        r.xadd("big", {"n": i})
+    r.xadd("small", {"n": 0})
+    r.set("not-a-stream", "x")
+    r.xgroup_create("big", "slow", id="0")          # lag 5
+    r.xgroup_create("big", "fast", id="$")          # lag 0
+    r.xgroup_create("small", "mid", id="0")         # lag 1
+    r.xreadgroup("fast", "worker-1", {"big": ">"})  # nothing new: creates the consumer only
+    r.xadd("big", {"n": 5})                         # slow 6, fast 1
+    r.xreadgroup("fast", "worker-1", {"big": ">"})  # fast 0, one pending
+
+
+def test_status_summarises_server_and_ranks_streams(sdb):
+    make_streams(sdb.client)
+    out = run_admin(sdb.port, "status")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "StreamDB" in text and "role      master" in text
+    assert "aof       off" in text and "replicas  none" in text
+    rows = table_rows(text)
+    by_length = [r for r in rows if len(r) == 3]
+    assert [r[:2] for r in by_length] == [["big", "6"], ["small", "1"]]   # no "not-a-stream"
+    by_lag = [r for r in rows if len(r) == 4]
+    assert [r[:3] for r in by_lag] == [["big", "slow", "6"], ["small", "mid", "1"], ["big", "fast", "0"]]
+    assert by_lag[2][3] == "1"                     # fast has one pending entry
+    assert "2 streams, 3 consumer groups" in text
+
+    # Options before the subcommand work too, and --top cuts the tables.
+    out = subprocess.run([*ADMIN, "-p", str(sdb.port), "status", "--top", "1"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=30)
+    assert [r[:3] for r in table_rows(out.stdout) if len(r) == 4] == [["big", "slow", "6"]]
+
+
+def test_status_against_redis_server(redis_server):
+    r = redis.Redis(port=redis_server.port)
+    r.flushall()
+    try:
+        make_streams(r)
+        out = run_admin(redis_server.port, "status")
+        assert out.returncode == 0, out.stderr
+        assert "Redis 7." in out.stdout and "role      master" in out.stdout
+        rows = table_rows(out.stdout)
+        assert [r[:2] for r in rows if len(r) == 3] == [["big", "6"], ["small", "1"]]
+        assert [r[:3] for r in rows if len(r) == 4][0] == ["big", "slow", "6"]
+    finally:
+        r.flushall()
+        r.close()
+
+
+def test_groups_table(sdb):
+    make_streams(sdb.client)
+    out = run_admin(sdb.port, "groups", "big")
+    assert out.returncode == 0, out.stderr
+    rows = {r[0]: r for r in table_rows(out.stdout)}
+    # group rows: name, lag, pending, oldest pending idle, idle, last delivered, entries read
+    assert rows["slow"][1:3] == ["6", "0"] and rows["slow"][3] == "-"
+    assert rows["fast"][1:3] == ["0", "1"] and rows["fast"][3].endswith("s")
+    assert rows["worker-1"][2] == "1" and rows["worker-1"][4].endswith("s")
+    missing = run_admin(sdb.port, "groups", "nope")
+    assert missing.returncode == 1 and "no such key" in missing.stderr
+
+
+def test_dead_letter_moves_over_delivered_entries_atomically(sdb):
+    r = sdb.client
+    ids = [r.xadd("jobs", {"job": str(i), "payload": f"p{i}"}) for i in range(6)]
+    r.xgroup_create("jobs", "workers", id="0")
+    r.xreadgroup("workers", "alice", {"jobs": ">"})            # every entry delivered once
+    # Two more deliveries of the first four (re-reading the PEL increments the count).
+    for _ in range(2):
+        r.xclaim("jobs", "workers", "bob", 0, ids[:4])
+    r.xdel("jobs", ids[3])                                     # pending but gone
+
+    dry = run_admin(sdb.port, "dead-letter", "jobs", "workers", "--max-deliveries", "2", "--to", "jobs:dlq", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "4 of 6 pending entries delivered more than 2 times: 4 would move" in dry.stdout
+    assert r.exists("jobs:dlq") == 0 and r.xpending("jobs", "workers")["pending"] == 6
+
+    out = run_admin(sdb.port, "dead-letter", "jobs", "workers", "--max-deliveries", "2", "--to", "jobs:dlq")
+    assert out.returncode == 0, out.stderr
+    assert "3 moved, 1 deleted" in out.stdout
+    outcomes = {row[0]: row[3] for row in table_rows(out.stdout)}
+    assert outcomes[ids[3].decode()] == "deleted"
+    assert [outcomes[i.decode()] for i in ids[:3]] == ["moved"] * 3
+
+    dlq = r.xrange("jobs:dlq")
+    assert [fields[b"dlq-original-id"] for _, fields in dlq] == ids[:3]
+    first = dlq[0][1]
+    assert first[b"job"] == b"0" and first[b"payload"] == b"p0"
+    assert first[b"dlq-group"] == b"workers" and first[b"dlq-consumer"] == b"bob"
+    assert first[b"dlq-deliveries"] == b"3" and first[b"dlq-stream"] == b"jobs"
+    still_pending = [p["message_id"] for p in r.xpending_range("jobs", "workers", "-", "+", 100)]
+    assert still_pending == ids[4:]
+
+    again = run_admin(sdb.port, "dead-letter", "jobs", "workers", "--max-deliveries", "2", "--to", "jobs:dlq")
+    assert "0 of 2 pending entries" in again.stdout and r.xlen("jobs:dlq") == 3
+
+
+def test_dead_letter_pages_through_a_large_pel(sdb):
+    r = sdb.client
+    pipe = r.pipeline(transaction=False)
+    for i in range(250):
+        pipe.xadd("many", {"i": i}, id=f"1-{i + 1}")
+    pipe.execute()
+    r.xgroup_create("many", "g", id="0")
+    r.xreadgroup("g", "c", {"many": ">"})
+    r.xreadgroup("g", "c", {"many": "0"})           # a second delivery of all 250
+    out = run_admin(sdb.port, "dead-letter", "many", "g", "--max-deliveries", "1", "--to", "dl", "--batch", "30")
+    assert out.returncode == 0, out.stderr
+    assert "250 of 250 pending entries delivered more than 1 times: 250 moved" in out.stdout
+    assert r.xlen("dl") == 250 and r.xpending("many", "g")["pending"] == 0
+
+
+def test_claim_idle_once_claims_only_idle_entries(sdb):
+    r = sdb.client
+    ids = [r.xadd("tasks", {"t": i}) for i in range(4)]
+    r.xgroup_create("tasks", "g", id="0")
+    r.xreadgroup("g", "crashed", {"tasks": ">"})
+    # Two entries look as if delivered a minute ago; two were just delivered.
+    r.xclaim("tasks", "g", "crashed", 0, ids[:2], idle=60_000)
+    out = run_admin(sdb.port, "claim-idle", "tasks", "g", "--min-idle", "30000", "--consumer", "rescuer", "--once")
+    assert out.returncode == 0, out.stderr
+    assert f"claimed 2: {ids[0].decode()} {ids[1].decode()}" in out.stdout
+    owners = {p["message_id"]: p["consumer"] for p in r.xpending_range("tasks", "g", "-", "+", 10)}
+    assert owners == {ids[0]: b"rescuer", ids[1]: b"rescuer", ids[2]: b"crashed", ids[3]: b"crashed"}
+
+
+def test_claim_idle_loop_survives_a_server_restart_and_stops_on_signal(tmp_path):
+    srv = ServerProcess(tmp_path / "sdb", "--appendonly", "no", "--save", "").start()
+    try:
+        redis.Redis(port=srv.port).xgroup_create("q", "g", id="0", mkstream=True)
+        worker = Worker(srv.port, "claim-idle", "q", "g", "--min-idle", "1000", "--consumer", "w",
+                        "--interval", "0.2", "--max-backoff", "0.5")
+        try:
+            assert worker.wait_for(lambda line: line.startswith("pass done"))
+            srv.kill9()
+            assert worker.wait_for(lambda line: line.startswith("connection lost"))
+            srv = ServerProcess(tmp_path / "sdb", "--appendonly", "no", "--save", "", port=srv.port).start()
+            # The restarted server is empty: until the group exists again the
+            # worker reports NOGROUP and keeps going.
+            r = redis.Redis(port=srv.port)
+            eid = r.xadd("q", {"f": "v"})
+            r.xgroup_create("q", "g", id="0")
+            r.xreadgroup("g", "dead", {"q": ">"})
+            r.xclaim("q", "g", "dead", 0, [eid], idle=5000)
+            assert worker.wait_for(lambda line: line == f"claimed 1: {eid.decode()}"), worker.lines
+            assert r.xpending_range("q", "g", "-", "+", 1)[0]["consumer"] == b"w"
+        finally:
+            code = worker.stop(signal.SIGINT)
+        assert code == 0
+        assert worker.lines[-1] == "stopped by signal"
+    finally:
+        srv.stop()
+
+
+def test_claim_idle_reports_a_missing_group(sdb):
+    out = run_admin(sdb.port, "claim-idle", "nokey", "g", "--min-idle", "1", "--consumer", "c", "--once")
+    assert out.returncode == 1 and "NOGROUP" in out.stderr
