@@ -31,9 +31,10 @@ from collections import deque
 
 from .. import log
 from ..commands.context import BlockRequest
-from ..persistence.aof import encode_command, state_commands
+from ..persistence.aof import encode_command
 from ..protocol.reply import OK, CommandError, Raw
 from . import state
+from .fullsync import PayloadTransfer
 from .state import NO_ID, SavedState
 
 __all__ = ["Replication", "ReplicaLink", "new_replid", "WAIT_KEY"]
@@ -52,7 +53,7 @@ def new_replid() -> str:
 class ReplicaLink:
     """One connected replica, as the primary sees it."""
 
-    __slots__ = ("client", "ip", "port", "ack_offset", "ack_time", "since")
+    __slots__ = ("client", "ip", "port", "ack_offset", "ack_time", "since", "transfer", "held")
 
     def __init__(self, client, ip: str, port: int) -> None:
         self.client = client
@@ -62,6 +63,23 @@ class ReplicaLink:
         now = time.monotonic()
         self.ack_time = now
         self.since = now
+        self.transfer: PayloadTransfer | None = None   # the full-sync payload on its way
+        self.held: list[bytes] | None = None    # live stream kept until the payload is acked
+
+    def touch(self) -> None:
+        self.ack_time = time.monotonic()
+
+    def go_online(self) -> None:
+        """The replica acked the loaded payload: send the stream held meanwhile."""
+        held, self.held, self.transfer = self.held, None, None
+        if held:
+            self.client.deliver(Raw(b"".join(held)))
+
+    def stop_transfer(self, why: str) -> None:
+        if self.transfer is not None:
+            self.transfer.abort(why)
+            self.transfer = None
+        self.held = None
 
     @property
     def name(self) -> str:
@@ -196,7 +214,9 @@ class Replication:
         self.pending.clear()
         clients = self.core.clients
         for link in list(self.links.values()):
-            if link.client.id in clients:
+            if link.held is not None:
+                link.held.append(data)
+            elif link.client.id in clients:
                 link.client.deliver(Raw(data))
 
     def stream_db(self) -> int:
@@ -263,6 +283,8 @@ class Replication:
                     except ValueError:
                         return Raw(b"")
                     link.ack_time = time.monotonic()
+                    if link.held is not None and link.transfer is not None and link.transfer.done:
+                        link.go_online()
                     if off > link.ack_offset:
                         link.ack_offset = off
                         self._signal_waiters()
@@ -311,16 +333,14 @@ class Replication:
         else:
             log.log(log.NOTICE, f"Full resync requested by replica {name}")
         self.sync_full += 1
-        t0 = time.monotonic()
-        body = list(state_commands(core.keyspace))
-        body.append(encode_command([b"SELECT", b"%d" % self.stream_db()]))
-        payload = b"".join(body)
         link.ack_offset = -1     # counts for WAIT once it acks, i.e. once the payload is loaded
+        link.held = []
+        link.transfer = PayloadTransfer(self, link, self.stream_db())
         self.links[client.id] = link
-        log.log(log.NOTICE, f"Starting full sync with replica {name}: {len(payload)} bytes of payload "
-                            f"at offset {self.offset} (built in {time.monotonic() - t0:.3f}s)")
-        return Raw(b"+FULLRESYNC %s %d\r\n$%d\r\n" % (self.replid.encode(), self.offset, len(payload))
-                   + payload)
+        log.log(log.NOTICE, f"Starting full sync with replica {name}: payload streamed from "
+                            f"child {link.transfer.pid} at offset {self.offset}")
+        return Raw(b"+FULLRESYNC %s %d\r\n" % (self.replid.encode(), self.offset)
+                   + link.transfer.header)
 
     def _refuse_partial(self, rid: str, psync_offset: int) -> str | None:
         """None when ``PSYNC rid psync_offset`` can continue from the backlog, else why not."""
@@ -343,6 +363,7 @@ class Replication:
     def drop_links(self, why: str) -> None:
         for link in list(self.links.values()):
             log.log(log.NOTICE, f"Disconnecting replica {link.name}: {why}")
+            link.stop_transfer(why)
             if link.client.close is not None:
                 link.client.close()
         self.links.clear()
@@ -399,9 +420,11 @@ class Replication:
         for cid, link in list(self.links.items()):
             if cid not in core.clients:
                 del self.links[cid]
+                link.stop_transfer("the replica disconnected")
                 log.log(log.NOTICE, f"Connection with replica {link.name} lost.")
             elif now - link.ack_time > timeout:
                 del self.links[cid]
+                link.stop_transfer("timeout")
                 log.log(log.WARNING, f"Disconnecting timedout replica (streaming sync): {link.name}")
                 if link.client.close is not None:
                     link.client.close()

@@ -34,6 +34,7 @@ from ..protocol.reply import CommandError
 from ..protocol.request import ProtocolError, RequestParser
 from ..server import tls
 from . import state
+from .fullsync import MARK_LEN
 
 __all__ = ["ReplicaSide", "ReplError"]
 
@@ -62,6 +63,54 @@ def _errors_in(reply) -> list:
     if isinstance(reply, list):
         return [r for r in reply if isinstance(r, CommandError)]
     return []
+
+
+class _PayloadLoader:
+    """Applies a full-sync payload piece by piece through the master client."""
+
+    def __init__(self, side: "ReplicaSide") -> None:
+        self.side = side
+        core, c = side.core, side.client
+        self.parser = RequestParser(max_bulk_len=1 << 62)
+        self.count = 0
+        side.repl.forget_state()     # the data no longer matches the saved id/offset
+        side.repl.drop_links("my master sent a full resynchronization")
+        side.server.loading = True
+        core.extra["loading"] = True
+        c.in_multi = False
+        c.multi_queue = []
+        c.db = 0
+        log.log(log.NOTICE, "MASTER <-> REPLICA sync: Flushing old data")
+        # FLUSHALL through the applying client: this server's AOF, WATCHers and
+        # blocked readers see it like any other change.
+        core.execute(c, [b"FLUSHALL"])
+
+    def feed(self, data: bytes) -> None:
+        p = self.parser
+        p.feed(data)
+        core, c = self.side.core, self.side.client
+        while True:
+            argv = p.next_command()
+            if argv is None:
+                break
+            errors = _errors_in(core.execute(c, argv))
+            if errors:
+                raise ReplError(f"full-sync payload command {argv[0]!r} failed: "
+                                f"{errors[0].message}")
+            self.count += 1
+
+    def finish(self, new_id: str, new_off: int) -> None:
+        if self.parser.buffered():
+            raise ReplError("full-sync payload ends in the middle of a command")
+        side = self.side
+        side.repl.reset_stream(new_id, new_off)
+        side.has_cache = True
+        side.read_offset = new_off
+        side.server.schedule_flush(side.writer_obj)
+
+    def close(self) -> None:
+        self.side.server.loading = False
+        self.side.core.extra["loading"] = False
 
 
 class ReplicaSide:
@@ -245,59 +294,55 @@ class ReplicaSide:
             ack_task.cancel()
 
     async def _full_sync(self, reader, timeout: float, new_id: str, new_off: int) -> None:
+        """Receive the payload and apply it as it arrives (a command at a time).
+
+        ``$EOF:<mark>``: the payload ends with the 40-byte mark, the last bytes read
+        (the primary sends the live stream only after our ACK); ``$<len>``: it is
+        ``len`` bytes.  Until it is all applied our data matches no id: a cut
+        link means another full sync.  Meanwhile normal clients get -LOADING,
+        as while Redis loads a replication payload.
+        """
         self.state = "sync"
-        self.has_cache = False       # until the payload is applied, our data matches no id
+        self.has_cache = False
         hdr = await self._readline(reader, timeout)
         if not hdr.startswith(b"$"):
             raise ReplError(f"Bad protocol from MASTER, the first byte is not '$': {hdr[:40]!r}")
-        total = int(hdr[1:])
-        self.sync_total, self.sync_read = total, 0
-        log.log(log.NOTICE, f"MASTER <-> REPLICA sync: receiving {total} bytes from master to memory")
-        chunks = []
+        mark = hdr[5:] if hdr.startswith(b"$EOF:") else None
+        if mark is not None and len(mark) != MARK_LEN:
+            raise ReplError(f"Bad end mark in the full sync header: {hdr!r}")
+        total = -1 if mark is not None else int(hdr[1:])
+        self.sync_total, self.sync_read = total, 0    # -1 when streamed, as Redis shows it
+        log.log(log.NOTICE, f"MASTER <-> REPLICA sync: receiving "
+                            f"{'streamed' if mark else total} bytes from master, applied as "
+                            f"they arrive")
         t0 = time.monotonic()
-        while self.sync_read < total:
-            data = await asyncio.wait_for(reader.read(min(total - self.sync_read, 1 << 20)), timeout)
-            if not data:
-                raise EOFError(f"connection lost during the full sync transfer "
-                               f"({self.sync_read} of {total} bytes)")
-            chunks.append(data)
-            self.sync_read += len(data)
-            self.last_io = time.monotonic()
-        log.log(log.NOTICE, "MASTER <-> REPLICA sync: Flushing old data")
-        self.load_payload(chunks, new_id, new_off)
-        log.log(log.NOTICE, f"MASTER <-> REPLICA sync: Finished with success ({total} bytes in "
-                            f"{time.monotonic() - t0:.3f}s)")
-
-    def load_payload(self, chunks: list[bytes], new_id: str, new_off: int) -> None:
-        """Replace the dataset with the full-sync payload, in one go (one loop turn)."""
-        core, c = self.core, self.client
-        self.repl.forget_state()     # the data no longer matches the saved id/offset
-        c.in_multi = False
-        c.multi_queue = []
-        c.db = 0
-        # FLUSHALL through the applying client: this server's AOF, WATCHers and
-        # blocked readers see it like any other change.
-        core.execute(c, [b"FLUSHALL"])
-        p = RequestParser(max_bulk_len=1 << 62)
-        n = 0
-        for chunk in chunks:
-            p.feed(chunk)
+        loader = _PayloadLoader(self)
+        tail = b""                   # the last MARK_LEN bytes, held back: maybe the mark
+        try:
             while True:
-                argv = p.next_command()
-                if argv is None:
+                want = 1 << 20 if mark is not None else min(total - self.sync_read, 1 << 20)
+                if want <= 0:
                     break
-                errors = _errors_in(core.execute(c, argv))
-                if errors:
-                    raise ReplError(f"full-sync payload command {argv[0]!r} failed: {errors[0].message}")
-                n += 1
-        if p.buffered():
-            raise ReplError("full-sync payload ends in the middle of a command")
-        self.repl.reset_stream(new_id, new_off)
-        self.repl.drop_links("my master sent a full resynchronization")
-        self.has_cache = True
-        self.read_offset = new_off
-        log.log(log.NOTICE, f"MASTER <-> REPLICA sync: Loaded {n} commands of payload")
-        self.server.schedule_flush(self.writer_obj)
+                data = await asyncio.wait_for(reader.read(want), timeout)
+                if not data:
+                    raise EOFError(f"connection lost during the full sync transfer "
+                                   f"({self.sync_read} bytes received)")
+                self.sync_read += len(data)
+                self.last_io = time.monotonic()
+                if mark is None:
+                    loader.feed(data)
+                    continue
+                data = tail + data
+                if data.endswith(mark):
+                    loader.feed(data[:-MARK_LEN])
+                    break
+                loader.feed(data[:-MARK_LEN])
+                tail = data[-MARK_LEN:]
+            loader.finish(new_id, new_off)
+        finally:
+            loader.close()
+        log.log(log.NOTICE, f"MASTER <-> REPLICA sync: Finished with success ({self.sync_read} "
+                            f"bytes, {loader.count} commands in {time.monotonic() - t0:.3f}s)")
 
     # -- the live stream --------------------------------------------------------------
 

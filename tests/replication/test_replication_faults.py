@@ -123,10 +123,11 @@ def test_link_cut_in_the_middle_of_the_full_sync_payload(tmp_path):
         populate(cp)
         bulk_xadd(p.port, "big", 60000)
         with LinkProxy(p.port, cut_after=300_000) as proxy:
-            r = ServerProcess(tmp_path / "r", "--save", "", "--replicaof", "127.0.0.1",
-                              str(proxy.port))
-            with r:
+            # REPLICAOF at run time: while the payload loads the replica answers
+            # -LOADING, which the start-up helper's PING probe would wait out.
+            with ServerProcess(tmp_path / "r", "--save", "") as r:
                 cr = client(r)
+                cr.replicaof("127.0.0.1", proxy.port)
                 assert proxy.cut_done.wait(20)
                 read_groups(cp)
                 assert_same(cp, cr)
@@ -145,14 +146,19 @@ def test_replica_kill9_during_the_full_sync_transfer(tmp_path):
         populate(cp)
         bulk_xadd(p.port, "big", 60000)
         with LinkProxy(p.port, hold_after=200_000) as proxy:
-            r = ServerProcess(tmp_path / "r", "--save", "", "--replicaof", "127.0.0.1",
-                              str(proxy.port))
+            r = ServerProcess(tmp_path / "r", "--save", "")
             with r:
                 cr = client(r)
+                cr.replicaof("127.0.0.1", proxy.port)
                 assert proxy.held.wait(20)
                 ri = info(cr)
                 assert ri["master_sync_in_progress"] == 1 and ri["master_link_status"] == "down"
+                assert 0 < ri["master_sync_read_bytes"] <= 200_000
+                # Half a payload is applied: normal commands wait for the rest.
+                with pytest.raises(redis.BusyLoadingError):
+                    cr.xlen("big")
                 r.kill9()
+                r.args += ["--replicaof", "127.0.0.1", str(proxy.port)]
                 proxy.release()
                 read_groups(cp)
                 r.start()
