@@ -22,6 +22,7 @@ import asyncio
 import time
 
 from .. import log
+from ..commands.admin import used_memory
 from ..engine.groups import ENTRIES_READ_INVALID
 from ..engine.lag import group_lag
 from ..engine.stream import Stream
@@ -133,8 +134,6 @@ def render(core, now: float | None = None, scrape_errors: int = 0) -> str:
 
 
 def _server_metrics(core, out: Exposition, now: float) -> None:
-    from ..commands.admin import used_memory     # commands import the server package
-
     out.add("streamdb_uptime_seconds", round(now - core.start_time, 3))
     out.add("streamdb_connected_clients", len(core.clients))
     out.add("streamdb_blocked_clients", sum(1 for c in core.clients.values() if c.blocked is not None))
