@@ -180,7 +180,7 @@ class Core:
                 client.multi_queue = []
                 self.unwatch_all(client)
                 return self._error(CommandError(
-                    "EXECABORT Transaction discarded because of: " + OOM_MESSAGE), name,
+                    "EXECABORT Transaction discarded because of: OOM " + OOM_MESSAGE), name,
                     rejected=True)
             if client.in_multi:
                 client.multi_error = True
@@ -465,11 +465,9 @@ _OOM_ALLOWED_IN_MULTI = frozenset(("exec", "discard", "quit", "reset"))
 def _refused_for_memory(spec, client: Client) -> bool:
     if "denyoom" in spec.flags:
         return True
-    if client.in_multi:
-        return spec.name not in _OOM_ALLOWED_IN_MULTI
     if spec.name == "exec":
         return any(_is_denyoom(argv) for argv in client.multi_queue)
-    return False
+    return client.in_multi and spec.name not in _OOM_ALLOWED_IN_MULTI
 
 
 def _is_denyoom(argv: list[bytes]) -> bool:
