@@ -291,6 +291,50 @@ def xadd(ctx: Ctx, argv: list[bytes]):
     return reply
 
 
+def apply_xadd_effects(core, client, run: list[list[bytes]]) -> int:
+    """Replay fast path (AOF load): effects ``XADD key <ms-seq> field value ...`` for one key.
+
+    ``run`` is consecutive XADD effects of one frame for the same key.  They go
+    straight into the stream, skipping argument parsing and dispatch, then down
+    the one effect path (``Core.emit_replayed``).  Returns how many were applied:
+    it stops at the first that is not exactly that form or that XADD would
+    refuse, and the caller runs that one through ``Core.execute``, which gives
+    the error.  Restart time is mostly this loop, hence the special case.
+    """
+    db = core.keyspace.dbs[client.db]
+    key = run[0][1]
+    if key in db.expires:
+        return 0               # leave expiry rules to the ordinary path
+    s = db.data.get(key)
+    created = s is None
+    if created:
+        s = Stream()
+    elif type(s) is not Stream:
+        return 0
+    cfg = core.config.values
+    max_entries, max_bytes = cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"]
+    last = s.last_id
+    n = 0
+    for argv in run:
+        ms, dash, seq = argv[2].partition(b"-")
+        if not (dash and ms.isdigit() and seq.isdigit()):
+            break
+        ms, seq = int(ms), int(seq)
+        if ms > U64 or seq > U64:
+            break
+        sid = (ms << 64) | seq
+        if sid <= last:
+            break
+        s.append(sid, argv[3:], max_entries, max_bytes)
+        last = sid
+        n += 1
+    if n:
+        if created:
+            db.set(key, s, keep_ttl=True)
+        core.emit_replayed(client.db, "xadd", run if n == len(run) else run[:n])
+    return n
+
+
 def idmp_settings(ctx: Ctx, s: Stream) -> tuple[int, int]:
     """The stream's effective (duration seconds, maxsize) for IDMP."""
     cfg = ctx.config

@@ -12,9 +12,14 @@ effects of one event-loop turn (the group commit)::
     #SDBAOF 1\\r\\n
     #F <body length> <crc32 hex>\\r\\n<body: RESP commands>  ...
 
-Each frame is written with one write() and, under ``appendfsync always``,
-fdatasync()ed before any reply of that turn leaves the server.  Because a frame
-is the unit of both writing and checking:
+Each frame is written with one write().  Under ``appendfsync always`` no reply
+of that turn leaves the server before the frame is fdatasync()ed, but the fsync
+runs on the ``aof-fsync`` thread, pipelined with the loop: while the disk syncs
+the frames of earlier turns, the loop goes on executing and writing later turns,
+whose replies wait (``Server`` parks them with the log position they need) until
+an fsync covers them.  Throughput is then bound by the slower of the CPU and the
+disk rather than their sum, and one fdatasync covers every frame written while
+the previous one ran.  Because a frame is the unit of both writing and checking:
 
 * a torn last frame (short, or a bad checksum with nothing after it) is a torn
   tail: cut off on load when ``aof-load-truncated yes`` (logged with the
@@ -37,9 +42,12 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import threading
 import time
 import zlib
+
+import hiredis
 
 from .. import log
 from .child import fork_child, reap
@@ -140,19 +148,29 @@ def read_segment(data: bytes, path: str = "") -> SegmentScan:
 
 
 def split_commands(body: bytes) -> list[list[bytes]]:
-    from ..protocol.request import ProtocolError, RequestParser
-    p = RequestParser(max_bulk_len=1 << 62)
-    p.feed(body)
+    """The commands of a frame body.
+
+    Bodies are checksummed and were written by ``encode_command``, so hiredis's C
+    parser (much faster than ours) is safe here; anything but a sequence of
+    complete arrays of bulk strings is refused all the same.
+    """
+    reader = hiredis.Reader()
+    reader.feed(body)
     out = []
     try:
         while True:
-            argv = p.next_command()
-            if argv is None:
+            argv = reader.gets()
+            if argv is False:
                 break
+            if type(argv) is not list or not argv:
+                raise AofError("bad command inside a checksummed frame: not an array")
+            b"".join(argv)       # TypeError unless every element is a bulk string (C speed)
             out.append(argv)
-    except ProtocolError as e:
+    except TypeError:
+        raise AofError("bad command inside a checksummed frame: not an array of bulk strings") from None
+    except hiredis.ProtocolError as e:
         raise AofError(f"bad command inside a checksummed frame: {e}") from None
-    if p.buffered():
+    if reader.has_data():
         raise AofError("frame ends in the middle of a command")
     return out
 
@@ -254,11 +272,27 @@ class Aof:
         self.last_write_ok = True
         self.last_error = ""
         self.inject_failures = 0      # DEBUG AOF-INJECT-ERROR: fail the next N writes
+        self.inject_fsync_failures = 0    # DEBUG AOF-INJECT-FSYNC-ERROR: fail the next N 'always' fsyncs
         self.fsync_log: int | None = None     # fd of fsync.log when aof-record-fsync is on
         self._dirty_since_fsync = False
-        self._stop = threading.Event()
+        self._stop = False
         self._fsync_thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        # Log positions count bytes written since open_for_append, across
+        # segments: replies wait for ``durable_pos`` to reach the position
+        # their turn's frame ended at.
+        self.written_pos = 0
+        self.durable_pos = 0
+        # Frames written but not yet covered by an fsync (always): kept so that
+        # a failed fsync can write them again.  (end position, segment offset, frame)
+        self._unsynced: list[tuple[int, int, bytes]] = []
+        self._sync_lock = threading.Lock()      # held during an fsync; rotation takes it
+        self._wake = threading.Condition()
+        self._sync_wanted = False
+        # Bumped when a failed fsync makes the loop rewrite frames: completions
+        # of fsyncs started before that no longer mean anything.
+        self._sync_epoch = 0
+        self.loop = None
+        self.on_durable = None     # set by the server: on_durable(pos) releases parked replies
         self.loading = False
         self.loaded_perc = 0.0
         self.loaded_bytes = 0
@@ -308,7 +342,8 @@ class Aof:
         total = sum(os.path.getsize(p) for p in paths) or 1
         self.loading_total_bytes = total
         self.loading_start = time.time()
-        done = 0
+        from ..commands.streams import apply_xadd_effects   # commands import persistence
+        done_bytes = 0
         applied = 0
         client = self.core.replay_client("aof")
         self.loading = True
@@ -335,7 +370,25 @@ class Aof:
                     db.clear()
             offset = len(SEGMENT_MAGIC)
             for body in scan.frames:
-                for argv in split_commands(body):
+                commands = split_commands(body)
+                i, n = 0, len(commands)
+                while i < n:
+                    argv = commands[i]
+                    if argv[0] == b"XADD" and len(argv) >= 5 and len(argv) & 1 and not client.in_multi:
+                        # A run of XADD effects on one key: the fast path (most of a log).
+                        key, j = argv[1], i + 1
+                        while j < n and commands[j][0] == b"XADD" and commands[j][1] == key \
+                                and len(commands[j]) >= 5 and len(commands[j]) & 1:
+                            j += 1
+                        done = apply_xadd_effects(self.core, client, commands[i:j])
+                        if done:
+                            i += done
+                            before, applied = applied, applied + done
+                            if applied // 2000 != before // 2000:
+                                self.loaded_bytes = done_bytes
+                                yield applied
+                            continue
+                    i += 1
                     reply = self.core.execute(client, argv)
                     errors = [reply] if hasattr(reply, "message") else \
                         [r for r in reply if hasattr(r, "message")] if isinstance(reply, list) \
@@ -351,15 +404,15 @@ class Aof:
                                        f"{errors[0].message})")
                     applied += 1
                     if applied % 2000 == 0:
-                        self.loaded_bytes = done
+                        self.loaded_bytes = done_bytes
                         yield applied
                 offset += len(body) + len(b"#F %d %08x\r\n" % (len(body), 0))
-                done += len(body)
-                self.loaded_perc = 100.0 * done / total
+                done_bytes += len(body)
+                self.loaded_perc = 100.0 * done_bytes / total
                 now = time.monotonic()
                 if now - last_log >= 1.0:
                     last_log = now
-                    self.loaded_perc = 100.0 * done / total
+                    self.loaded_perc = 100.0 * done_bytes / total
                     log.log(log.NOTICE, f"Loading AOF: {self.loaded_perc:.1f}% "
                                         f"({applied} commands, {applied / max(now - t0, 1e-9):.0f}/s)")
             if scan.torn_at is not None:
@@ -400,7 +453,12 @@ class Aof:
         self.base_size = self._segment_size(self.manifest.base)
         self.total_size = self.base_size + sum(self._segment_size(s) for s in self.manifest.incrs)
         self.rewrite_base_size = self.total_size
-        if self.policy == "everysec" and self._fsync_thread is None:
+        # The fsync thread needs the GIL for a moment after each fdatasync to hand
+        # the result to the loop; with the default 5 ms switch interval a busy loop
+        # would keep it (and every parked reply) waiting that long.
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.0002))
+        if self._fsync_thread is None:
+            # One thread serves every policy (CONFIG SET appendfsync may switch live).
             self._fsync_thread = threading.Thread(target=self._fsync_loop, name="aof-fsync", daemon=True)
             self._fsync_thread.start()
 
@@ -419,10 +477,16 @@ class Aof:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         os.write(fd, SEGMENT_MAGIC)
         os.fsync(fd)
-        if self.fd is not None:
-            os.close(self.fd)
-        self.fd = fd
-        self.size = len(SEGMENT_MAGIC)
+        # The old segment must be durable before its fd goes away (and the
+        # fsync thread must not be inside an fsync of it).
+        with self._sync_lock:
+            if self.fd is not None:
+                if self.written_pos > self.durable_pos:
+                    os.fdatasync(self.fd)
+                os.close(self.fd)
+            self.fd = fd
+            self.size = len(SEGMENT_MAGIC)
+        self._mark_durable(self.written_pos)
         self.cur_db = 0
         self.manifest.incrs.append(name)
         self.manifest.save(self.dir, self.manifest_name)
@@ -438,38 +502,55 @@ class Aof:
                 self.cur_db = int(argv[1])
 
     def flush(self) -> bool:
-        """End of turn: write this turn's frame (and fsync under 'always').
+        """End of turn: write this turn's frame; under 'always', ask the fsync thread to sync it.
 
-        Returns False when the frame could not be made durable: the caller holds
-        the turn's replies and the frame is retried on the next turn or tick.
+        Returns False when the frame could not be written: the caller holds the
+        turn's replies and the frame is retried on the next turn or tick.  When
+        it returns True under 'always', the frame is written but maybe not yet
+        durable: ``reply_gate()`` tells the server which position to wait for.
         """
         if self.buf:
             self.pending += encode_frame(b"".join(self.buf))
             self.buf.clear()
         if not self.pending:
             return True
+        frame = self.pending
         try:
             if self.inject_failures:
                 self.inject_failures -= 1
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            self._write_all(self.pending)
-            if self.policy == "always":
-                os.fdatasync(self.fd)
-                self._record_fsync(self.size + len(self.pending))
-            else:
-                self._dirty_since_fsync = True
+            self._write_all(frame)
         except OSError as e:
             self._write_failed(e)
             return False
-        self.size += len(self.pending)
-        self.total_size += len(self.pending)
+        start = self.size
+        self.size += len(frame)
+        self.total_size += len(frame)
+        self.written_pos += len(frame)
         self.pending = b""
+        if self.policy == "always":
+            self._unsynced.append((self.written_pos, start, frame))
+            with self._wake:
+                self._sync_wanted = True
+                self._wake.notify()
+        else:
+            self._dirty_since_fsync = True
+            self._clear_write_error()
+        return True
+
+    def _clear_write_error(self) -> None:
+        """Writes are accepted again (under 'always': once an fsync succeeded, not just a write)."""
         if not self.last_write_ok:
             log.log(log.WARNING, "AOF write error solved: writes accepted again")
         self.last_write_ok = True
         self.last_error = ""
         self.core.extra.pop("write_refusal", None)
-        return True
+
+    def reply_gate(self) -> int | None:
+        """The log position this turn's replies must wait for, or None if all written bytes are durable."""
+        if self.policy == "always" and self.written_pos > self.durable_pos:
+            return self.written_pos
+        return None
 
     def flush_pending_retry(self) -> None:
         """Cron: retry a frame that failed to write even when no new turn comes."""
@@ -507,21 +588,106 @@ class Aof:
         self.core.extra["write_refusal"] = f"MISCONF Errors writing to the AOF file: {self.last_error}"
 
     def _fsync_loop(self) -> None:
-        while not self._stop.wait(1.0):
-            if self._dirty_since_fsync and self.fd is not None:
-                self._dirty_since_fsync = False
-                covered = self.size
-                try:
-                    os.fdatasync(self.fd)
-                    self._record_fsync(covered)
-                except OSError as e:
-                    self.last_error = e.strerror or str(e)
-                    self.last_write_ok = False
-                    self.core.extra["write_refusal"] = \
-                        f"MISCONF Errors writing to the AOF file: {self.last_error}"
+        """The aof-fsync thread: on request under 'always', once a second under 'everysec'."""
+        while True:
+            with self._wake:
+                if not self._sync_wanted and not self._stop:
+                    self._wake.wait(1.0)
+                if self._stop:
+                    return
+                wanted, self._sync_wanted = self._sync_wanted, False
+            if wanted:
+                self._sync_for_replies()
+            elif self.policy == "everysec" and self._dirty_since_fsync:
+                self._sync_everysec()
 
-    def _record_fsync(self, offset: int) -> None:
-        """aof-record-fsync (crash testing): note that the segment is durable up to offset.
+    def _sync_for_replies(self) -> None:
+        """Fsync what the loop has written so far and tell the loop (always policy)."""
+        with self._sync_lock:
+            fd, target, epoch = self.fd, self.written_pos, self._sync_epoch
+            name, offset = self._segment_name(), self.size
+            if fd is None or target <= self.durable_pos:
+                return
+            try:
+                if self.inject_fsync_failures:
+                    self.inject_fsync_failures -= 1
+                    raise OSError(errno.EIO, os.strerror(errno.EIO))
+                os.fdatasync(fd)
+                err = None
+            except OSError as e:
+                err = e
+        if err is None:
+            self._record_fsync_at(name, offset)
+        self._call_in_loop(self._fsync_done, target, err, epoch)
+
+    def _sync_everysec(self) -> None:
+        with self._sync_lock:
+            self._dirty_since_fsync = False
+            if self.fd is None:
+                return
+            name, offset, target = self._segment_name(), self.size, self.written_pos
+            epoch = self._sync_epoch
+            try:
+                os.fdatasync(self.fd)
+            except OSError as e:
+                self.last_error = e.strerror or str(e)
+                self.last_write_ok = False
+                self.core.extra["write_refusal"] = \
+                    f"MISCONF Errors writing to the AOF file: {self.last_error}"
+                return
+        self._record_fsync_at(name, offset)
+        self._call_in_loop(self._fsync_done, target, None, epoch)
+
+    def _call_in_loop(self, fn, *args) -> None:
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            fn(*args)           # no loop (tests, shutdown): the caller's thread is fine
+        else:
+            try:
+                loop.call_soon_threadsafe(fn, *args)
+            except RuntimeError:     # the loop closed meanwhile
+                pass
+
+    def _fsync_done(self, target: int, err: OSError | None, epoch: int) -> None:
+        """Loop thread: an fsync of the thread finished."""
+        if epoch != self._sync_epoch:
+            return
+        if err is None:
+            self._mark_durable(target)
+            return
+        # An fsync failed: the kernel may have dropped the dirty pages, so the
+        # frames it covered cannot be trusted.  Cut the segment back to the last
+        # durable frame and write them again (replies stay parked meanwhile).
+        if not self._unsynced:
+            return
+        with self._sync_lock:
+            self._sync_epoch += 1
+            first_start = self._unsynced[0][1]
+            frames = b"".join(f for _, _, f in self._unsynced)
+            self._unsynced.clear()
+            self.pending = frames + self.pending
+            self.written_pos = self.durable_pos
+            self.total_size -= self.size - first_start
+            self.size = first_start
+            self._write_failed(err)
+
+    def _mark_durable(self, pos: int) -> None:
+        if pos <= self.durable_pos:
+            return
+        self.durable_pos = pos
+        unsynced = self._unsynced
+        while unsynced and unsynced[0][0] <= pos:
+            unsynced.pop(0)
+        if not unsynced and not self.pending:
+            self._clear_write_error()
+        if self.on_durable is not None:
+            self.on_durable(pos)
+
+    def _segment_name(self) -> str:
+        return self.manifest.incrs[-1] if self.manifest.incrs else ""
+
+    def _record_fsync_at(self, segment: str, offset: int) -> None:
+        """aof-record-fsync (crash testing): note that ``segment`` is durable up to ``offset``.
 
         The note is a plain write (no fsync): it only has to survive SIGKILL,
         after which the crash tool simulates a power loss by cutting the
@@ -530,20 +696,28 @@ class Aof:
         if self.fsync_log is None:
             return
         try:
-            os.write(self.fsync_log, b"%s %d\n" % (self.manifest.incrs[-1].encode(), offset))
+            os.write(self.fsync_log, b"%s %d\n" % (segment.encode(), offset))
         except OSError:
             pass
 
     def close(self) -> None:
+        """Shutdown: write what is left, fsync it, stop the thread, release parked replies."""
         self.flush()
-        self._stop.set()
-        if self.fd is not None:
-            try:
-                os.fsync(self.fd)
-            except OSError:
-                pass
-            os.close(self.fd)
-            self.fd = None
+        with self._wake:
+            self._stop = True
+            self._wake.notify()
+        if self._fsync_thread is not None:
+            self._fsync_thread.join(timeout=5)
+            self._fsync_thread = None
+        with self._sync_lock:
+            if self.fd is not None:
+                try:
+                    os.fsync(self.fd)
+                except OSError:
+                    pass
+                os.close(self.fd)
+                self.fd = None
+        self._mark_durable(self.written_pos)
 
     # -- snapshots ------------------------------------------------------------------
 

@@ -255,6 +255,9 @@ class Snapshotter:
             return        # the next snapshot writes every key anyway: nothing to track
         cur = db
         for argv in effects:
+            if argv[0] == b"XADD":     # most effects: skip the table lookup
+                self.dirty.add((cur, argv[1]))
+                continue
             name = argv[0].lower()
             if name == b"select":
                 cur = int(argv[1])

@@ -16,8 +16,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until_ready(port: int, proc: subprocess.Popen | None = None, timeout: float = 15.0) -> None:
+def wait_until_ready(port: int, proc: subprocess.Popen | None = None, timeout: float = 15.0,
+                     poll: float = 0.05) -> None:
     """Until PING on ``port`` answers +PONG (a server still loading answers -LOADING).
+
+    ``poll``: seconds between tries (benchmarks timing a start-up use a small one).
 
     Raises RuntimeError if ``proc`` exits first, TimeoutError after ``timeout`` seconds.
     """
@@ -32,5 +35,5 @@ def wait_until_ready(port: int, proc: subprocess.Popen | None = None, timeout: f
                     return
         except OSError:
             pass
-        time.sleep(0.05)
+        time.sleep(poll)
     raise TimeoutError(f"server on port {port} did not answer PING")
