@@ -229,3 +229,25 @@ def test_claim_idle_loop_survives_a_server_restart_and_stops_on_signal(tmp_path)
 def test_claim_idle_reports_a_missing_group(sdb):
     out = run_admin(sdb.port, "claim-idle", "nokey", "g", "--min-idle", "1", "--consumer", "c", "--once")
     assert out.returncode == 1 and "NOGROUP" in out.stderr
+
+
+def test_password_and_replication_in_status(tmp_path):
+    with ServerProcess(tmp_path / "p", "--appendonly", "no", "--save", "") as primary:
+        # Set after start: the helper's readiness probe pings without AUTH.
+        redis.Redis(port=primary.port).config_set("requirepass", "s3cret")
+        refused = run_admin(primary.port, "status")
+        assert refused.returncode != 0 and "Authentication required" in refused.stderr
+        with ServerProcess(tmp_path / "r", "--appendonly", "no", "--save", "", "--masterauth", "s3cret",
+                           "--replicaof", f"127.0.0.1 {primary.port}") as replica:
+            deadline = time.monotonic() + 15
+            while True:
+                out = run_admin(primary.port, "-a", "s3cret", "status")
+                if "online behind 0 bytes" in out.stdout or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert out.returncode == 0, out.stderr
+            assert "online behind 0 bytes" in out.stdout
+            with_user = run_admin(primary.port, "--user", "default", "-a", "s3cret", "groups", "none")
+            assert with_user.returncode == 1 and "no such key" in with_user.stderr   # authenticated
+            on_replica = run_admin(replica.port, "status")
+            assert f"slave of 127.0.0.1:{primary.port}, link up" in on_replica.stdout

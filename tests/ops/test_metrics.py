@@ -248,3 +248,31 @@ def test_replication_series_on_primary_and_replica(tmp_path):
             assert wait_for_value(pm, "streamdb_replica_lag_bytes", 0, {"replica": label}) == 0
             assert wait_for_value(rm, "streamdb_stream_length", 1, {"db": "0", "key": "replicated"}) == 1
         assert wait_for_value(pm, "streamdb_connected_replicas", 0, {}) == 0
+
+
+def test_aof_write_failure_shows_until_a_retry_succeeds(metrics_server):
+    mport = metrics_server.metrics_port
+    admin = redis.Redis(port=metrics_server.port)
+    assert value(scrape(mport)[1], "streamdb_aof_last_write_ok") == 1
+    admin.execute_command("DEBUG", "AOF-INJECT-ERROR", "1000000")
+    # This write cannot reach the disk: its reply is held, so send it without waiting.
+    writer = socket.create_connection(("127.0.0.1", metrics_server.port), timeout=10)
+    try:
+        writer.sendall(b"XADD failing * f v\r\n")
+        assert wait_for_value(mport, "streamdb_aof_last_write_ok", 0, {}) == 0
+        admin.execute_command("DEBUG", "AOF-INJECT-ERROR", "0")
+        assert wait_for_value(mport, "streamdb_aof_last_write_ok", 1, {}) == 1
+        assert writer.recv(100).startswith(b"$")      # the held reply went out after the retry
+    finally:
+        writer.close()
+
+
+def test_head_request_and_unknown_method(metrics_server):
+    mport = metrics_server.metrics_port
+    with urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{mport}/metrics", method="HEAD"), timeout=10) as resp:
+        assert resp.status == 200 and int(resp.headers["Content-Length"]) > 1000
+        assert resp.read() == b""
+    with socket.create_connection(("127.0.0.1", mport), timeout=10) as s:
+        s.sendall(b"garbage\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 400 ")
