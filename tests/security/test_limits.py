@@ -292,3 +292,59 @@ def test_group_consumer_cap_refuses_a_new_consumer(srv):
             make_third()
     assert r.xgroup_createconsumer("capc:s", "g", "a") == 0   # existing consumers are fine
     assert len(r.xinfo_consumers("capc:s", "g")) == 2
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    line = b""
+    while not line.endswith(b"\r\n"):
+        chunk = sock.recv(1)
+        if not chunk:
+            raise ConnectionError("closed")
+        line += chunk
+    return line
+
+
+def _fake_replica(port: int, r: redis.Redis) -> socket.socket:
+    """A raw connection that completes a full sync (PSYNC, payload, ACK) and then stops
+    reading, so the primary treats it as an online replica link."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.settimeout(5)
+    sock.sendall(b"PSYNC ? -1\r\n")
+    assert _read_line(sock).startswith(b"+FULLRESYNC")
+    header = _read_line(sock)[1:].rstrip(b"\r\n")
+    if header.startswith(b"EOF:"):                  # diskless form: ends with the mark
+        mark, payload = header[4:], b""
+        while not payload.endswith(mark):
+            payload += sock.recv(65536)
+    else:
+        _read_exactly(sock, int(header))
+
+    def online():
+        sock.sendall(b"REPLCONF ACK 0\r\n")
+        return r.info("replication").get("slave0", {}).get("state") == "online"
+    _wait_for(online, what="the replica link to be online")
+    return sock
+
+
+def test_replica_links_use_the_replica_class_and_are_never_idle_closed(srv):
+    r = redis.Redis(port=srv.port)
+    r.config_set("timeout", 1, "client-output-buffer-limit", "normal 0 0 0 replica 1mb 0 0")
+    with _fake_replica(srv.port, r) as replica, \
+            socket.create_connection(("127.0.0.1", srv.port), timeout=5) as idle:
+        idle.sendall(b"PING\r\n")
+        assert idle.recv(100) == b"+PONG\r\n"
+        assert _closed_by_peer(idle), "the idle normal client was not closed"
+        # The replica link, as idle as that client, is still there.
+        assert r.info("replication")["connected_slaves"] == 1
+        # It never reads: the replication stream piles up past the replica class's limit.
+        pipe = r.pipeline(transaction=False)
+        for i in range(1000):                        # about 10 MB of stream
+            pipe.xadd("repl-obuf:s", {"f": "z" * 10_000})
+        pipe.execute()
+        _wait_for(lambda: r.info("stats")["client_output_buffer_limit_disconnections"] == 1,
+                  what="the replica link to be dropped")
+        _wait_for(lambda: r.info("replication")["connected_slaves"] == 0,
+                  what="the replica to be gone")
+    assert "scheduled to be closed ASAP for overcoming of output buffer limits." in srv.log_text()
