@@ -250,7 +250,8 @@ class MetricsEndpoint:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.open_connections >= MAX_CONNECTIONS:
-            writer.close()
+            writer.write(_response(503, b"too many metrics connections\n"))
+            writer.close()       # close() still sends what was written
             return
         self.open_connections += 1
         try:

@@ -195,15 +195,36 @@ def test_http_errors_and_hostile_clients_do_not_hurt_the_server(metrics_server):
     # socket, but scrapes and Redis commands are served meanwhile.
     silent = [socket.create_connection(("127.0.0.1", mport), timeout=10) for _ in range(4)]
     silent[0].sendall(b"GET /metr")
+    r = redis.Redis(port=metrics_server.port)
     try:
-        r = redis.Redis(port=metrics_server.port)
         r.xadd("alive", {"f": "v"})
         _, s = scrape(mport)
         assert value(s, "streamdb_stream_length", db="0", key="alive") == 1
         assert r.ping()
+        # Sixteen open at once is the limit: the next one is turned away with
+        # 503 and Redis clients do not notice.
+        silent += [socket.create_connection(("127.0.0.1", mport), timeout=10) for _ in range(12)]
+        assert scrape_status(mport, 503) == 503
+        assert r.ping()
     finally:
         for sock in silent:
             sock.close()
+    assert scrape_status(mport, 200) == 200
+
+
+def scrape_status(port: int, expected: int, timeout: float = 10.0) -> int:
+    """Scrape until the status is ``expected`` (the server notices opened and
+    closed sockets asynchronously) or the deadline passes; the last status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+                status = resp.status
+        except urllib.error.HTTPError as e:
+            status = e.code
+        if status == expected or time.monotonic() > deadline:
+            return status
+        time.sleep(0.1)
 
 
 def test_series_cap_counts_what_it_leaves_out(tmp_path):
