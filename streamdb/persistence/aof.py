@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 import threading
 import time
@@ -147,30 +148,61 @@ def read_segment(data: bytes, path: str = "") -> SegmentScan:
     return scan
 
 
+# An aggregate header (array, map, set, push, attribute) declaring a count of
+# seven digits or more.  hiredis allocates the declared count up front, so a
+# frame whose bytes cannot hold that many elements (each takes 3 bytes or more)
+# is parsed by our own parser instead, which allocates only what arrives.
+_HUGE_AGGREGATE = re.compile(rb"[*%~>|](\d{7,})\r")
+_END_MARK = b"*0\r\n"
+
+
 def split_commands(body: bytes) -> list[list[bytes]]:
     """The commands of a frame body.
 
-    Bodies are checksummed and were written by ``encode_command``, so hiredis's C
-    parser (much faster than ours) is safe here; anything but a sequence of
-    complete arrays of bulk strings is refused all the same.
+    Bodies were written by ``encode_command``, so hiredis's C parser (much faster
+    than ours) does the work; but a checksum proves nothing about a hostile
+    file, so anything but a sequence of complete arrays of bulk strings is
+    refused, and declared counts are checked before hiredis sees them.
     """
+    for m in _HUGE_AGGREGATE.finditer(body):
+        if int(m.group(1)) * 3 > len(body):
+            return _split_commands_strict(body)
     reader = hiredis.Reader()
     reader.feed(body)
+    # An empty array after the body comes out on its own only if the body ended
+    # on a command boundary; otherwise it is swallowed by the unfinished command.
+    reader.feed(_END_MARK)
     out = []
     try:
         while True:
             argv = reader.gets()
             if argv is False:
-                break
-            if type(argv) is not list or not argv:
+                raise AofError("frame ends in the middle of a command")
+            if type(argv) is not list or (not argv and reader.has_data()):
                 raise AofError("bad command inside a checksummed frame: not an array")
+            if not argv:
+                return out
             b"".join(argv)       # TypeError unless every element is a bulk string (C speed)
             out.append(argv)
     except TypeError:
         raise AofError("bad command inside a checksummed frame: not an array of bulk strings") from None
     except hiredis.ProtocolError as e:
         raise AofError(f"bad command inside a checksummed frame: {e}") from None
-    if reader.has_data():
+
+
+def _split_commands_strict(body: bytes) -> list[list[bytes]]:
+    """split_commands with the request parser: slower, never allocates ahead of the bytes."""
+    from ..protocol.request import ProtocolError, RequestParser
+    p = RequestParser(max_bulk_len=1 << 62)
+    p.feed(body)
+    p.feed(_END_MARK)    # skipped between commands, an error inside an unfinished one
+    out = []
+    try:
+        while (argv := p.next_command()) is not None:
+            out.append(argv)
+    except ProtocolError as e:
+        raise AofError(f"bad command inside a checksummed frame: {e}") from None
+    if p.buffered():
         raise AofError("frame ends in the middle of a command")
     return out
 
@@ -519,7 +551,10 @@ class Aof:
             if self.inject_failures:
                 self.inject_failures -= 1
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            write_started = time.perf_counter()
             self._write_all(frame)
+            self.core.observe.latency_sample(
+                "aof-write", int((time.perf_counter() - write_started) * 1000))
         except OSError as e:
             self._write_failed(e)
             return False
@@ -612,12 +647,19 @@ class Aof:
                 if self.inject_fsync_failures:
                     self.inject_fsync_failures -= 1
                     raise OSError(errno.EIO, os.strerror(errno.EIO))
+                sync_started = time.perf_counter()
                 os.fdatasync(fd)
+                sync_ms = int((time.perf_counter() - sync_started) * 1000)
                 err = None
             except OSError as e:
                 err = e
         if err is None:
             self._record_fsync_at(name, offset)
+            # LATENCY's "aof-fsync-always", recorded on the loop thread (which owns the
+            # event table) and only when slow enough, so a normal fsync costs no extra wake-up.
+            threshold = self.core.config.values["latency-monitor-threshold"]
+            if threshold and sync_ms >= threshold:
+                self._call_in_loop(self.core.observe.latency_sample, "aof-fsync-always", sync_ms)
         self._call_in_loop(self._fsync_done, target, err, epoch)
 
     def _sync_everysec(self) -> None:

@@ -17,7 +17,8 @@ import msgpack
 from ..engine import ConsumerGroup, Stream
 from ..engine.stream import Node, decode_node, encode_node
 
-__all__ = ["encode_value", "decode_value", "clone_value", "dump_payload", "load_payload", "CodecError"]
+__all__ = ["encode_value", "decode_value", "clone_value", "dump_payload", "load_payload",
+           "check_stream_nodes", "CodecError"]
 
 FORMAT_VERSION = 1
 
@@ -148,28 +149,61 @@ def decode_value(raw: bytes, fetch=None):
                 node.blob = blob
             s.nodes.append(node)
             s.firsts.append(node.first)
-        groups = doc["groups"]
         if doc.get("idmp") is not None:
             from ..engine.idmp import IdmpState
             s.idmp = IdmpState.load(doc["idmp"])
+        # Inside the try: a hostile document's groups may have any shape.
+        for name, last_id, entries_read, consumers, pel in doc["groups"]:
+            g = ConsumerGroup(_bytes(name), _sid(last_id), _int(entries_read))
+            for cname, seen, active in consumers:
+                c = g.create_consumer(_bytes(cname), _int(seen))
+                c.active_time = _int(active)
+            for sid, owner, dtime, dcount in pel:
+                c = g.consumers.get(_bytes(owner))
+                if c is None:
+                    raise CodecError("PEL entry owned by an unknown consumer")
+                g.add_pending(_sid(sid), c, _int(dtime), _int(dcount))
+            if s.groups is None:
+                s.groups = {}
+            s.groups[g.name] = g
     except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, CodecError):
             raise
         raise CodecError(f"bad stream document: {e}") from None
-    for name, last_id, entries_read, consumers, pel in groups:
-        g = ConsumerGroup(_bytes(name), _sid(last_id), _int(entries_read))
-        for cname, seen, active in consumers:
-            c = g.create_consumer(_bytes(cname), _int(seen))
-            c.active_time = _int(active)
-        for sid, owner, dtime, dcount in pel:
-            c = g.consumers.get(owner)
-            if c is None:
-                raise CodecError("PEL entry owned by an unknown consumer")
-            g.add_pending(_sid(sid), c, _int(dtime), _int(dcount))
-        if s.groups is None:
-            s.groups = {}
-        s.groups[g.name] = g
     return s
+
+
+def check_stream_nodes(s: Stream) -> None:
+    """Decode every node of ``s`` and check it against its header: CodecError if not.
+
+    ``decode_value`` leaves sealed nodes packed (restart speed), trusting files
+    the server wrote.  A payload from a client (RESTORE) is checked here
+    instead, so that a crafted node fails the RESTORE rather than a later read.
+    """
+    prev_last = -1
+    live_total = 0
+    for node in s.nodes:
+        if node.blob is None:
+            ids, entries = node.ids, node.entries
+        else:
+            try:
+                ids, entries = decode_node(node.blob)
+            except Exception as e:   # msgpack and the unpacking raise several types
+                raise CodecError(f"bad stream node: {e}") from None
+        if not ids or len(ids) != len(entries) or len(ids) != node.total \
+                or ids[0] != node.first or ids[-1] != node.last or node.first <= prev_last \
+                or any(a >= b for a, b in zip(ids, ids[1:])):
+            raise CodecError("stream node does not match its header")
+        deleted = node.deleted or set()
+        if not deleted.issubset(ids) or node.live != node.total - len(deleted):
+            raise CodecError("stream node's deleted entries do not match its counts")
+        for fv in entries:
+            if len(fv) % 2 or any(type(x) is not bytes for x in fv):
+                raise CodecError("stream entry is not field/value pairs of strings")
+        prev_last = node.last
+        live_total += node.live
+    if live_total != s.length or prev_last > s.last_id:
+        raise CodecError("stream length or last id does not match its nodes")
 
 
 PAYLOAD_MAGIC = b"SDB1"
@@ -181,12 +215,18 @@ def dump_payload(value) -> bytes:
     return body + zlib.crc32(body).to_bytes(4, "big")
 
 
-def load_payload(raw: bytes):
-    """Inverse of dump_payload; CodecError on a bad version or checksum."""
+def load_payload(raw: bytes, check_nodes: bool = False):
+    """Inverse of dump_payload; CodecError on a bad version or checksum.
+
+    ``check_nodes``: also decode and check every stream node (an untrusted payload).
+    """
     if len(raw) < 8 or not raw.startswith(PAYLOAD_MAGIC) or \
             zlib.crc32(raw[:-4]).to_bytes(4, "big") != raw[-4:]:
         raise CodecError("payload version or checksum are wrong")
-    return decode_value(raw[len(PAYLOAD_MAGIC):-4])
+    value = decode_value(raw[len(PAYLOAD_MAGIC):-4])
+    if check_nodes and type(value) is not bytes:
+        check_stream_nodes(value)
+    return value
 
 
 def clone_value(value):

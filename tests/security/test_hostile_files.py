@@ -1,0 +1,271 @@
+"""Files and payloads from an untrusted source: no code execution, no unbounded allocation.
+
+A snapshot, an AOF or a DUMP payload may come from anyone (a copied data
+directory, a RESTORE over the wire).  Checksums only catch accidents: a hostile
+file carries correct ones.  Each case here gets a clear error (or, for a torn
+AOF tail, the documented cut), the server never crashes, and its memory stays
+bounded: the peak RSS of a server that refuses to start (wait4's ru_maxrss) or
+the VmRSS of one that runs stays under RSS_BOUND_KB.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import lmdb
+import msgpack
+import pytest
+import redis
+
+from helpers import ROOT, ServerProcess
+from streamdb.tools.procs import free_port
+
+RSS_BOUND_KB = 200 * 1024
+HUGE_ARRAY = b"\xdd\x80\x00\x00\x00"        # msgpack array32 declaring 2^31 elements
+HUGE_MAP = b"\xdf\x80\x00\x00\x00"          # map32 declaring 2^31 pairs
+HUGE_BIN = b"\xc6\xff\xff\xff\xff"          # bin32 declaring 4 GiB
+
+
+def vm_rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def start_expecting_failure(data_dir: Path, *args: str, timeout: float = 30.0) -> tuple[int, int, str]:
+    """Run the server on ``data_dir``; returns (exit status, peak RSS in KB, log text)."""
+    log_path = data_dir / "refused.log"
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "streamdb", "--port", str(free_port()),
+                                 "--dir", str(data_dir), *args],
+                                cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                pytest.fail("the server neither started nor refused within the time limit")
+            time.sleep(0.05)
+    return proc.returncode, usage.ru_maxrss, log_path.read_text(errors="replace")
+
+
+# -- no code can run from data ------------------------------------------------------
+
+def test_no_loader_can_execute_code():
+    """No pickle/marshal/eval/exec in the server, and msgpack is never given object hooks."""
+    src = Path(ROOT, "streamdb")
+    for path in src.rglob("*.py"):
+        code = "\n".join(line.split("#", 1)[0] for line in path.read_text().splitlines())
+        assert not re.search(r"\b(pickle|cPickle|marshal|shelve|dill)\b", code), path
+        assert not re.search(r"(?<![\w.])(eval|exec)\(", code), path
+        assert not re.search(r"yaml\.load\(|__import__\(", code), path
+        # ext_hook/object_hook/object_pairs_hook/list_hook could build arbitrary objects.
+        assert not re.search(r"(ext_hook|object_hook|object_pairs_hook|list_hook)\s*=", code), path
+    # msgpack >= 1.0 caps every max_*_len at the input's own length in unpackb, so a
+    # declared count larger than the bytes present is refused before any allocation.
+    assert msgpack.version >= (1, 0, 0)
+    for header in (HUGE_ARRAY, HUGE_MAP, HUGE_BIN):
+        with pytest.raises(ValueError):
+            msgpack.unpackb(header + b"\x00" * 16, raw=True)
+
+
+# -- snapshots ----------------------------------------------------------------------
+
+def crc(data: bytes) -> bytes:
+    return data + zlib.crc32(data).to_bytes(4, "big")
+
+
+def make_snapshot(data_dir: Path) -> None:
+    """A real snapshot of a stream ``s`` with a group (and no AOF), written by the server."""
+    with ServerProcess(data_dir, "--appendonly", "no", "--save", "",
+                       "--stream-node-max-entries", "10") as srv:
+        r = redis.Redis(port=srv.port)
+        for i in range(50):
+            r.xadd("s", {"f": i})
+        r.xgroup_create("s", "g", "0")
+        r.xreadgroup("g", "c", {"s": ">"}, count=5)
+        assert r.save()
+
+
+def replace_key_record(data_dir: Path, record: bytes) -> None:
+    env = lmdb.open(str(data_dir / "snapshot.lmdb"), max_dbs=4, subdir=True)
+    try:
+        keys = env.open_db(b"keys", create=False)
+        with env.begin(write=True) as txn:
+            (k, _), = list(txn.cursor(db=keys))
+            txn.put(k, crc(record), db=keys)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("case", ["record-huge-array", "document-huge-map", "document-huge-bin",
+                                  "node-count-2^31", "group-of-wrong-shape"])
+def test_hostile_snapshot_is_refused_with_bounded_memory(tmp_path, case):
+    make_snapshot(tmp_path)
+    if case == "record-huge-array":
+        record = HUGE_ARRAY + b"\x00" * 8
+    else:
+        if case == "document-huge-map":
+            doc = HUGE_MAP + b"\x00" * 8
+        elif case == "document-huge-bin":
+            doc = HUGE_BIN + b"\x00" * 8
+        elif case == "node-count-2^31":
+            doc = msgpack.packb({"t": "stream", "length": 1, "last_id": bytes(16),
+                                 "entries_added": 1, "max_deleted_id": bytes(16),
+                                 "nodes": [[bytes(16), bytes(16), 1, 1, 1, [],
+                                            HUGE_ARRAY + b"\x00" * 4, True]],
+                                 "groups": [], "idmp": None}, use_bin_type=True)
+        else:
+            doc = msgpack.packb({"t": "stream", "length": 0, "last_id": bytes(16),
+                                 "entries_added": 0, "max_deleted_id": bytes(16), "nodes": [],
+                                 "groups": [[b"g", bytes(16)]], "idmp": None}, use_bin_type=True)
+        record = msgpack.packb([None, doc], use_bin_type=True)
+    replace_key_record(tmp_path, record)
+    status, peak_kb, log_text = start_expecting_failure(tmp_path, "--appendonly", "no", "--save", "")
+    assert status != 0
+    assert "unreadable" in log_text, log_text
+    assert "Traceback" not in log_text, log_text
+    assert peak_kb < RSS_BOUND_KB
+
+
+# -- AOF ----------------------------------------------------------------------------
+
+def aof_segments(data_dir: Path) -> list[Path]:
+    return sorted((data_dir / "appendonlydir").glob("*.incr.aof"))
+
+
+def make_aof(data_dir: Path) -> None:
+    with ServerProcess(data_dir, "--appendonly", "yes", "--save", "") as srv:
+        r = redis.Redis(port=srv.port)
+        for i in range(10):
+            r.xadd("s", {"f": i})
+
+
+def frame(body: bytes) -> bytes:
+    return b"#F %d %08x\r\n" % (len(body), zlib.crc32(body)) + body
+
+
+def test_aof_frame_declaring_2_to_the_40_bytes_is_a_torn_tail_not_an_allocation(tmp_path):
+    make_aof(tmp_path)
+    seg = aof_segments(tmp_path)[-1]
+    with open(seg, "ab") as f:
+        f.write(b"#F 1099511627776 00000000\r\n" + b"*1\r\n$4\r\nPING\r\n")
+    # With aof-load-truncated no: a clear refusal.
+    status, peak_kb, log_text = start_expecting_failure(tmp_path, "--appendonly", "yes",
+                                                        "--aof-load-truncated", "no")
+    assert status != 0 and "truncated frame" in log_text, log_text
+    assert peak_kb < RSS_BOUND_KB
+    # With the default (yes): the tail is cut, the ten entries before it are served.
+    with ServerProcess(tmp_path, "--appendonly", "yes", "--save", "") as srv:
+        assert redis.Redis(port=srv.port).xlen("s") == 10
+        assert vm_rss_kb(srv.proc.pid) < RSS_BOUND_KB
+        assert "truncated frame" in srv.log_text()
+
+
+@pytest.mark.parametrize("body", [
+    b"*1\r\n$1099511627776\r\n",                 # a bulk of 1 TiB, in a checksummed frame
+    b"*2147483647\r\n$4\r\nPING\r\n",            # an array declaring 2^31-1 arguments
+    b"*4294967295\r\n",                          # ... 2^32-1
+    b"*2\r\n*2147483647\r\n",                    # nested and huge
+], ids=["bulk-1TiB", "array-2^31", "array-2^32", "nested-array"])
+def test_checksummed_aof_frame_with_huge_declared_counts_is_refused(tmp_path, body):
+    make_aof(tmp_path)
+    # Not the last frame: a frame after it makes it "the middle of the file".
+    with open(aof_segments(tmp_path)[-1], "ab") as f:
+        f.write(frame(body) + frame(b"*1\r\n$4\r\nPING\r\n"))
+    status, peak_kb, log_text = start_expecting_failure(tmp_path, "--appendonly", "yes")
+    assert status != 0, log_text
+    assert "bad command inside a checksummed frame" in log_text or \
+        "frame ends in the middle of a command" in log_text, log_text
+    assert "Traceback" not in log_text, log_text
+    assert peak_kb < RSS_BOUND_KB
+
+
+# -- DUMP/RESTORE over the wire -------------------------------------------------------
+
+PAYLOAD_MAGIC = b"SDB1"
+
+
+def payload(doc: bytes) -> bytes:
+    return crc(PAYLOAD_MAGIC + doc)
+
+
+def stream_doc(**changes) -> bytes:
+    doc = {"t": "stream", "length": 1, "last_id": (1 << 64 | 0).to_bytes(16, "big"),
+           "entries_added": 1, "max_deleted_id": bytes(16),
+           "nodes": [[(1 << 64).to_bytes(16, "big"), (1 << 64).to_bytes(16, "big"), 1, 1, 10, [],
+                      msgpack.packb([1, [b"f"], [0, 0], [[b"v"]]], use_bin_type=True), True]],
+           "groups": [], "idmp": None}
+    doc.update(changes)
+    return msgpack.packb(doc, use_bin_type=True)
+
+
+def sealed_node(blob: bytes) -> list:
+    return [(1 << 64).to_bytes(16, "big"), (1 << 64).to_bytes(16, "big"), 1, 1, 10, [], blob, False]
+
+
+HOSTILE_PAYLOADS = {
+    "document-huge-array": payload(HUGE_ARRAY + b"\x00" * 8),
+    "document-huge-map": payload(HUGE_MAP + b"\x00" * 8),
+    "string-huge-bin": payload(b"\x82\xa1t\xa6string\xa1v" + HUGE_BIN + b"\x00" * 8),
+    "open-node-2^31-entries": payload(stream_doc(nodes=[
+        [(1 << 64).to_bytes(16, "big"), (1 << 64).to_bytes(16, "big"), 1, 1, 10, [],
+         HUGE_ARRAY + b"\x00" * 4, True]])),
+    "sealed-node-2^31-entries": payload(stream_doc(nodes=[sealed_node(HUGE_ARRAY + b"\x00" * 4),
+                                                          stream_doc and [(2 << 64).to_bytes(16, "big"),
+                                                          (2 << 64).to_bytes(16, "big"), 1, 1, 10, [],
+                                                          msgpack.packb([2, [b"f"], [0, 0], [[b"v"]]]),
+                                                          True]])),
+    "group-of-wrong-shape": payload(stream_doc(groups=[[b"g", bytes(16)]])),
+    "pel-owner-not-bytes": payload(stream_doc(groups=[[b"g", bytes(16), 0, [[b"c", 0, 0]],
+                                                       [[(1 << 64).to_bytes(16, "big"), [1], 0, 1]]]])),
+    "idmp-huge-declared": payload(stream_doc(idmp=[1, 1, 0, 0, HUGE_ARRAY.hex()])),
+    "ids-not-16-bytes": payload(stream_doc(last_id=b"\x01" * 17)),
+}
+
+
+@pytest.fixture(scope="module")
+def restore_server(tmp_path_factory):
+    with ServerProcess(tmp_path_factory.mktemp("restore"), "--appendonly", "no", "--save", "") as srv:
+        yield srv
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_PAYLOADS))
+def test_restore_of_a_hostile_payload_is_an_error_and_memory_stays_bounded(restore_server, name):
+    r = redis.Redis(port=restore_server.port, socket_timeout=10)
+    internal_errors_before = restore_server.log_text().count("Internal error")
+    with pytest.raises(redis.ResponseError) as err:
+        r.restore(f"hostile:{name}", 0, HOSTILE_PAYLOADS[name], replace=True)
+        # Accepted: then reading all of it must work (no error deferred to a read).
+        r.xrange(f"hostile:{name}")
+        r.xinfo_stream(f"hostile:{name}", full=True)
+        r.execute_command("DEBUG", "DIGEST")
+    assert str(err.value) == "Bad data format", str(err.value)
+    assert r.exists(f"hostile:{name}") == 0
+    assert r.ping() is True
+    assert vm_rss_kb(restore_server.proc.pid) < RSS_BOUND_KB
+    assert restore_server.log_text().count("Internal error") == internal_errors_before
+
+
+def test_restore_still_round_trips_a_real_dump(restore_server):
+    r = redis.Redis(port=restore_server.port)
+    for i in range(30):
+        r.xadd("real", {"f": i})
+    r.xgroup_create("real", "g", "0")
+    r.xreadgroup("g", "c", {"real": ">"}, count=3)
+    dumped = r.dump("real")
+    r.restore("copy", 0, dumped)
+    assert r.xrange("copy") == r.xrange("real")
+    assert r.xpending("copy", "g")["pending"] == 3
