@@ -199,13 +199,20 @@ def debug_loadaof(ctx: Ctx, argv):
     return OK
 
 
-def debug_aof_inject_error(ctx: Ctx, argv):
-    """DEBUG AOF-INJECT-ERROR <n>: the next n AOF writes fail with ENOSPC (tests only)."""
-    aof = _aof(ctx)
-    if aof is None or len(argv) != 3:
-        raise syntax_error()
-    aof.inject_failures = parse_int(argv[2])
-    return OK
+def _injector(attr: str):
+    def inject(ctx: Ctx, argv):
+        aof = _aof(ctx)
+        if aof is None or len(argv) != 3:
+            raise syntax_error()
+        setattr(aof, attr, parse_int(argv[2]))
+        return OK
+    return inject
+
+
+# DEBUG AOF-INJECT-ERROR <n>: the next n AOF writes fail with ENOSPC (tests only).
+debug_aof_inject_error = _injector("inject_failures")
+# DEBUG AOF-INJECT-FSYNC-ERROR <n>: the next n fsyncs under 'always' fail with EIO (tests only).
+debug_aof_inject_fsync_error = _injector("inject_fsync_failures")
 
 
 def debug_reload(ctx: Ctx, argv):
@@ -228,3 +235,4 @@ def install(core) -> None:
     core.extra["before_shutdown"] = lambda save, nosave: _before_shutdown(core, save, nosave)
     core.extra["debug_loadaof"] = debug_loadaof
     core.extra["debug_aof-inject-error"] = debug_aof_inject_error
+    core.extra["debug_aof-inject-fsync-error"] = debug_aof_inject_fsync_error
