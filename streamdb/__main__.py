@@ -30,6 +30,13 @@ async def serve(cfg: Config) -> int:
     from .server.network import Server
 
     core = Core(cfg)
+    if cfg["aclfile"]:
+        from .security.acl import AclError
+        try:
+            core.acl.load_file(cfg["aclfile"])
+        except (AclError, OSError) as e:
+            log.log(log.WARNING, f"Aborting StreamDB startup because of ACL errors: {e}")
+            return 1
     core.extra["run_id"] = os.urandom(20).hex()
     server = Server(core)
     os.makedirs(cfg["dir"], exist_ok=True)

@@ -175,6 +175,8 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("databases", "16", _parse_int(1, 2**31 - 1), "Number of databases (SELECT 0..n-1).", False),
     _d("dir", "./data", _S, "Working directory for the AOF and snapshots."),
     _d("requirepass", "", _S, "Password of the default user (empty = no password)."),
+    _d("aclfile", "", _S, "ACL file of users (Redis's format: user <name> <rules>...), loaded at start-up and by ACL LOAD, written by ACL SAVE.", False),
+    _d("acllog-max-len", "128", _parse_int(0, 2**63 - 1), "Most entries the ACL LOG keeps."),
     _d("hz", "10", _parse_int(1, 500), "Frequency of background tasks (active expiry, timeouts)."),
     # -- limits
     _d("proto-max-bulk-len", "536870912", _parse_mem(1024 * 1024), "Largest bulk string a client may send.", True),

@@ -12,6 +12,7 @@ from .. import __version__
 from ..config import ConfigError, DIRECTIVES
 from ..engine import Stream
 from ..protocol.reply import OK, CommandError, Map, RSet, Status, Verbatim
+from ..security.enforce import refresh_clients
 from .args import parse_int
 from .context import Ctx, syntax_error
 from .registry import COMMANDS, CommandSpec, command, subcommand
@@ -58,6 +59,9 @@ def config_set(ctx: Ctx, argv):
         except ConfigError as e:
             ctx.config.values.update(old)
             raise CommandError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - {e}") from None
+    if "requirepass" in names:       # the default user's password, as in Redis
+        ctx.core.acl.set_default_password(ctx.config["requirepass"])
+        refresh_clients(ctx.core)
     hook = ctx.core.extra.get("config_changed")
     if hook is not None:
         hook([n for n, _ in pairs])

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..security.categories import category_override, extra_categories
+
 __all__ = ["CommandSpec", "COMMANDS", "command", "subcommand", "lookup"]
 
 
@@ -52,7 +54,11 @@ class CommandSpec:
 COMMANDS: dict[str, CommandSpec] = {}
 
 
-def _categories(flags: frozenset[str], group: str) -> tuple[str, ...]:
+def _categories(flags: frozenset[str], group: str, name: str) -> tuple[str, ...]:
+    """ACL categories: what the flags imply plus security/categories.py's per-command list."""
+    override = category_override(name)
+    if override is not None:
+        return override
     cats = []
     if "write" in flags:
         cats.append("@write")
@@ -68,6 +74,7 @@ def _categories(flags: frozenset[str], group: str) -> tuple[str, ...]:
         cats.append("@slow")
     if "blocking" in flags:
         cats.append("@blocking")
+    cats += [c for c in extra_categories(name) if c not in cats]
     return tuple(cats)
 
 
@@ -81,7 +88,7 @@ def command(name: str, arity: int, flags: str = "", keys: tuple[int, int, int] =
                            last_key=keys[1], key_step=keys[2], handler=fn, group=group,
                            summary=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
                            since=since, key_finder=key_finder,
-                           acl_categories=categories or _categories(fl, group))
+                           acl_categories=categories or _categories(fl, group, name))
         COMMANDS[name] = spec
         _BY_RAW.clear()
         return fn
@@ -98,7 +105,7 @@ def subcommand(parent: str, name: str, arity: int, flags: str = "",
                            first_key=keys[0], last_key=keys[1], key_step=keys[2],
                            handler=fn, group=parent_spec.group, since=since,
                            summary=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
-                           acl_categories=_categories(fl, parent_spec.group))
+                           acl_categories=_categories(fl, parent_spec.group, f"{parent}|{name}"))
         parent_spec.subcommands[name] = spec
         return fn
     return register

@@ -7,15 +7,17 @@ CONFIG, CLIENT, COMMAND and INFO live in admin.py.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import time
 
 from .. import __version__
 from ..engine import Stream
 from ..protocol.reply import NULL_ARRAY, OK, PONG, CommandError, Map, Raw, Status
+from ..security.enforce import login, reset_to_default
 from .args import parse_int
 from .context import Ctx, syntax_error
 from .registry import command, subcommand
+
+WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 
 
 @command("ping", -1, "fast", since="1.0.0")
@@ -53,28 +55,17 @@ def quit_(ctx: Ctx, argv):
     return OK
 
 
-def _check_password(ctx: Ctx, user: bytes, password: bytes) -> bool:
-    required = ctx.config["requirepass"].encode()
-    if user != b"default":
-        return False
-    if not required:
-        return True   # Redis: the default user with "nopass" accepts any password
-    return hmac.compare_digest(hashlib.sha256(password).digest(), hashlib.sha256(required).digest())
-
-
 @command("auth", -2, "fast no-auth", since="1.0.0")
 def auth(ctx: Ctx, argv):
     """AUTH [username] password"""
     if len(argv) > 3:
         raise syntax_error()
-    if len(argv) == 2 and not ctx.config["requirepass"]:
+    if len(argv) == 2 and ctx.core.acl.default.nopass:
         raise CommandError("ERR AUTH <password> called without any password configured for "
                            "the default user. Are you sure your configuration is correct?")
     user, password = (b"default", argv[1]) if len(argv) == 2 else (argv[1], argv[2])
-    if not _check_password(ctx, user, password):
-        raise CommandError("WRONGPASS invalid username-password pair or user is disabled.")
-    ctx.client.authenticated = True
-    ctx.client.user = user
+    if not login(ctx.core, ctx.client, user, password):
+        raise CommandError(WRONGPASS)
     return OK
 
 
@@ -107,10 +98,8 @@ def hello(ctx: Ctx, argv):
         more = len(argv) - i - 1
         lo = argv[i].lower()
         if lo == b"auth" and more >= 2:
-            if not _check_password(ctx, argv[i + 1], argv[i + 2]):
-                raise CommandError("WRONGPASS invalid username-password pair or user is disabled.")
-            ctx.client.authenticated = True
-            ctx.client.user = argv[i + 1]
+            if not login(ctx.core, ctx.client, argv[i + 1], argv[i + 2]):
+                raise CommandError(WRONGPASS)
             i += 3
         elif lo == b"setname" and more:
             name = argv[i + 1]
@@ -141,8 +130,7 @@ def reset(ctx: Ctx, argv):
     c.db = 0
     c.resp = 2
     c.name = b""
-    if ctx.config["requirepass"]:
-        c.authenticated = False
+    reset_to_default(ctx.core, c)
     return Status("RESET")
 
 

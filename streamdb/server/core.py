@@ -34,6 +34,8 @@ from ..commands.context import BlockRequest, Ctx
 from ..config import Config
 from ..engine import Keyspace
 from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status
+from ..security.acl import Acl
+from ..security.enforce import command_denied, reset_to_default
 from .client import Client
 
 __all__ = ["Core", "BLOCKED", "Stats"]
@@ -108,6 +110,8 @@ class Core:
         # The client whose command's effects are being emitted (None for the server's
         # own, e.g. expiry): the replication sink records its offset for WAIT.
         self.current_client: Client | None = None
+        # Users and the ACL LOG; the default user's password is requirepass.
+        self.acl = Acl(self.config["requirepass"])
 
     # -- clock ----------------------------------------------------------------
 
@@ -120,9 +124,8 @@ class Core:
         c = Client(self._next_client_id, self.now_ms(), deliver, addr, laddr)
         c.kind = kind
         self._next_client_id += 1
-        if self.config["requirepass"] and kind == "normal":
-            c.authenticated = False
         if kind == "normal":
+            reset_to_default(self, c)
             self.clients[c.id] = c
             self.stats.connections_received += 1
         return c
@@ -172,6 +175,14 @@ class Core:
                 client.multi_error = True
             return self._error(CommandError("NOAUTH Authentication required."), spec.name,
                                rejected=True)
+        # ACLs: acl_check is None when the client's user may run anything (the hot path).
+        if client.acl_check is not None:
+            denied = command_denied(self, client, client.acl_check, spec, argv,
+                                    "multi" if client.in_multi else "toplevel")
+            if denied is not None:
+                if client.in_multi:
+                    client.multi_error = True
+                return self._error(denied, spec.name, rejected=True)
         # maxmemory: server/limits.py refreshes out_of_memory on each cron tick, so a
         # request pays one attribute test here.
         if self.out_of_memory and client.kind == "normal" and _refused_for_memory(spec, client):
@@ -278,6 +289,12 @@ class Core:
             spec = registry.lookup(argv)
             if spec.subcommands:
                 spec = spec.subcommands[argv[1].decode("latin-1").lower()]
+            # The user's rules may have changed since the command was queued (Redis checks again).
+            if client.acl_check is not None:
+                denied = command_denied(self, client, client.acl_check, spec, argv, "multi")
+                if denied is not None:
+                    replies.append(self._error(denied, spec.name, rejected=True))
+                    continue
             reply, effects, db = self._call(client, spec, argv, now, in_exec=True)
             if effects:
                 if db != cur_db:   # a SELECT inside the transaction

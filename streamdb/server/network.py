@@ -20,6 +20,7 @@ from .. import log
 from ..commands import registry
 from ..protocol.reply import encode_reply
 from ..protocol.request import ProtocolError, RequestParser
+from ..security import protected
 from . import tls
 from .core import BLOCKED, Core
 from .limits import output_limit_reached
@@ -67,6 +68,14 @@ class Connection(asyncio.Protocol):
         if len(core.clients) >= core.config["maxclients"]:
             transport.write(b"-ERR max number of clients reached\r\n")
             core.stats.rejected_connections += 1
+            transport.close()
+            self.closing = True
+            return
+        if protected.refuses(core.config["protected-mode"], core.acl.default.nopass,
+                             peer[0] if isinstance(peer, tuple) else None):
+            transport.write(protected.DENIED)
+            core.stats.rejected_connections += 1
+            log.log(log.VERBOSE, f"Refused connection from {addr}: protected mode")
             transport.close()
             self.closing = True
             return
