@@ -46,6 +46,7 @@ async def serve(cfg: Config) -> int:
     repl = replication.install(core, server)
     core.extra["config_changed"] = lambda names: _apply_config(core, store.aof, names)
     server.cron_hooks.append(store.cron)
+    server.cron_hooks.append(core.observe.cron)
     from .server import limits
     limits.install(core, server)
     await server.start()

@@ -8,7 +8,7 @@ import resource
 import sys
 import time
 
-from .. import __version__
+from .. import __version__, log
 from ..config import ConfigError, DIRECTIVES
 from ..engine import Stream
 from ..protocol.reply import OK, CommandError, Map, RSet, Status, Verbatim
@@ -80,7 +80,14 @@ def config_rewrite(ctx: Ctx, argv):
     """CONFIG REWRITE"""
     if not ctx.config.file:
         raise CommandError("ERR The server is running without a config file")
-    raise CommandError("ERR Rewriting config file: not supported yet")
+    from .observe import rewrite_config_file
+    try:
+        rewrite_config_file(ctx.config)
+    except OSError as e:
+        log.log(log.WARNING, f"CONFIG REWRITE failed: {e.strerror or e}")
+        raise CommandError(f"ERR Rewriting config file: {e.strerror or e}") from None
+    log.log(log.NOTICE, "CONFIG REWRITE executed with success.")
+    return OK
 
 
 @subcommand("config", "help", 2, "loading stale")
@@ -148,9 +155,28 @@ def client_setinfo(ctx: Ctx, argv):
     return OK
 
 
+_KIND_FLAGS = {"replica": "S", "master": "M"}
+
+
+def _client_flags(core, c) -> str:
+    """Redis's CLIENT LIST flags letters for the states we have."""
+    flags = _KIND_FLAGS.get(c.kind, "")
+    if c.id in core.observe.monitors:
+        flags += "O"
+    if c.in_multi:
+        flags += "x"
+    if c.blocked is not None:
+        flags += "b"
+    if c.dirty_cas:
+        flags += "d"
+    if c.close_after_reply:
+        flags += "c"
+    return flags or "N"
+
+
 def client_info_line(core, c) -> bytes:
     now = core.now_ms()
-    flags = "b" if c.blocked is not None else ("x" if c.in_multi else "N")
+    flags = _client_flags(core, c)
     cmd = c.last_cmd.replace("|", "|")
     fields = [
         f"id={c.id}", f"addr={c.addr}", f"laddr={c.laddr}", "fd=8",
@@ -431,6 +457,7 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
     uptime = int(now - core.start_time)
     cfg = ctx.config
     ru = resource.getrusage(resource.RUSAGE_SELF)
+    ru_children = resource.getrusage(resource.RUSAGE_CHILDREN)
     mem = used_memory(core)
     sections: dict[str, list[tuple[str, object]]] = {}
     sections["server"] = [
@@ -474,11 +501,13 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         ("aof_last_write_status", "ok"),
     ])()
     st = core.stats
+    ops_per_sec, in_kbps, out_kbps = core.observe.rates()
     sections["stats"] = [
         ("total_connections_received", st.connections_received),
         ("total_commands_processed", st.commands_processed),
-        ("instantaneous_ops_per_sec", 0),
+        ("instantaneous_ops_per_sec", ops_per_sec),
         ("total_net_input_bytes", st.net_input_bytes), ("total_net_output_bytes", st.net_output_bytes),
+        ("instantaneous_input_kbps", f"{in_kbps:.2f}"), ("instantaneous_output_kbps", f"{out_kbps:.2f}"),
         ("rejected_connections", st.rejected_connections), ("expired_keys", st.expired_keys),
         # Redis 7.2's names for clients dropped by the query/output buffer limits.
         ("client_query_buffer_limit_disconnections", st.query_buffer_limit_disconnections),
@@ -498,7 +527,8 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
     ])()
     sections["cpu"] = [
         ("used_cpu_sys", f"{ru.ru_stime:.6f}"), ("used_cpu_user", f"{ru.ru_utime:.6f}"),
-        ("used_cpu_sys_children", "0.000000"), ("used_cpu_user_children", "0.000000"),
+        ("used_cpu_sys_children", f"{ru_children.ru_stime:.6f}"),
+        ("used_cpu_user_children", f"{ru_children.ru_utime:.6f}"),
     ]
     sections["modules"] = []
     sections["errorstats"] = [(f"errorstat_{code}", f"count={n}") for code, n in sorted(st.errors.items())]
@@ -512,12 +542,14 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         if db.data:
             ks.append((f"db{db.index}", f"keys={len(db.data)},expires={len(db.expires)},avg_ttl=0"))
     sections["keyspace"] = ks
+    from .observe import latencystats_fields
+    sections["latencystats"] = latencystats_fields(core) if cfg["latency-tracking"] else []
     return sections
 
 
 _DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication",
                      "cpu", "modules", "errorstats", "keyspace"]
-_ALL_SECTIONS = _DEFAULT_SECTIONS[:-1] + ["commandstats", "keyspace"]
+_ALL_SECTIONS = _DEFAULT_SECTIONS[:-1] + ["commandstats", "latencystats", "keyspace"]
 
 
 _SECTION_TITLES = {"cpu": "CPU"}

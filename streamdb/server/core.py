@@ -31,6 +31,8 @@ from typing import Callable
 from .. import log
 from ..commands import registry
 from ..commands.context import BlockRequest, Ctx
+from ..commands.observe import Observer
+from ..commands.streams import apply_xadd_effects
 from ..config import Config
 from ..engine import Keyspace
 from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status
@@ -112,6 +114,8 @@ class Core:
         self.current_client: Client | None = None
         # Users and the ACL LOG; the default user's password is requirepass.
         self.acl = Acl(self.config["requirepass"])
+        # SLOWLOG, LATENCY, MONITOR and latencystats, fed once per command by _call.
+        self.observe = Observer(self)
 
     # -- clock ----------------------------------------------------------------
 
@@ -250,10 +254,12 @@ class Core:
             reply = CommandError(f"ERR internal error in '{spec.name}': {type(e).__name__}")
             stats.failed += 1
             self._count_error(reply)
+        elapsed_ns = time.perf_counter_ns() - t0
         stats.calls += 1
-        stats.usec += (time.perf_counter_ns() - t0) // 1000
+        stats.usec += elapsed_ns // 1000
         self.stats.commands_processed += 1
         self.dirty += ctx.dirty
+        self.observe.command_done(client, spec, argv, elapsed_ns)
         return reply, ctx.effects, ctx.db.index
 
     def _error(self, err: CommandError, name: str | None, rejected: bool = False) -> CommandError:
@@ -340,6 +346,28 @@ class Core:
         self.stats.commands_processed += n
         self.dirty += n
         self._emit(db_index, effects, atomic=False)
+        if self.ready_keys:
+            self.serve_ready_keys()     # a replica's blocked readers
+
+    def replay_step(self, client: Client, commands: list[list[bytes]], i: int):
+        """Apply ``commands[i]`` from a replay client (AOF load, a replica's link).
+
+        A run of XADD effects on one key starting there is applied as a whole by
+        the fast path (most of any log is such runs).  Returns (how many commands
+        were consumed, the reply of the last one, or None after a fast-path run).
+        """
+        argv = commands[i]
+        if argv[0] == b"XADD" and len(argv) >= 5 and len(argv) & 1 and not client.in_multi:
+            key, j, n = argv[1], i + 1, len(commands)
+            while j < n:
+                nxt = commands[j]
+                if nxt[0] != b"XADD" or nxt[1] != key or len(nxt) < 5 or not len(nxt) & 1:
+                    break
+                j += 1
+            done = apply_xadd_effects(self, client, commands[i:j] if j - i < n else commands)
+            if done:
+                return done, None
+        return 1, self.execute(client, argv)
 
     def _emit(self, db_index: int, effects: list[list[bytes]], atomic: bool = True) -> None:
         """The one path every change takes: WATCH, blocked clients, then the sinks.
@@ -450,6 +478,7 @@ class Core:
             return 0
         self.current_client = None
         now = self.now_ms()
+        started = time.perf_counter()
         removed = 0
         for db in self.keyspace.dbs:
             if not db.expires:
@@ -462,6 +491,8 @@ class Core:
                 removed += 1
             if removed >= budget:
                 break
+        if removed:
+            self.observe.latency_sample("expire-cycle", int((time.perf_counter() - started) * 1000))
         if self.ready_keys:
             self.serve_ready_keys()
         return removed
