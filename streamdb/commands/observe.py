@@ -21,7 +21,7 @@ import os
 import sys
 import tempfile
 import time
-from collections import deque
+from collections import defaultdict, deque
 
 from ..config import DIRECTIVES
 from ..engine import Stream
@@ -53,6 +53,10 @@ class LatencyEvent:
         self.max = 0
 
 
+def _new_histogram() -> defaultdict:
+    return defaultdict(int)
+
+
 class Observer:
     """State of the observability commands; one per Core (``core.observe``)."""
 
@@ -64,7 +68,7 @@ class Observer:
         self.latency: dict[str, LatencyEvent] = {}
         self.monitors: dict[int, object] = {}   # client id -> Client in MONITOR mode
         # command name -> {bucket lower bound in ns: count}
-        self.histograms: dict[str, dict[int, int]] = {}
+        self.histograms: defaultdict[str, defaultdict[int, int]] = defaultdict(_new_histogram)
         from .admin import used_memory
         self.startup_memory = used_memory(core)     # MEMORY STATS startup.allocated
         # (monotonic s, commands, net in, net out) taken by cron: INFO's instantaneous_*.
@@ -96,17 +100,13 @@ class Observer:
         name = spec.name
         if settings["latency-tracking"]:
             bits = elapsed_ns.bit_length() - _HIST_BITS
-            bucket = (elapsed_ns >> bits) << bits if bits > 0 else elapsed_ns
-            hist = self.histograms.get(name)
-            if hist is None:
-                hist = self.histograms[name] = {}
-            hist[bucket] = hist.get(bucket, 0) + 1
+            self.histograms[name][elapsed_ns >> bits << bits if bits > 0 else elapsed_ns] += 1
         usec = elapsed_ns // 1000
         threshold = settings["slowlog-log-slower-than"]
         if 0 <= threshold <= usec and name != "exec":
             self._log_slow(client, argv, usec)
         ms_threshold = settings["latency-monitor-threshold"]
-        if ms_threshold and usec // 1000 >= ms_threshold:
+        if ms_threshold and usec >= ms_threshold * 1000:
             self.latency_sample("fast-command" if "fast" in spec.flags else "command", usec // 1000)
         if self.monitors and "admin" not in spec.flags and client.kind != "aof":
             self._feed_monitors(client, argv)
