@@ -177,14 +177,17 @@ def _client_flags(core, c) -> str:
 def client_info_line(core, c) -> bytes:
     now = core.now_ms()
     flags = _client_flags(core, c)
+    # What we hold for the client: queued MULTI commands, unparsed input, pending output.
+    multi_mem = sum(len(a) for argv in c.multi_queue for a in argv)
     cmd = c.last_cmd.replace("|", "|")
     fields = [
         f"id={c.id}", f"addr={c.addr}", f"laddr={c.laddr}", "fd=8",
         f"name={c.name.decode('utf-8', 'replace')}", f"age={(now - c.created_ms) // 1000}",
         f"idle={(now - c.last_ms) // 1000}", f"flags={flags}", f"db={c.db}", "sub=0", "psub=0",
         "ssub=0", f"multi={len(c.multi_queue) if c.in_multi else -1}", f"qbuf={c.query_buffer}",
-        "qbuf-free=0", "argv-mem=0", "multi-mem=0", "rbs=0", "rbp=0", "obl=0", "oll=0",
-        f"omem={c.output_size}", "tot-mem=0", "events=r", f"cmd={cmd}",
+        "qbuf-free=0", "argv-mem=0", f"multi-mem={multi_mem}", "rbs=0", "rbp=0", "obl=0", "oll=0",
+        f"omem={c.output_size}", f"tot-mem={c.query_buffer + c.output_size + multi_mem}",
+        "events=r", f"cmd={cmd}",
         f"user={c.user.decode('utf-8', 'replace')}", "redir=-1", f"resp={c.resp}",
         f"lib-name={c.lib_name.decode('utf-8', 'replace')}",
         f"lib-ver={c.lib_ver.decode('utf-8', 'replace')}",

@@ -419,3 +419,14 @@ def test_client_list_fields_in_redis_order(r, theirs):
     ours = names(r)
     assert ours[:len(redis_names)] == redis_names
     assert ours[len(redis_names):] in ([], ["lib-name", "lib-ver"])
+
+
+def test_client_list_reports_multi_memory(server, r):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(b"*1\r\n$5\r\nMULTI\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100\r\n"
+                     + b"v" * 100 + b"\r\n")
+        assert _read_lines(sock, 2) == [b"+OK", b"+QUEUED"]
+        mine = [c for c in r.client_list() if c["flags"] == "x"]
+        assert len(mine) == 1
+        assert int(mine[0]["multi-mem"]) >= 104 and mine[0]["multi"] == "1"
+        assert int(mine[0]["tot-mem"]) >= int(mine[0]["multi-mem"])
