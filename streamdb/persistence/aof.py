@@ -374,7 +374,6 @@ class Aof:
         total = sum(os.path.getsize(p) for p in paths) or 1
         self.loading_total_bytes = total
         self.loading_start = time.time()
-        from ..commands.streams import apply_xadd_effects   # commands import persistence
         done_bytes = 0
         applied = 0
         client = self.core.replay_client("aof")
@@ -406,23 +405,9 @@ class Aof:
                 i, n = 0, len(commands)
                 while i < n:
                     argv = commands[i]
-                    if argv[0] == b"XADD" and len(argv) >= 5 and len(argv) & 1 and not client.in_multi:
-                        # A run of XADD effects on one key: the fast path (most of a log).
-                        key, j = argv[1], i + 1
-                        while j < n and commands[j][0] == b"XADD" and commands[j][1] == key \
-                                and len(commands[j]) >= 5 and len(commands[j]) & 1:
-                            j += 1
-                        done = apply_xadd_effects(self.core, client, commands[i:j])
-                        if done:
-                            i += done
-                            before, applied = applied, applied + done
-                            if applied // 2000 != before // 2000:
-                                self.loaded_bytes = done_bytes
-                                yield applied
-                            continue
-                    i += 1
-                    reply = self.core.execute(client, argv)
-                    errors = [reply] if hasattr(reply, "message") else \
+                    k, reply = self.core.replay_step(client, commands, i)
+                    i += k
+                    errors = [] if reply is None else [reply] if hasattr(reply, "message") else \
                         [r for r in reply if hasattr(r, "message")] if isinstance(reply, list) \
                         and argv[0].upper() == b"EXEC" else []
                     if errors:
@@ -434,8 +419,8 @@ class Aof:
                         raise AofError(f"{p}: the frame at offset {offset} holds a command that "
                                        f"fails to apply ({argv[0].decode('latin-1')}: "
                                        f"{errors[0].message})")
-                    applied += 1
-                    if applied % 2000 == 0:
+                    before, applied = applied, applied + k
+                    if applied // 2000 != before // 2000:
                         self.loaded_bytes = done_bytes
                         yield applied
                 offset += len(body) + len(b"#F %d %08x\r\n" % (len(body), 0))

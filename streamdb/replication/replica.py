@@ -243,8 +243,12 @@ class ReplicaSide:
             r = await call(*args)
             if not r.startswith(b"+"):
                 raise ReplError(f"Unable to AUTH to MASTER: {r.decode('latin-1')}")
-        await call("REPLCONF", "listening-port",
-                   cfg["tls-port"] if cfg["tls-replication"] else cfg["port"])
+        r = await call("REPLCONF", "listening-port",
+                       cfg["tls-port"] if cfg["tls-replication"] else cfg["port"])
+        if r.startswith((b"-NOAUTH", b"-NOPERM")):
+            # Without this the handshake would go on to a baffling PSYNC failure.
+            raise ReplError(f"MASTER refused the replication handshake: {r.decode('latin-1')} "
+                            f"(check masteruser/masterauth)")
         await call("REPLCONF", "capa", "eof", "capa", "psync2")
         repl = self.repl
         if self.has_cache:
@@ -356,25 +360,36 @@ class ReplicaSide:
         core, c = self.core, self.client
         safe = 0
         ack = False
+        # Parse what arrived first, noting where each command ends, so that runs
+        # of XADD effects can go through the replay fast path (Core.replay_step).
+        commands, ends = [], []
         while True:
             argv = p.next_command()
             if argv is None:
                 break
+            commands.append(argv)
+            ends.append(len(raw) - p.buffered())
+        i = 0
+        while i < len(commands):
+            argv = commands[i]
             name = argv[0].lower()
+            k = 1
             if name == b"replconf":
                 if len(argv) > 1 and argv[1].lower() == b"getack":
                     ack = True
             elif name == b"ping":
                 pass
             else:
-                errors = _errors_in(core.execute(c, argv))
+                k, reply = core.replay_step(c, commands, i)
+                errors = _errors_in(reply)
                 if errors:
                     self.errors_to_master += 1
                     log.log(log.WARNING, f"== CRITICAL == This replica is sending an error to its "
                                          f"master: '{errors[0].message}' after processing the "
                                          f"command '{argv[0].decode('latin-1')}'")
+            i += k
             if not c.in_multi:
-                safe = len(raw) - p.buffered()
+                safe = ends[i - 1]
         if safe:
             chunk = bytes(raw[:safe])
             del raw[:safe]
