@@ -130,3 +130,28 @@ def test_syslog_directives_are_startup_only_as_in_redis(tmp_path):
                                rf"argument '{name}'\) - can't set immutable config$"):
                 r.config_set(name, value)
         assert "Ready to accept connections" in srv.log_text()
+
+
+@pytest.mark.skipif(os.path.exists("/dev/log") or os.geteuid() != 0,
+                    reason="needs to stand in for the syslog daemon at /dev/log (root, none running)")
+def test_syslog_enabled_sends_each_line_to_the_syslog_socket(tmp_path):
+    """A stand-in syslog daemon: a datagram socket at /dev/log, where the C library sends."""
+    import socket
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind("/dev/log")
+    try:
+        sock.settimeout(15)
+        with ServerProcess(tmp_path / "d", "--syslog-enabled", "yes", "--syslog-ident", "sdb-test",
+                           "--syslog-facility", "local3", "--save", "") as srv:
+            redis.Redis(port=srv.port).ping()
+            seen = []
+            deadline = time.monotonic() + 15
+            while not any(b"Ready to accept connections" in m for m in seen):
+                assert time.monotonic() < deadline, seen
+                seen.append(sock.recv(4096))
+        # <priority>: local3 (19) * 8 + notice (5) = 157; the ident names the program.
+        ready = next(m for m in seen if b"Ready to accept connections" in m)
+        assert ready.startswith(b"<157>") and b"sdb-test" in ready
+    finally:
+        sock.close()
+        os.unlink("/dev/log")
