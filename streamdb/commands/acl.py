@@ -99,8 +99,8 @@ def acl_whoami(ctx: Ctx, argv):
 def acl_cat(ctx: Ctx, argv):
     """ACL CAT [category]"""
     if len(argv) > 3:
-        raise CommandError("ERR unknown subcommand or wrong number of arguments for 'cat'. "
-                           "Try ACL HELP.")
+        raise CommandError(f"ERR unknown subcommand or wrong number of arguments for "
+                           f"'{_text(argv[1])}'. Try ACL HELP.")
     if len(argv) == 2:
         return [c.encode() for c in ALL_CATEGORIES]
     cat = _text(argv[2]).lower()
@@ -119,8 +119,8 @@ def acl_cat(ctx: Ctx, argv):
 def acl_log(ctx: Ctx, argv):
     """ACL LOG [count | RESET]"""
     if len(argv) > 3:
-        raise CommandError("ERR unknown subcommand or wrong number of arguments for 'log'. "
-                           "Try ACL HELP.")
+        raise CommandError(f"ERR unknown subcommand or wrong number of arguments for "
+                           f"'{_text(argv[1])}'. Try ACL HELP.")
     entries = ctx.core.acl.log.entries
     count = len(entries)
     if len(argv) == 3:

@@ -64,7 +64,7 @@ def auth(ctx: Ctx, argv):
         raise CommandError("ERR AUTH <password> called without any password configured for "
                            "the default user. Are you sure your configuration is correct?")
     user, password = (b"default", argv[1]) if len(argv) == 2 else (argv[1], argv[2])
-    if not login(ctx.core, ctx.client, user, password):
+    if not login(ctx.core, ctx.client, user, password, argv[0]):
         raise CommandError(WRONGPASS)
     return OK
 
@@ -98,7 +98,7 @@ def hello(ctx: Ctx, argv):
         more = len(argv) - i - 1
         lo = argv[i].lower()
         if lo == b"auth" and more >= 2:
-            if not login(ctx.core, ctx.client, argv[i + 1], argv[i + 2]):
+            if not login(ctx.core, ctx.client, argv[i + 1], argv[i + 2], argv[0]):
                 raise CommandError(WRONGPASS)
             i += 3
         elif lo == b"setname" and more:

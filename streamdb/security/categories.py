@@ -25,7 +25,7 @@ def _add(category: str, names: str) -> None:
         _EXTRA[name] = _EXTRA.get(name, ()) + (category,)
 
 
-_add("@keyspace", "copy dbsize del dump exists expire expireat expiretime flushall flushdb keys "
+_add("@keyspace", "object copy dbsize del dump exists expire expireat expiretime flushall flushdb keys "
                   "persist pexpire pexpireat pexpiretime pttl rename renamenx restore scan ttl "
                   "type unlink")
 _add("@string", "decr decrby get incr incrby mget set")
@@ -39,7 +39,8 @@ _add("@dangerous", "lastsave role")
 # Commands that only group subcommands carry no categories of their own but
 # @slow (XGROUP, XINFO, CLIENT...); their subcommands carry the real ones.
 # XINFO HELP is flagged readonly here but is not @read in Redis.
-_OVERRIDE = {name: ("@slow",) for name in ("xgroup", "xinfo", "client", "function", "script")}
+_OVERRIDE = {name: ("@slow",) for name in ("xgroup", "xinfo", "client", "function", "script",
+                                                 "object")}
 _OVERRIDE["xinfo|help"] = ("@stream", "@slow")
 
 

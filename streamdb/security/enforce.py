@@ -51,11 +51,13 @@ def dryrun_denial(user: User, spec, argv: list[bytes]) -> str | None:
     return None
 
 
-def login(core, client, username: bytes, password: bytes) -> bool:
-    """AUTH / HELLO AUTH: switch ``client`` to the user, or log the failure."""
+def login(core, client, username: bytes, password: bytes, command: bytes) -> bool:
+    """AUTH / HELLO AUTH: switch ``client`` to the user, or log the failure.
+
+    ``command``: argv[0] as the client sent it; the ACL LOG's object, as in Redis."""
     user = core.acl.authenticate(username, password)
     if user is None:
-        log_auth_failure(core, client, username)
+        log_auth_failure(core, client, username, command)
         return False
     client.authenticated = True
     client.user = user.name.encode("utf-8", "surrogateescape")
@@ -63,8 +65,9 @@ def login(core, client, username: bytes, password: bytes) -> bool:
     return True
 
 
-def log_auth_failure(core, client, username: bytes) -> None:
-    _log(core, client, "auth", "toplevel", "auth", username.decode("utf-8", "surrogateescape"))
+def log_auth_failure(core, client, username: bytes, command: bytes) -> None:
+    _log(core, client, "auth", "toplevel", command.decode("utf-8", "surrogateescape"),
+         username.decode("utf-8", "surrogateescape"))
 
 
 def reset_to_default(core, client) -> None:
