@@ -23,10 +23,10 @@ import fnmatch
 import hashlib
 import hmac
 import os
+import re
 import secrets
 from collections import deque
 
-from ..commands import registry
 from .categories import ALL_CATEGORIES, KEY_ACCESS
 
 __all__ = ["Acl", "AclError", "User", "AclLog", "hash_password"]
@@ -46,8 +46,9 @@ def hash_password(password: bytes) -> str:
     return hashlib.sha256(password).hexdigest()
 
 
-def _all_specs() -> dict[str, "registry.CommandSpec"]:
+def _all_specs() -> dict:
     """Every command and subcommand by full name ("xgroup|create")."""
+    from ..commands import registry      # the command modules import this one
     out = {}
     for name, spec in registry.COMMANDS.items():
         out[name] = spec
@@ -267,7 +268,7 @@ class User:
         for n, pos in enumerate(positions):
             need = access[min(n, len(access) - 1)]
             key = argv[pos]
-            if not any(set(need) <= set(perm) and _match(pattern, key)
+            if not any((not need or perm == "RW" or perm == need) and _match(pattern, key)
                        for pattern, perm in self.keys):
                 return key
         return None
@@ -291,12 +292,20 @@ def _valid_hash(text: str) -> str:
     return text
 
 
+_COMPILED: dict[bytes, "re.Pattern[bytes]"] = {}
+
+
 def _match(pattern: bytes, key: bytes) -> bool:
+    """Redis's glob (stringmatchlen) on bytes; fnmatch's language is the same but for
+    backslash escapes, which key patterns rarely use.  Compiled once per pattern."""
     if pattern == b"*":
         return True
-    # Redis's glob (stringmatchlen); fnmatchcase is the same language but for
-    # backslash escapes, which key patterns rarely use.
-    return fnmatch.fnmatchcase(key.decode("latin-1"), pattern.decode("latin-1"))
+    rx = _COMPILED.get(pattern)
+    if rx is None:
+        rx = re.compile(fnmatch.translate(pattern.decode("latin-1")).encode("latin-1"), re.S)
+        if len(_COMPILED) < 4096:
+            _COMPILED[pattern] = rx
+    return rx.match(key) is not None
 
 
 def default_user() -> User:
