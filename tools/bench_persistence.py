@@ -138,7 +138,8 @@ def w_everysec(cfg) -> list[Row]:
                 rps["streamdb"], ">=", 0.9, note="'Redis 7.0' column = StreamDB appendonly no")]
 
 
-def _pinger(port: int, stop: threading.Event, out: list) -> None:
+def pinger(port: int, stop: threading.Event, out: list) -> None:
+    """PING every millisecond until stopped; append the worst round trip in ms to out."""
     c = Conn(port)
     worst = 0.0
     ping = resp(b"PING")
@@ -155,7 +156,7 @@ def _pinger(port: int, stop: threading.Event, out: list) -> None:
 def _bgsave_stall(srv: Proc) -> float:
     stop = threading.Event()
     out: list = []
-    t = threading.Thread(target=_pinger, args=(srv.port, stop, out))
+    t = threading.Thread(target=pinger, args=(srv.port, stop, out))
     t.start()
     time.sleep(0.2)
     srv.call(b"BGSAVE")

@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import (REDIS_SERVER, Conn, Row, free_port, preload, print_table,  # noqa: E402
                    progress, redis_benchmark, resp)
-from bench_persistence import Proc  # noqa: E402
+from bench_persistence import Proc, pinger  # noqa: E402
 
 KINDS = ("redis", "streamdb")
 
@@ -251,20 +251,6 @@ def w_partial(cfg) -> list[Row]:
 # -- fullsync: N entries ---------------------------------------------------------------
 
 
-def _pinger(port: int, stop: threading.Event, out: list) -> None:
-    c = Conn(port)
-    worst = 0.0
-    ping = resp(b"PING")
-    while not stop.is_set():
-        t0 = time.perf_counter()
-        c.send(ping)
-        c.read()
-        worst = max(worst, time.perf_counter() - t0)
-        time.sleep(0.001)
-    c.close()
-    out.append(worst * 1000)
-
-
 def w_fullsync(cfg) -> list[Row]:
     res = {}
     for kind in KINDS:
@@ -274,7 +260,7 @@ def w_fullsync(cfg) -> list[Row]:
         try:
             preload(p.port, b"big", cfg.n_entries, f"fullsync {kind}")
             stop, worst = threading.Event(), []
-            t = threading.Thread(target=_pinger, args=(p.port, stop, worst))
+            t = threading.Thread(target=pinger, args=(p.port, stop, worst))
             t.start()
             progress(f"fullsync: {kind}: syncing")
             t0 = time.perf_counter()
