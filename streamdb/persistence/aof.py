@@ -848,20 +848,24 @@ def state_commands(keyspace):
     """The whole state as RESP commands (SELECT + RESTORE ... REPLACE [ABSTTL]), in chunks.
 
     RESTORE payloads are the snapshot codec's bytes, so the result is exact,
-    consumer groups included.  Used for AOF base segments; a replication full
-    sync can send the same stream.
+    consumer groups included; a big stream comes as several RESTOREs of about a
+    MiB each (``codec.dump_pieces``), so that a reader can apply one while the
+    next is made.  Used for AOF base segments and a replica's full sync.
     """
-    from .codec import dump_payload
+    from .codec import dump_pieces
     for db in keyspace.dbs:
         if not db.data:
             continue
         yield encode_command([b"SELECT", b"%d" % db.index])
         for key, value in db.data.items():
             when = db.expires.get(key)
-            argv = [b"RESTORE", key, b"%d" % (when or 0), dump_payload(value), b"REPLACE"]
-            if when is not None:
-                argv.append(b"ABSTTL")
-            yield encode_command(argv)
+            first = [b"%d" % when, b"REPLACE", b"ABSTTL"] if when is not None else [b"0", b"REPLACE"]
+            for payload in dump_pieces(value):
+                if first:
+                    yield encode_command([b"RESTORE", key, first[0], payload, *first[1:]])
+                    first = None
+                else:          # a further piece only appends to the key
+                    yield encode_command([b"RESTORE", key, b"0", payload])
 
 
 def write_base(path: str, keyspace) -> None:

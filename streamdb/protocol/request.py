@@ -23,6 +23,9 @@ INLINE_MAX_SIZE = 64 * 1024   # Redis's PROTO_INLINE_MAX_SIZE
 INT_MAX = 2**31 - 1
 UNAUTH_MAX_ARGS = 10
 UNAUTH_MAX_BULK = 16384
+# Bulks at least this big are gathered in pieces while they arrive (Redis's
+# PROTO_MBULK_BIG_ARG is the same size and idea).
+BIG_BULK = 32 * 1024
 
 
 class ProtocolError(Exception):
@@ -107,7 +110,7 @@ class RequestParser:
     """Splits a client's byte stream into argv lists (lists of bytes)."""
 
     __slots__ = ("buf", "pos", "max_bulk_len", "authenticated", "_argc", "_argv",
-                 "_parts", "_part", "_fast_ok")
+                 "_parts", "_part", "_fast_ok", "_missing", "_chunks", "_held")
 
     def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
         self.buf = b""
@@ -123,8 +126,22 @@ class RequestParser:
         self._parts: list[bytes] | None = None
         self._part = 0
         self._fast_ok = False
+        # A big bulk arriving in many reads: its chunks are kept apart until the
+        # bulk is complete and joined once (appending each read to ``buf`` would
+        # copy the bulk again for every read: quadratic in its size).
+        self._missing = 0       # bytes the incomplete big bulk still needs
+        self._chunks: list[bytes] = []
+        self._held = 0          # bytes in _chunks
 
     def feed(self, data: bytes) -> None:
+        if self._missing:
+            self._chunks.append(data)
+            self._held += len(data)
+            self._missing -= len(data)
+            if self._missing > 0:
+                return
+            data = b"".join(self._chunks)
+            self._chunks, self._held, self._missing = [], 0, 0
         self._parts = None
         self._fast_ok = self.authenticated and self.max_bulk_len >= 10000
         if self.pos:
@@ -137,13 +154,15 @@ class RequestParser:
 
     def buffered(self) -> int:
         """Bytes received but not yet consumed (the query buffer's size)."""
-        return len(self.buf) - self.pos
+        return len(self.buf) - self.pos + self._held
 
     def next_command(self) -> list[bytes] | None:
         """The next complete argv, or None when more bytes are needed.
 
         Empty requests (``*0``, blank inline lines) are skipped.
         """
+        if self._missing:
+            return None
         while True:
             if self._argv is None:
                 if self.pos >= len(self.buf):
@@ -226,6 +245,8 @@ class RequestParser:
             start = nl + 2
             end = start + n
             if end + 2 > size:
+                if n >= BIG_BULK:
+                    self._missing = end + 2 - size
                 break
             argv.append(buf[start:end])
             pos = end + 2   # Redis does not check that these two bytes are CRLF
