@@ -35,7 +35,11 @@ def restore(ctx: Ctx, argv):
     """RESTORE key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]
 
     Payloads are StreamDB's own (the snapshot codec with a version and a
-    checksum), not Redis's RDB format.  The AOF rewrite uses this command.
+    checksum), not Redis's RDB format.  The AOF rewrite and a replica's full
+    sync use this command.  They write a big stream in pieces
+    (``codec.dump_pieces``): the first piece creates the key, each further
+    "stream-nodes" piece appends its nodes to the stream the key holds (the
+    REPLACE/BUSYKEY and TTL rules do not apply to those).
     """
     key = argv[1]
     replace = absttl = False
@@ -58,12 +62,14 @@ def restore(ctx: Ctx, argv):
     ttl = parse_int(argv[2])
     if ttl < 0:
         raise CommandError("ERR Invalid TTL value, must be >= 0")
-    if not replace and ctx.lookup(key) is not None:
-        raise CommandError("BUSYKEY Target key name already exists.")
     # A client's payload may be crafted (its checksum proves nothing): every
     # node is checked now.  Replayed RESTOREs come from our own AOF rewrite or
     # primary, and checking them would slow every restart from a base segment.
     value = load_payload(argv[3], check_nodes=not ctx.replaying)
+    if type(value) is codec.NodeRun:
+        return _restore_more_nodes(ctx, key, value, argv)
+    if not replace and ctx.lookup(key) is not None:
+        raise CommandError("BUSYKEY Target key name already exists.")
     when = None
     if ttl:
         when = ttl if absttl else ctx.now_ms + ttl
@@ -78,6 +84,19 @@ def restore(ctx: Ctx, argv):
     if when is not None:
         out.append(b"ABSTTL")
     ctx.propagate(out)
+    return OK
+
+
+def _restore_more_nodes(ctx: Ctx, key: bytes, run, argv):
+    """RESTORE of a "stream-nodes" piece: append to the stream at ``key``."""
+    stream = ctx.lookup(key)
+    if stream is None or type(stream) is bytes:
+        raise CommandError("ERR Bad data format")
+    try:
+        codec.append_node_run(stream, run, check=not ctx.replaying)
+    except codec.CodecError:
+        raise CommandError("ERR Bad data format") from None
+    ctx.propagate([b"RESTORE", key, b"0", argv[3]])
     return OK
 
 

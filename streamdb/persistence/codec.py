@@ -10,6 +10,7 @@ error, not an exception deep inside the engine.
 
 from __future__ import annotations
 
+import struct
 import zlib
 
 import msgpack
@@ -18,7 +19,7 @@ from ..engine import ConsumerGroup, Stream
 from ..engine.stream import Node, decode_node, encode_node
 
 __all__ = ["encode_value", "decode_value", "clone_value", "dump_payload", "load_payload",
-           "check_stream_nodes", "CodecError"]
+           "dump_pieces", "append_node_run", "NodeRun", "check_stream_nodes", "CodecError"]
 
 FORMAT_VERSION = 1
 
@@ -38,35 +39,66 @@ def _sid(raw) -> int:
     return int.from_bytes(raw, "big")
 
 
-def _encode_node(node: Node, external: list | None) -> list:
-    blob = node.blob
-    is_open = blob is None
-    if is_open:
-        blob = encode_node(node.first, node.master, node.ids, node.entries)
-    elif external is not None:
-        # A sealed node never changes, so an incremental snapshot stores it
-        # once, apart from the stream's document, and refers to it by first id.
-        external.append((node.first, blob))
-        blob = None
-    return [_id(node.first), _id(node.last), node.total, node.live, node.nbytes,
-            [_id(x) for x in sorted(node.deleted)] if node.deleted else [], blob, is_open]
+# A stream's node headers, one fixed-size record each, in one bytes value ("nh"):
+# first id (ms, seq), last id (ms, seq), total, live, nbytes, flags.  Packing and
+# unpacking them with struct is several times cheaper than one msgpack list per
+# node, and a 1M-entry stream has 10k nodes: this is most of what encoding and
+# decoding a stream costs (snapshots, restarts, a replica's full sync).
+_NODE_HDR = struct.Struct(">QQQQIIIB")
+_OPEN = 1        # flags: the node is the open one (its blob was packed for the document)
+_APART = 2       # flags: the blob is stored apart (incremental snapshots), fetched by first id
+_U64 = (1 << 64) - 1
 
 
-def _encode_stream(s: Stream, external: list | None) -> dict:
+def _encode_nodes(nodes, external: list | None) -> dict:
+    """The columns of a run of nodes: headers ("nh"), blobs ("nb"), deleted ids ("nd")."""
+    pack = _NODE_HDR.pack
+    headers = []
+    blobs = []
+    deleted = {}
+    for i, node in enumerate(nodes):
+        blob = node.blob
+        flags = 0
+        if blob is None:
+            blob = encode_node(node.first, node.master, node.ids, node.entries)
+            flags = _OPEN
+        elif external is not None:
+            # A sealed node never changes, so an incremental snapshot stores it
+            # once, apart from the stream's document, and refers to it by first id.
+            external.append((node.first, blob))
+            blob = None
+            flags = _APART
+        first, last = node.first, node.last
+        headers.append(pack(first >> 64, first & _U64, last >> 64, last & _U64,
+                            node.total, node.live, node.nbytes, flags))
+        blobs.append(blob)
+        if node.deleted:
+            deleted[i] = [_id(x) for x in sorted(node.deleted)]
+    return {"nh": b"".join(headers), "nb": blobs, "nd": deleted}
+
+
+def _encode_stream(s: Stream, external: list | None, nodes=None) -> dict:
+    """The stream's document; with ``nodes`` (a leading run of its nodes) only those
+    nodes, and a length that counts only them (see ``dump_stream_pieces``)."""
     groups = []
     for g in (s.groups or {}).values():
         consumers = [[c.name, c.seen_time, c.active_time] for c in g.consumers.values()]
         pel = [[_id(sid), pe.consumer.name, pe.delivery_time, pe.delivery_count]
                for sid, pe in g.pel.items()]
         groups.append([g.name, _id(g.last_id), g.entries_read, consumers, pel])
-    return {
+    if nodes is None:
+        nodes, length = s.nodes, s.length
+    else:
+        length = sum(n.live for n in nodes)
+    doc = {
         "t": "stream",
-        "length": s.length, "last_id": _id(s.last_id), "entries_added": s.entries_added,
+        "length": length, "last_id": _id(s.last_id), "entries_added": s.entries_added,
         "max_deleted_id": _id(s.max_deleted_id),
-        "nodes": [_encode_node(n, external) for n in s.nodes],
         "groups": groups,
         "idmp": s.idmp.dump() if s.idmp is not None else None,
     }
+    doc.update(_encode_nodes(nodes, external))
+    return doc
 
 
 def encode_value(value, external: list | None = None) -> bytes:
@@ -99,6 +131,72 @@ def _bytes(x) -> bytes:
     return x
 
 
+_NO_FIELDS: list = []
+
+
+def _node_records(doc: dict) -> list[tuple]:
+    """The stream document's nodes as (first, last, total, live, nbytes, deleted ids,
+    blob, flags): from the header column ("nh", written since the columnar layout)
+    or from the older one-list-per-node form ("nodes"), which snapshots taken
+    before it still hold."""
+    if "nh" in doc:
+        raw, blobs, deleted = doc["nh"], doc["nb"], doc["nd"]
+        if type(raw) is not bytes or len(raw) % _NODE_HDR.size or \
+                type(blobs) is not list or len(blobs) != len(raw) // _NODE_HDR.size or \
+                type(deleted) is not dict:
+            raise CodecError("bad stream node headers")
+        return [((fm << 64) | fs, (lm << 64) | ls, total, live, nbytes, deleted.get(i), blob, flags)
+                for i, ((fm, fs, lm, ls, total, live, nbytes, flags), blob)
+                in enumerate(zip(_NODE_HDR.iter_unpack(raw), blobs))]
+    out = []
+    for first, last, total, live, nbytes, deleted, blob, is_open in doc["nodes"]:
+        flags = _OPEN if is_open else (_APART if blob is None else 0)
+        out.append((_sid(first), _sid(last), _int(total), _int(live), _int(nbytes),
+                    deleted, blob, flags))
+    return out
+
+
+def _decode_nodes(doc: dict, fetch) -> list[Node]:
+    """Node objects from a document's node columns (or its older "nodes" list)."""
+    records = _node_records(doc)
+    last_n = len(records) - 1
+    nodes = []
+    for n, (first, last, total, live, nbytes, deleted, blob, flags) in enumerate(records):
+        if flags & _APART:
+            if fetch is None:
+                raise CodecError("node stored apart but no node store given")
+            blob = fetch(first)
+        is_open = flags & _OPEN
+        ids = entries = None
+        master: list = []
+        # Sealed nodes stay packed: their bytes are checksummed by the store,
+        # and decoding a million entries here would dominate restart time.
+        # Only the open node and the last node (the one XADD appends to)
+        # are unpacked now.
+        if is_open or n == last_n:
+            try:
+                master = msgpack.unpackb(_bytes(blob), raw=True)[1]
+                if is_open:
+                    ids, entries = decode_node(blob)
+            except CodecError:
+                raise
+            except Exception as e:
+                raise CodecError(f"bad stream node: {e}") from None
+        elif type(blob) is not bytes:
+            raise CodecError("expected bytes")
+        node = Node(first, _NO_FIELDS)
+        node.master = master
+        node.last, node.total, node.live, node.nbytes = last, total, live, nbytes
+        node.deleted = {_sid(x) for x in deleted} if deleted else None
+        if is_open:
+            node.ids, node.entries, node.blob = ids, entries, None
+        else:
+            node.ids = node.entries = None
+            node.blob = blob
+        nodes.append(node)
+    return nodes
+
+
 def decode_value(raw: bytes, fetch=None):
     try:
         doc = msgpack.unpackb(raw, raw=False, strict_map_key=False)
@@ -109,6 +207,13 @@ def decode_value(raw: bytes, fetch=None):
     t = doc.get("t")
     if t == "string":
         return _bytes(doc.get("v"))
+    if t == "stream-nodes":
+        try:
+            return NodeRun(_decode_nodes(doc, fetch))
+        except (KeyError, TypeError, ValueError) as e:
+            if isinstance(e, CodecError):
+                raise
+            raise CodecError(f"bad stream nodes document: {e}") from None
     if t != "stream":
         raise CodecError(f"unknown value type {t!r}")
     s = Stream()
@@ -117,38 +222,8 @@ def decode_value(raw: bytes, fetch=None):
         s.last_id = _sid(doc["last_id"])
         s.entries_added = _int(doc["entries_added"])
         s.max_deleted_id = _sid(doc["max_deleted_id"])
-        docs = doc["nodes"]
-        for n, (first, last, total, live, nbytes, deleted, blob, is_open) in enumerate(docs, 1):
-            if blob is None:
-                if fetch is None:
-                    raise CodecError("node stored apart but no node store given")
-                blob = fetch(_sid(first))
-            ids = entries = None
-            master: list = []
-            # Sealed nodes stay packed: their bytes are checksummed by the store,
-            # and decoding a million entries here would dominate restart time.
-            # Only the open node and the last node (the one XADD appends to)
-            # are unpacked now.
-            if is_open or n == len(docs):
-                try:
-                    master = msgpack.unpackb(_bytes(blob), raw=True)[1]
-                    if is_open:
-                        ids, entries = decode_node(blob)
-                except CodecError:
-                    raise
-                except Exception as e:
-                    raise CodecError(f"bad stream node: {e}") from None
-            node = Node(_sid(first), [])
-            node.master = master
-            node.last, node.total, node.live, node.nbytes = _sid(last), _int(total), _int(live), _int(nbytes)
-            node.deleted = {_sid(x) for x in deleted} if deleted else None
-            if is_open:
-                node.ids, node.entries, node.blob = ids, entries, None
-            else:
-                node.ids = node.entries = None
-                node.blob = blob
-            s.nodes.append(node)
-            s.firsts.append(node.first)
+        s.nodes = _decode_nodes(doc, fetch)
+        s.firsts = [n.first for n in s.nodes]
         if doc.get("idmp") is not None:
             from ..engine.idmp import IdmpState
             s.idmp = IdmpState.load(doc["idmp"])
@@ -180,9 +255,16 @@ def check_stream_nodes(s: Stream) -> None:
     the server wrote.  A payload from a client (RESTORE) is checked here
     instead, so that a crafted node fails the RESTORE rather than a later read.
     """
-    prev_last = -1
+    prev_last, live_total = check_node_run(s.nodes, -1)
+    if live_total != s.length or prev_last > s.last_id:
+        raise CodecError("stream length or last id does not match its nodes")
+
+
+def check_node_run(nodes, prev_last: int) -> tuple[int, int]:
+    """Check nodes that must follow an entry id ``prev_last`` (-1: none); returns the
+    run's last id and its live entries."""
     live_total = 0
-    for node in s.nodes:
+    for node in nodes:
         if node.blob is None:
             ids, entries = node.ids, node.entries
         else:
@@ -202,8 +284,73 @@ def check_stream_nodes(s: Stream) -> None:
                 raise CodecError("stream entry is not field/value pairs of strings")
         prev_last = node.last
         live_total += node.live
-    if live_total != s.length or prev_last > s.last_id:
-        raise CodecError("stream length or last id does not match its nodes")
+    return prev_last, live_total
+
+
+# -- a big stream in pieces -------------------------------------------------------------
+#
+# The AOF rewrite and a replica's full sync write every key as RESTORE commands
+# (aof.state_commands).  A big stream as one RESTORE is one payload the reader can
+# only decode once the last byte has arrived; in pieces, a replica decodes each
+# piece while the primary's child encodes the next.  The first piece is a normal
+# stream payload holding the stream's metadata, its groups and its first nodes
+# (its length counts only those: every piece leaves a valid stream behind); each
+# further piece is a "stream-nodes" payload that RESTORE appends to the stream
+# the key holds.  DUMP never produces one: it is for StreamDB's own logs and syncs.
+
+PIECE_BYTES = 1 << 20      # node bytes per piece
+
+
+class NodeRun:
+    """A decoded "stream-nodes" payload: nodes to append to an existing stream."""
+
+    __slots__ = ("nodes",)
+
+    def __init__(self, nodes: list[Node]) -> None:
+        self.nodes = nodes
+
+
+def dump_pieces(value, piece_bytes: int | None = None):
+    """``dump_payload(value)`` as a sequence of payloads, each about ``piece_bytes``
+    (default PIECE_BYTES) of stream nodes (one payload for a string or a small stream)."""
+    piece_bytes = piece_bytes or PIECE_BYTES
+    if type(value) is bytes or len(value.nodes) < 2:
+        yield dump_payload(value)
+        return
+    nodes = value.nodes
+    start, size, first = 0, 0, True
+    for i, node in enumerate(nodes):
+        size += node.nbytes
+        if size >= piece_bytes or i == len(nodes) - 1:
+            run = nodes[start:i + 1]
+            if first:
+                doc = _encode_stream(value, None, run)
+                first = False
+            else:
+                doc = {"t": "stream-nodes"}
+                doc.update(_encode_nodes(run, None))
+            yield _seal(msgpack.packb(doc, use_bin_type=True, default=_default))
+            start, size = i + 1, 0
+
+
+def append_node_run(s: Stream, run: NodeRun, check: bool) -> None:
+    """Append a "stream-nodes" piece to ``s``; CodecError if it does not follow it."""
+    nodes = run.nodes
+    if not nodes:
+        return
+    prev_last = s.nodes[-1].last if s.nodes else -1
+    if check:
+        last, live = check_node_run(nodes, prev_last)
+        if last > s.last_id:
+            raise CodecError("stream nodes go past the stream's last id")
+    elif nodes[0].first <= prev_last:
+        raise CodecError("stream nodes do not follow the stream's last node")
+    live = sum(n.live for n in nodes)
+    if s.nodes and s.nodes[-1].blob is None:
+        s.nodes[-1].seal()      # only the last node may be open
+    s.nodes.extend(nodes)
+    s.firsts.extend(n.first for n in nodes)
+    s.length += live
 
 
 PAYLOAD_MAGIC = b"SDB1"
@@ -211,7 +358,12 @@ PAYLOAD_MAGIC = b"SDB1"
 
 def dump_payload(value) -> bytes:
     """DUMP/RESTORE and AOF-rewrite form of a value: magic + codec bytes + CRC32."""
-    body = PAYLOAD_MAGIC + encode_value(value)
+    return _seal(encode_value(value))
+
+
+def _seal(doc: bytes) -> bytes:
+    """magic + msgpack document + CRC32 of both."""
+    body = PAYLOAD_MAGIC + doc
     return body + zlib.crc32(body).to_bytes(4, "big")
 
 
@@ -224,7 +376,7 @@ def load_payload(raw: bytes, check_nodes: bool = False):
             zlib.crc32(raw[:-4]).to_bytes(4, "big") != raw[-4:]:
         raise CodecError("payload version or checksum are wrong")
     value = decode_value(raw[len(PAYLOAD_MAGIC):-4])
-    if check_nodes and type(value) is not bytes:
+    if check_nodes and type(value) is Stream:
         check_stream_nodes(value)
     return value
 

@@ -17,6 +17,7 @@ then, so the replica can recognise the mark as the last 40 bytes it read.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 
@@ -28,7 +29,8 @@ from ..protocol.reply import Raw
 __all__ = ["PayloadTransfer", "MARK_LEN", "new_mark"]
 
 MARK_LEN = 40
-CHUNK = 256 * 1024
+CHUNK = 1024 * 1024
+PIPE_SIZE = 1024 * 1024
 HIGH_WATER = 4 * 1024 * 1024      # pending bytes on the replica's socket before we pause
 RETRY_S = 0.005
 
@@ -59,6 +61,16 @@ def write_payload(fd: int, keyspace, db: int, mark: bytes) -> None:
     os.close(fd)
 
 
+def _widen_pipe(fd: int) -> None:
+    """Give the pipe 1 MiB instead of 64 KiB where Linux allows it: the loop then
+    wakes once per MiB of payload instead of once per 64 KiB (a 16 MB payload took
+    ~250 child/loop hand-offs)."""
+    try:
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
+    except OSError:
+        pass          # not Linux, or above /proc/sys/fs/pipe-max-size: keep the default
+
+
 def _write_buffer_size(client) -> int:
     """Bytes queued on the client's socket: the network layer's transport, reached
     through the bound ``deliver`` (the core's Client holds no socket)."""
@@ -80,6 +92,7 @@ class PayloadTransfer:
         self.sent = 0
         self.done = False
         rfd, wfd = os.pipe()
+        _widen_pipe(wfd)
         keyspace = repl.core.keyspace
         mark = self.mark
 

@@ -216,6 +216,12 @@ def sealed_node(blob: bytes) -> list:
     return [(1 << 64).to_bytes(16, "big"), (1 << 64).to_bytes(16, "big"), 1, 1, 10, [], blob, False]
 
 
+# One node header of the columnar layout: first and last id 1-0, 1 entry, 1 live,
+# 10 bytes, flags 1 (open).
+NODE_HEADER = (1).to_bytes(8, "big") + bytes(8) + (1).to_bytes(8, "big") + bytes(8) + \
+    (1).to_bytes(4, "big") + (1).to_bytes(4, "big") + (10).to_bytes(4, "big") + b"\x01"
+OPEN_BLOB = msgpack.packb([1, [b"f"], [0, 0], [[b"v"]]], use_bin_type=True)
+
 HOSTILE_PAYLOADS = {
     "document-huge-array": payload(HUGE_ARRAY + b"\x00" * 8),
     "document-huge-map": payload(HUGE_MAP + b"\x00" * 8),
@@ -233,6 +239,14 @@ HOSTILE_PAYLOADS = {
                                                        [[(1 << 64).to_bytes(16, "big"), [1], 0, 1]]]])),
     "idmp-huge-declared": payload(stream_doc(idmp=[1, 1, 0, 0, HUGE_ARRAY.hex()])),
     "ids-not-16-bytes": payload(stream_doc(last_id=b"\x01" * 17)),
+    # The columnar node layout: headers of the wrong size or count, a huge claimed count.
+    "node-headers-torn": payload(stream_doc(nh=b"\x00" * 44, nb=[b"x"], nd={})),
+    "node-headers-without-blobs": payload(stream_doc(nh=NODE_HEADER, nb=[], nd={})),
+    "node-header-huge-counts": payload(stream_doc(
+        nh=NODE_HEADER[:32] + b"\xff" * 12 + b"\x01", nb=[OPEN_BLOB], nd={})),
+    # A further piece of a stream with no stream to continue.
+    "stream-nodes-without-a-stream": payload(msgpack.packb(
+        {"t": "stream-nodes", "nh": NODE_HEADER, "nb": [OPEN_BLOB], "nd": {}}, use_bin_type=True)),
 }
 
 
