@@ -7,6 +7,8 @@ error from us as from Redis.
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from ..engine import MAX_ID, MIN_ID, Stream, format_id
 from ..engine.idmp import (DURATION_MAX, DURATION_MIN, MAXSIZE_MAX, MAXSIZE_MIN,
                            IdmpState, auto_iid)
@@ -291,18 +293,20 @@ def xadd(ctx: Ctx, argv: list[bytes]):
     return reply
 
 
-def apply_xadd_effects(core, client, run: list[list[bytes]]) -> int:
-    """Replay fast path (AOF load): effects ``XADD key <ms-seq> field value ...`` for one key.
+def apply_xadd_effects(core, client, commands: list[list[bytes]], i: int) -> int:
+    """Replay fast path (AOF load, a replica's link): the run of effects
+    ``XADD key <ms-seq> field value ...`` for one key starting at ``commands[i]``.
 
-    ``run`` is consecutive XADD effects of one frame for the same key.  They go
-    straight into the stream, skipping argument parsing and dispatch, then down
-    the one effect path (``Core.emit_replayed``).  Returns how many were applied:
-    it stops at the first that is not exactly that form or that XADD would
-    refuse, and the caller runs that one through ``Core.execute``, which gives
-    the error.  Restart time is mostly this loop, hence the special case.
+    The run (consecutive XADD effects of the same key, each with its explicit
+    id and field-value pairs) goes straight into the stream, skipping argument
+    parsing and dispatch, then down the one effect path (``Core.emit_replayed``).
+    Returns how many were applied: it stops at the first command that is not
+    exactly that form or that XADD would refuse, and the caller runs that one
+    through ``Core.execute``, which gives the error.  Restart time is mostly
+    this loop, hence the special case.
     """
     db = core.keyspace.dbs[client.db]
-    key = run[0][1]
+    key = commands[i][1]
     if key in db.expires:
         return 0               # leave expiry rules to the ordinary path
     s = db.data.get(key)
@@ -311,28 +315,42 @@ def apply_xadd_effects(core, client, run: list[list[bytes]]) -> int:
         s = Stream()
     elif type(s) is not Stream:
         return 0
-    cfg = core.config.values
-    max_entries, max_bytes = cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"]
     last = s.last_id
-    n = 0
-    for argv in run:
+    sids = []
+    add = sids.append
+    prev_ms, ms_part = -1, None
+    for j in range(i, len(commands)):
+        argv = commands[j]
+        if len(argv) < 5 or not len(argv) & 1 or argv[0] != b"XADD" or argv[1] != key:
+            break
         ms, dash, seq = argv[2].partition(b"-")
-        if not (dash and ms.isdigit() and seq.isdigit()):
+        if ms != ms_part:       # runs share their millisecond: parse it once per change
+            if not (dash and ms.isdigit()):
+                break
+            ms_part, prev_ms = ms, int(ms) << 64
+            if prev_ms >> 64 > U64:
+                break
+        if not seq.isdigit():
             break
-        ms, seq = int(ms), int(seq)
-        if ms > U64 or seq > U64:
+        seq = int(seq)
+        sid = prev_ms | seq
+        if seq > U64 or sid <= last:
             break
-        sid = (ms << 64) | seq
-        if sid <= last:
-            break
-        s.append(sid, argv[3:], max_entries, max_bytes)
+        add(sid)
         last = sid
-        n += 1
+    n = len(sids)
     if n:
+        run = commands if n == len(commands) else commands[i:i + n]
+        cfg = core.config.values
+        s.extend(sids, list(map(_FIELDS_VALUES, run)),
+                 cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
         if created:
             db.set(key, s, keep_ttl=True)
-        core.emit_replayed(client.db, "xadd", run if n == len(run) else run[:n])
+        core.emit_replayed(client.db, "xadd", key, run)
     return n
+
+
+_FIELDS_VALUES = itemgetter(slice(3, None))     # XADD key id field value ... -> [field, value, ...]
 
 
 def idmp_settings(ctx: Ctx, s: Stream) -> tuple[int, int]:

@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 import zlib
+from itertools import chain
 
 import hiredis
 
@@ -152,8 +153,18 @@ def read_segment(data: bytes, path: str = "") -> SegmentScan:
 # seven digits or more.  hiredis allocates the declared count up front, so a
 # frame whose bytes cannot hold that many elements (each takes 3 bytes or more)
 # is parsed by our own parser instead, which allocates only what arrives.
-_HUGE_AGGREGATE = re.compile(rb"[*%~>|](\d{7,})\r")
+# One pattern per marker, each searched only if its marker occurs at all (a
+# C-speed memchr): a literal prefix makes re skip ahead fast, a character class
+# does not (scanning a frame of XADDs that way cost more than parsing it).
+_HUGE_AGGREGATE = [(bytes([m]), re.compile(re.escape(bytes([m])) + rb"(\d{7,})\r"))
+                   for m in b"*%~>|"]
 _END_MARK = b"*0\r\n"
+# split_commands' end of a body for hiredis: a command no file holds (its argument
+# is random, drawn at start-up).  It comes out as a command of its own only if the
+# body ended on a command boundary; otherwise the unfinished command swallows it.
+_END_TOKEN = os.urandom(16).hex().encode()
+_END_COMMAND = b"*1\r\n$%d\r\n%s\r\n" % (len(_END_TOKEN), _END_TOKEN)
+_INCOMPLETE = object()      # what the reader returns until a reply is complete
 
 
 def split_commands(body: bytes) -> list[list[bytes]]:
@@ -164,30 +175,32 @@ def split_commands(body: bytes) -> list[list[bytes]]:
     file, so anything but a sequence of complete arrays of bulk strings is
     refused, and declared counts are checked before hiredis sees them.
     """
-    for m in _HUGE_AGGREGATE.finditer(body):
-        if int(m.group(1)) * 3 > len(body):
-            return _split_commands_strict(body)
-    reader = hiredis.Reader()
+    for marker, pattern in _HUGE_AGGREGATE:
+        if marker in body:
+            for m in pattern.finditer(body):
+                if int(m.group(1)) * 3 > len(body):
+                    return _split_commands_strict(body)
+    reader = hiredis.Reader(notEnoughData=_INCOMPLETE)
     reader.feed(body)
-    # An empty array after the body comes out on its own only if the body ended
-    # on a command boundary; otherwise it is swallowed by the unfinished command.
-    reader.feed(_END_MARK)
-    out = []
+    reader.feed(_END_COMMAND)
     try:
-        while True:
-            argv = reader.gets()
-            if argv is False:
-                raise AofError("frame ends in the middle of a command")
-            if type(argv) is not list or (not argv and reader.has_data()):
-                raise AofError("bad command inside a checksummed frame: not an array")
-            if not argv:
-                return out
-            b"".join(argv)       # TypeError unless every element is a bulk string (C speed)
-            out.append(argv)
+        # Every complete reply at C speed (no Python code per command): the
+        # checks below are whole-frame passes, each also at C speed.
+        out = list(iter(reader.gets, _INCOMPLETE))
+        if set(map(type, out)) - {list}:
+            raise AofError("bad command inside a checksummed frame: not an array")
+        # TypeError unless every element of every command is a bulk string (the
+        # copy of the frame's arguments this makes is freed at once).
+        b"".join(chain.from_iterable(out))
     except TypeError:
         raise AofError("bad command inside a checksummed frame: not an array of bulk strings") from None
     except hiredis.ProtocolError as e:
         raise AofError(f"bad command inside a checksummed frame: {e}") from None
+    if not out or out.pop() != [_END_TOKEN]:
+        raise AofError("frame ends in the middle of a command")
+    if [] in out:
+        raise AofError("bad command inside a checksummed frame: not an array")
+    return out
 
 
 def _split_commands_strict(body: bytes) -> list[list[bytes]]:

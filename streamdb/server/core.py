@@ -334,18 +334,26 @@ class Core:
 
     # -- effects ------------------------------------------------------------------
 
-    def emit_replayed(self, db_index: int, name: str, effects: list[list[bytes]]) -> None:
+    def emit_replayed(self, db_index: int, name: str, key: bytes, effects: list[list[bytes]]) -> None:
         """Effects a replay fast path applied itself (commands/streams.apply_xadd_effects).
 
-        Counted as if executed one by one, then sent down the one effect path as
-        independent commands (not wrapped in MULTI/EXEC: each was one command).
+        Every one of ``effects`` changed ``key`` and nothing else.  Counted as if
+        executed one by one, then sent down the one effect path as independent
+        commands (not wrapped in MULTI/EXEC: each was one command); what
+        ``_emit`` would do per effect (WATCH, blocked clients) is done once for the key.
         """
         n = len(effects)
         stats = self.stats.commands[name]
         stats.calls += n
         self.stats.commands_processed += n
         self.dirty += n
-        self._emit(db_index, effects, atomic=False)
+        db = self.keyspace.dbs[db_index]
+        if db.watchers:
+            db.touch(key)
+        if (db_index, key) in self.blocking_keys:
+            self.ready_keys[(db_index, key)] = None
+        for sink in self.effect_sinks:
+            sink(db_index, effects)
         if self.ready_keys:
             self.serve_ready_keys()     # a replica's blocked readers
 
@@ -358,13 +366,7 @@ class Core:
         """
         argv = commands[i]
         if argv[0] == b"XADD" and len(argv) >= 5 and len(argv) & 1 and not client.in_multi:
-            key, j, n = argv[1], i + 1, len(commands)
-            while j < n:
-                nxt = commands[j]
-                if nxt[0] != b"XADD" or nxt[1] != key or len(nxt) < 5 or not len(nxt) & 1:
-                    break
-                j += 1
-            done = apply_xadd_effects(self, client, commands[i:j] if j - i < n else commands)
+            done = apply_xadd_effects(self, client, commands, i)
             if done:
                 return done, None
         return 1, self.execute(client, argv)
