@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import time
 from collections import defaultdict, deque
 
@@ -782,6 +781,7 @@ def rewrite_config_file(config) -> None:
         out += added
     text = "\n".join(out) + "\n"
     directory = os.path.dirname(os.path.abspath(path))
+    import tempfile      # here, not at start-up (~3 ms of import)
     fd, tmp = tempfile.mkstemp(prefix=".streamdb-rewrite-", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

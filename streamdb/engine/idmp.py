@@ -29,7 +29,6 @@ the caller.  Nothing here reads a clock or the config.
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 
 from .ids import id_ms
@@ -42,6 +41,7 @@ MAXSIZE_MIN, MAXSIZE_MAX = 1, 10000
 
 def auto_iid(fv: list[bytes]) -> bytes:
     """IDMPAUTO's iid: a digest of the field/value pairs, independent of their order."""
+    import hashlib       # here, not at start-up (~2 ms of import); cached after the first call
     pairs = sorted(zip(fv[0::2], fv[1::2]))
     h = hashlib.blake2b(digest_size=16)
     for f, v in pairs:

@@ -20,11 +20,8 @@ from __future__ import annotations
 
 import copy
 import fnmatch
-import hashlib
-import hmac
 import os
 import re
-import secrets
 from collections import deque
 
 from .categories import ALL_CATEGORIES, KEY_ACCESS
@@ -43,6 +40,7 @@ class AclError(Exception):
 
 
 def hash_password(password: bytes) -> str:
+    import hashlib       # here, not at start-up (hashlib, hmac, secrets: ~3 ms of import)
     return hashlib.sha256(password).hexdigest()
 
 
@@ -246,6 +244,7 @@ class User:
             return False
         if self.nopass:
             return True
+        import hmac
         given = hash_password(password)
         ok = False
         for h in self.passwords:      # every hash compared: no early exit to time
@@ -461,4 +460,5 @@ class Acl:
 
 def generate_password(bits: int = 256) -> str:
     """ACL GENPASS: ``bits`` random bits as hex, rounded up to whole hex digits."""
+    import secrets
     return secrets.token_hex((bits + 7) // 8)[: (bits + 3) // 4]
