@@ -6,7 +6,6 @@ CONFIG, CLIENT, COMMAND and INFO live in admin.py.
 
 from __future__ import annotations
 
-import hashlib
 import time
 
 from .. import __version__
@@ -262,6 +261,7 @@ def debug(ctx: Ctx, argv):
 
 def digest_value(key: bytes, value, expire: int | None):
     """SHA-1 over one key's complete logical state."""
+    import hashlib       # here, not at start-up (~2 ms of import): DEBUG DIGEST only
     h = hashlib.sha1()
     h.update(b"k%d:%s" % (len(key), key))
     if expire is not None:

@@ -305,6 +305,9 @@ def apply_xadd_effects(core, client, commands: list[list[bytes]], i: int) -> int
     through ``Core.execute``, which gives the error.  Restart time is mostly
     this loop, hence the special case.
     """
+    arity = len(commands[i])
+    if arity < 5 or not arity & 1:
+        return 0
     db = core.keyspace.dbs[client.db]
     key = commands[i][1]
     if key in db.expires:
@@ -321,7 +324,9 @@ def apply_xadd_effects(core, client, commands: list[list[bytes]], i: int) -> int
     prev_ms, ms_part = -1, None
     for j in range(i, len(commands)):
         argv = commands[j]
-        if len(argv) < 5 or not len(argv) & 1 or argv[0] != b"XADD" or argv[1] != key:
+        if len(argv) != arity and (len(argv) < 5 or not len(argv) & 1):
+            break
+        if argv[0] != b"XADD" or argv[1] != key:
             break
         ms, dash, seq = argv[2].partition(b"-")
         if ms != ms_part:       # runs share their millisecond: parse it once per change

@@ -156,8 +156,8 @@ def read_segment(data: bytes, path: str = "") -> SegmentScan:
 # One pattern per marker, each searched only if its marker occurs at all (a
 # C-speed memchr): a literal prefix makes re skip ahead fast, a character class
 # does not (scanning a frame of XADDs that way cost more than parsing it).
-_HUGE_AGGREGATE = [(bytes([m]), re.compile(re.escape(bytes([m])) + rb"(\d{7,})\r"))
-                   for m in b"*%~>|"]
+# (Patterns compiled on first use, by re's cache: not at start-up.)
+_HUGE_AGGREGATE = [(bytes([m]), re.escape(bytes([m])) + rb"(\d{7,})\r") for m in b"*%~>|"]
 _END_MARK = b"*0\r\n"
 # split_commands' end of a body for hiredis: a command no file holds (its argument
 # is random, drawn at start-up).  It comes out as a command of its own only if the
@@ -177,7 +177,7 @@ def split_commands(body: bytes) -> list[list[bytes]]:
     """
     for marker, pattern in _HUGE_AGGREGATE:
         if marker in body:
-            for m in pattern.finditer(body):
+            for m in re.finditer(pattern, body):
                 if int(m.group(1)) * 3 > len(body):
                     return _split_commands_strict(body)
     reader = hiredis.Reader(notEnoughData=_INCOMPLETE)
