@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal as _decimal
+from itertools import accumulate, chain
+from operator import itemgetter
 
 from .common import Codec
 
 DEFAULT_SCHEMA = "stream string, id string, ms long, seq long, fields map<string,string>"
 META_COLUMNS = ("stream", "id", "ms", "seq", "fields")
+
+_entry_id = itemgetter(0)
+_entry_fields = itemgetter(1)
 
 
 def _converter(type_name: str, codec: Codec):
@@ -78,10 +83,19 @@ class RowBuilder:
                               for f in schema.fields)
 
     def batch(self, stream: str, page: list):
-        """One record batch from a raw XRANGE page ([[id, [f, v, ...]], ...])."""
+        """One record batch from a raw XRANGE page ([[id, [f, v, ...]], ...]).
+
+        No Python loop per entry for the meta columns and the fields map: the
+        page is taken apart with map/itemgetter/chain (C loops), and ms/seq are
+        cut out of the id column by Arrow kernels.
+        """
         import pyarrow as pa
+        import pyarrow.compute as pc
+        n = len(page)
         cols = []
-        ids = [e[0] for e in page]
+        ids = list(map(_entry_id, page))
+        id_text = None
+        id_parts = None
         for name, conv in self.plan:
             if conv is not None:
                 vals = []
@@ -93,15 +107,21 @@ class RowBuilder:
                     vals.append(None if v is None else conv(v))
                 cols.append(vals)
             elif name == "stream":
-                cols.append([stream] * len(page))
+                cols.append(pa.repeat(pa.scalar(stream, pa.string()), n))
             elif name == "id":
-                cols.append(pa.array(ids, type=pa.binary()).cast(pa.string()))
-            elif name == "ms":
-                cols.append([int(i.partition(b"-")[0]) for i in ids])
-            elif name == "seq":
-                cols.append([int(i.partition(b"-")[2]) for i in ids])
-            else:   # fields
-                cols.append(self._map(page))
+                if id_text is None:
+                    id_text = pa.array(ids, type=pa.binary()).cast(pa.string())
+                cols.append(id_text)
+            else:
+                if name in ("ms", "seq"):
+                    if id_parts is None:
+                        if id_text is None:
+                            id_text = pa.array(ids, type=pa.binary()).cast(pa.string())
+                        id_parts = pc.split_pattern(id_text, "-")
+                    part = pc.list_element(id_parts, 0 if name == "ms" else 1)
+                    cols.append(part.cast(pa.int64()))
+                else:   # fields
+                    cols.append(self._map(page))
         arrays = [c if isinstance(c, pa.Array) else pa.array(c, type=f.type)
                   for c, f in zip(cols, self.arrow_schema)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
@@ -121,15 +141,11 @@ class RowBuilder:
     def _map(self, page: list):
         """The fields map column, built from flat key/value arrays and offsets."""
         import pyarrow as pa
-        offsets = [0]
-        keys: list = []
-        vals: list = []
-        n = 0
-        for _, fv in page:
-            keys += fv[0::2]
-            vals += fv[1::2]
-            n += len(fv) >> 1
-            offsets.append(n)
-        k = self._text(keys)
-        v = pa.array(vals, type=pa.binary()) if self.binary_map else self._text(vals)
-        return pa.MapArray.from_arrays(pa.array(offsets, type=pa.int32()), k, v)
+        fvs = list(map(_entry_fields, page))
+        flat = list(chain.from_iterable(fvs))
+        # Offsets count items (field and value), a pair is two: halved below.
+        offsets = pa.array(list(accumulate(map(len, fvs), initial=0)), type=pa.int32())
+        k = self._text(flat[0::2])
+        v = pa.array(flat[1::2], type=pa.binary()) if self.binary_map else self._text(flat[1::2])
+        import pyarrow.compute as pc
+        return pa.MapArray.from_arrays(pc.divide(offsets, 2), k, v)
