@@ -1,30 +1,42 @@
 #!/usr/bin/env python3
 """Benchmark of the Spark data source against a plain redis-py loop.
 
-    .venv/bin/python tools/bench_spark.py [--entries N] [--master local[2]] [--partitions P]
-        [--url redis://HOST:PORT]   (default: start a fresh StreamDB on a free loopback port)
+    .venv/bin/python tools/bench_spark.py [--entries 2000000] [--repeat 3] [--quick]
+        [--master local[2]] [--partitions P] [--batch B] [--rate 100000] [--stream-seconds 300]
+        [--no-streaming] [--url redis://HOST:PORT]   (default: a fresh StreamDB on a free port)
 
 Measures, on the same data (N entries of ``sensor <id> temperature <t> site <s>``):
 
-  export (redis-py)   one XRANGE paging loop (COUNT --batch) decoding the entries
-                      and writing them to Parquet with pyarrow
+  export (redis-py)   one XRANGE paging loop (COUNT --batch, redis-py's connection)
+                      decoding the entries and writing them to Parquet with pyarrow
   export (Spark)      spark.read.format("streamdb") with --partitions ID ranges,
                       written to Parquet by Spark
   read (Spark)        the same read, counted (no output)
   sink (Spark)        df.write.format("streamdb") of N rows: pipelined XADD with
                       IDMP (exactly once), and with option idempotent=false
+  streaming           a producer process adds --rate entries/s (paced every 10 ms,
+                      XADD MAXLEN ~ N) for --stream-seconds while a streaming query
+                      (readStream streamdb -> noop sink) follows; once a second the
+                      micro-batch lag = newest entry's time - newest entry time the
+                      query has committed.  First vs last minute: does it grow?
 
-Prints one table (entries/s, and the Spark/redis-py ratio).  Session start-up
-and Python worker start are warmed up and not timed.  Timings are printed,
-never asserted; they depend on the machine and its load.
+Every batch measure runs --repeat times; the table shows the median and the
+range.  A second table splits the CPU of the median run per entry: the server,
+Spark's JVM, the Python workers, this driver.  Session start-up and Python
+worker start are warmed up and not timed.  Timings are printed, never
+asserted; they depend on the machine and its load (the load average is printed).
+``--quick``: 200k entries, one run, 45 s of streaming.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import multiprocessing
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,7 +46,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from streamdb.spark.common import connect, xrange_pages  # noqa: E402
+from streamdb.spark.common import (RespConnection, connect, encode_command,  # noqa: E402
+                                   parse_id, stream_state)
 from streamdb.spark.session import local_session, print_table  # noqa: E402
 
 
@@ -62,22 +75,97 @@ def start_server(tmp: str):
     raise RuntimeError("StreamDB did not start")
 
 
+def entry_command(key: bytes, i: int, trim: tuple = ()) -> bytes:
+    return encode_command(b"XADD", key, *trim, b"*", b"sensor", b"%d" % (i % 1000), b"temperature",
+                          b"%.1f" % (15 + (i % 200) / 10), b"site", b"site-%d" % (i % 7))
+
+
 def load(client, key: str, n: int) -> None:
     client.delete(key)
-    p = client.pipeline(transaction=False)
-    for i in range(n):
-        p.execute_command("XADD", key, "*", "sensor", str(i % 1000), "temperature",
-                          f"{15 + (i % 200) / 10:.1f}", "site", f"site-{i % 7}")
-        if len(p) >= 2000:
-            p.execute()
-    p.execute()
+    conn = RespConnection(client)
+    step = 2000
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        conn.send(b"".join(entry_command(key.encode(), i) for i in range(a, b)))
+        conn.replies(b - a)
+    conn.close()
+
+
+# ---------------------------------------------------------------------------
+# CPU accounting (Linux /proc): who spent the CPU of one measure
+# ---------------------------------------------------------------------------
+
+TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat(pid: int):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return int(rest[1]), (int(rest[11]) + int(rest[12])) / TICK   # ppid, utime+stime
+    except OSError:
+        return None
+
+
+def _descendants(root: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            st = _stat(int(d))
+            if st:
+                kids.setdefault(st[0], []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        for c in kids.get(p, []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+class CpuMeter:
+    """CPU seconds of the server, the JVM, its Python workers and this driver."""
+
+    def __init__(self, server_pid, jvm_pid) -> None:
+        self.server_pid, self.jvm_pid = server_pid, jvm_pid
+
+    def sample(self) -> dict:
+        out = {"driver": time.process_time()}
+        if self.server_pid:
+            out["server"] = (_stat(self.server_pid) or (0, 0.0))[1]
+        if self.jvm_pid and os.path.isdir("/proc"):
+            out["jvm"] = (_stat(self.jvm_pid) or (0, 0.0))[1]
+            # Workers are forked per task set and may come and go; the ones alive
+            # at both samples are counted (the daemon reuses them across tasks).
+            out["workers"] = {p: (_stat(p) or (0, 0.0))[1] for p in _descendants(self.jvm_pid)}
+        return out
+
+    @staticmethod
+    def diff(a: dict, b: dict) -> dict:
+        d = {k: b[k] - a[k] for k in ("driver", "server", "jvm") if k in a and k in b}
+        if "workers" in a:
+            d["workers"] = sum(v - a["workers"].get(p, 0.0) for p, v in b["workers"].items())
+        return d
+
+
+def _jvm_pid(spark):
+    try:
+        return spark.sparkContext._gateway.proc.pid
+    except AttributeError:
+        return None
+
+
+# ---------------------------------------------------------------------------
+# The plain loop and the streaming producer
+# ---------------------------------------------------------------------------
 
 
 def plain_export(url: str, key: str, batch: int, out: str, fast: bool = False) -> int:
     """What one would write without Spark: page through XRANGE, decode, write Parquet.
 
-    ``fast``: build the Arrow batches with the data source's own RowBuilder (the
-    same conversion the Spark tasks do), so the comparison is about parallelism.
+    redis-py's own connection and reply parser (hiredis), one page at a time.
+    ``fast``: build the Arrow batches with the data source's RowBuilder (the
+    conversion the Spark tasks do), so the comparison is about parallelism.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -91,35 +179,178 @@ def plain_export(url: str, key: str, batch: int, out: str, fast: bool = False) -
                                      StructField("fields", MapType(StringType(), StringType()))]),
                          Codec("utf-8"), False)
     client = connect(url)
+    conn = client.connection_pool.get_connection()
     n = 0
+    start = b"-"
     with pq.ParquetWriter(out, schema) as w:
-        for page in xrange_pages(client, key.encode(), (0, 0), ((1 << 64) - 1, (1 << 64) - 1), batch):
+        while True:
+            conn.send_command("XRANGE", key, start, "+", "COUNT", batch)
+            page = conn.read_response()
+            if not page:
+                break
             if fast:
                 w.write_batch(builder.batch(key, page))
-                n += len(page)
-                continue
-            ids = [e[0] for e in page]
-            cols = [[key] * len(page), [i.decode() for i in ids],
-                    [int(i.partition(b"-")[0]) for i in ids], [int(i.partition(b"-")[2]) for i in ids],
-                    [list(zip((f.decode() for f in fv[0::2]), (v.decode() for v in fv[1::2])))
-                     for _, fv in page]]
-            w.write_batch(pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, schema)],
-                                                     schema=schema))
+            else:
+                ids = [e[0] for e in page]
+                cols = [[key] * len(page), [i.decode() for i in ids],
+                        [int(i.partition(b"-")[0]) for i in ids], [int(i.partition(b"-")[2]) for i in ids],
+                        [list(zip((f.decode() for f in fv[0::2]), (v.decode() for v in fv[1::2])))
+                         for _, fv in page]]
+                w.write_batch(pa.RecordBatch.from_arrays(
+                    [pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema))
             n += len(page)
+            if len(page) < batch:
+                break
+            start = b"(" + page[-1][0]
+    client.connection_pool.release(conn)
     client.close()
     return n
+
+
+def produce(url: str, key: str, rate: float, seconds: float, retain: int, sent) -> None:
+    """Add ``rate`` entries/s for ``seconds`` (paced every 10 ms, pre-encoded XADD pipelines).
+
+    ``sent`` (a shared counter) is the number of XADDs acknowledged so far.
+    """
+    client = connect(url)
+    conn = RespConnection(client)
+    trim = (b"MAXLEN", b"~", b"%d" % retain)
+    cmds = [entry_command(key.encode(), i, trim) for i in range(1000)]
+    blob = b"".join(cmds) * 2
+    offs = [0]
+    for c in cmds * 2:
+        offs.append(offs[-1] + len(c))
+    view = memoryview(blob)
+    t0 = time.monotonic()
+    done = queued = 0
+    outstanding = 0
+    while True:
+        now = time.monotonic() - t0
+        if now >= seconds:
+            break
+        due = min(int(rate * now) - queued, 1000)
+        if due <= 0:
+            if outstanding:
+                conn.replies(outstanding)
+                done += outstanding
+                outstanding = 0
+                sent.value = done
+            time.sleep(0.01 - (now % 0.01))
+            continue
+        s = queued % 1000
+        conn.send(view[offs[s]:offs[s + due]])
+        queued += due
+        if outstanding:                 # one pipeline in flight while the next is sent
+            conn.replies(outstanding)
+            done += outstanding
+            sent.value = done
+        outstanding = due
+    if outstanding:
+        conn.replies(outstanding)
+        done += outstanding
+    sent.value = done
+    conn.close()
+    client.close()
+
+
+def _committed_ms(query, key: str):
+    p = query.lastProgress
+    if not p or not p.get("sources"):
+        return None
+    end = p["sources"][0].get("endOffset")
+    if isinstance(end, str):
+        end = json.loads(end)
+    if not end or key not in end:
+        return None
+    return parse_id(end[key])[0]
+
+
+def streaming_lag(spark, url: str, client, rate: float, seconds: float, retain: int, window: float,
+                  tmp: str, partitions: int) -> dict:
+    """Run the producer against a streaming query; sample the micro-batch lag once a second."""
+    key = "bench:stream"
+    client.delete(key)
+    client.execute_command("XADD", key, "*", "start", "1")
+    query = (spark.readStream.format("streamdb").option("url", url).option("streams", key)
+             .option("startingOffsets", "latest").option("failOnDataLoss", "false")
+             .option("partitionsPerStream", partitions).load()
+             .writeStream.format("noop").option("checkpointLocation", os.path.join(tmp, "ckpt"))
+             .trigger(processingTime="0 seconds").start())
+    deadline = time.time() + 120
+    while query.lastProgress is None and time.time() < deadline:
+        time.sleep(0.2)
+    ctx = multiprocessing.get_context("spawn")
+    sent = ctx.Value("q", 0)
+    producer = ctx.Process(target=produce, args=(url, key, rate, seconds, retain, sent), daemon=True)
+    added0 = stream_state(client, key.encode())["entries_added"]
+    t0 = time.time()
+    producer.start()
+    samples = []      # (seconds since start, lag ms, entries produced so far, rows read so far)
+    seen_batches: dict = {}
+    try:
+        while producer.is_alive() or not samples:
+            time.sleep(1.0 - (time.time() - t0) % 1.0)
+            st = stream_state(client, key.encode())
+            last_ms = st["last_generated"][0]
+            committed = _committed_ms(query, key)
+            for p in query.recentProgress:
+                seen_batches[p["batchId"]] = p["numInputRows"]
+            if query.exception() is not None:
+                raise RuntimeError(f"the streaming query failed: {query.exception()}")
+            if committed is not None:
+                samples.append((time.time() - t0, max(last_ms - committed, 0),
+                                st["entries_added"] - added0, sum(seen_batches.values())))
+    finally:
+        producer.join(30)
+        query.stop()
+    elapsed = samples[-1][0]
+
+    def win(lo, hi):
+        s = [x for x in samples if lo <= x[0] < hi]
+        if len(s) < 2:
+            return None
+        lags = [x[1] for x in s]
+        dt = s[-1][0] - s[0][0]
+        return {"median": statistics.median(lags), "max": max(lags),
+                "produced": (s[-1][2] - s[0][2]) / dt if dt else 0.0,
+                "read": (s[-1][3] - s[0][3]) / dt if dt else 0.0}
+
+    first, last = win(0, window), win(elapsed - window, elapsed + 1)
+    # Least-squares slope of the lag over the whole run (ms of lag per minute).
+    xs, ys = [x[0] for x in samples], [x[1] for x in samples]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    den = sum((x - mx) ** 2 for x in xs) or 1.0
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den * 60
+    grows = last["median"] > 2 * first["median"] + 250 or slope > 250
+    client.delete(key)
+    return {"first": first, "last": last, "slope": slope, "grows": grows, "elapsed": elapsed,
+            "batches": len(seen_batches)}
+
+
+# ---------------------------------------------------------------------------
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--entries", type=int, default=200_000)
+    ap.add_argument("--entries", type=int, default=2_000_000)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each batch measure (median shown)")
+    ap.add_argument("--quick", action="store_true", help="200k entries, 1 run, 45 s of streaming")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--partitions", type=int, default=4, help="partitionsPerStream")
-    ap.add_argument("--batch", type=int, default=2000, help="XRANGE COUNT per page")
-    ap.add_argument("--url", help="an existing server (its key bench:spark is overwritten)")
+    ap.add_argument("--batch", type=int, default=10000, help="XRANGE COUNT per page (both readers)")
+    ap.add_argument("--sink-batch", type=int, default=1000, help="the sink's batchSize")
+    ap.add_argument("--rate", type=float, default=100_000, help="streaming: entries/s produced")
+    ap.add_argument("--stream-seconds", type=float, default=300)
+    ap.add_argument("--no-streaming", action="store_true")
+    ap.add_argument("--url", help="an existing server (its keys bench:* are overwritten)")
     a = ap.parse_args(argv)
+    if a.quick:
+        a.entries = min(a.entries, 200_000)
+        a.repeat = 1
+        a.stream_seconds = min(a.stream_seconds, 45)
+    window = min(60.0, a.stream_seconds / 3)
 
     tmp = tempfile.mkdtemp(prefix="bench-spark-")
     proc = None
@@ -134,8 +365,11 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         load(client, key, a.entries)
         print(f"loaded {a.entries} entries in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        load_before = os.getloadavg()
 
         spark = local_session(a.master, "streamdb-bench")
+        meter = CpuMeter(proc.pid if proc else None, _jvm_pid(spark))
+
         def reader():   # a DataFrameReader keeps its options: a fresh one each time
             return (spark.read.format("streamdb").option("url", url).option("streams", key)
                     .option("batchSize", a.batch).option("partitionsPerStream", a.partitions))
@@ -145,47 +379,82 @@ def main(argv=None) -> int:
         few.select("fields").write.format("streamdb").option("url", url) \
             .option("stream", "bench:warm").mode("append").save()
         client.delete("bench:warm")
-        rows = []
+        rows, cpu_rows = [], []
+        plain = None
 
-        t0 = time.perf_counter()
-        n = plain_export(url, key, a.batch, os.path.join(tmp, "plain.parquet"))
-        plain = time.perf_counter() - t0
-        rows.append(["export to Parquet, redis-py XRANGE loop", n, f"{plain:.2f}", f"{n / plain:,.0f}", "1.00"])
-        t0 = time.perf_counter()
-        n = plain_export(url, key, a.batch, os.path.join(tmp, "plain2.parquet"), fast=True)
-        dt = time.perf_counter() - t0
-        rows.append(["same loop, with the source's Arrow builder", n, f"{dt:.2f}", f"{n / dt:,.0f}",
-                     f"{plain / dt:.2f}"])
+        def measure(label, run, count=None):
+            """Run ``run`` --repeat times; a table row with the median (and the CPU split)."""
+            nonlocal plain
+            runs = []
+            for _ in range(a.repeat):
+                before = meter.sample()
+                t = time.perf_counter()
+                n = run()
+                dt = time.perf_counter() - t
+                cpu = CpuMeter.diff(before, meter.sample())
+                runs.append((dt, n if count is None else count(), cpu))
+            runs.sort(key=lambda r: r[0])
+            dt, n, cpu = runs[len(runs) // 2]
+            if plain is None:
+                plain = dt
+            spread = f"{runs[0][0]:.2f}-{runs[-1][0]:.2f}" if len(runs) > 1 else ""
+            rows.append([label, n, f"{dt:.2f}", spread, f"{n / dt:,.0f}",
+                         f"{plain / dt:.2f}" if "sink" not in label else ""])
+            us = lambda k: f"{cpu[k] / n * 1e6:.2f}" if k in cpu else "-"  # noqa: E731
+            cpu_rows.append([label, us("server"), us("jvm"), us("workers"), us("driver"),
+                             f"{sum(v for v in cpu.values()) / dt:.2f}"])
 
-        t0 = time.perf_counter()
-        reader().load().write.mode("overwrite").parquet(os.path.join(tmp, "spark.parquet"))
-        dt = time.perf_counter() - t0
-        n2 = spark.read.parquet(os.path.join(tmp, "spark.parquet")).count()
-        rows.append([f"export to Parquet, Spark {a.master}, {a.partitions} partitions", n2, f"{dt:.2f}",
-                     f"{n2 / dt:,.0f}", f"{plain / dt:.2f}"])
+        measure("export to Parquet, redis-py XRANGE loop",
+                lambda: plain_export(url, key, a.batch, os.path.join(tmp, "plain.parquet")))
+        measure("same loop, with the source's Arrow builder",
+                lambda: plain_export(url, key, a.batch, os.path.join(tmp, "plain2.parquet"), fast=True))
+        out = os.path.join(tmp, "spark.parquet")
+        measure(f"export to Parquet, Spark {a.master}, {a.partitions} partitions",
+                lambda: reader().load().write.mode("overwrite").parquet(out),
+                count=lambda: spark.read.parquet(out).count())
+        measure(f"read + count, Spark {a.master}", lambda: reader().load().count())
 
-        t0 = time.perf_counter()
-        n3 = reader().load().count()
-        dt = time.perf_counter() - t0
-        rows.append([f"read + count, Spark {a.master}", n3, f"{dt:.2f}", f"{n3 / dt:,.0f}", f"{plain / dt:.2f}"])
-
-        src = spark.read.parquet(os.path.join(tmp, "spark.parquet")).select("fields").cache()
+        src = spark.read.parquet(out).select("fields").cache()
         src.count()
         for label, opts in (("sink, XADD IDMP (exactly once)", {}),
                             ("sink, plain XADD (idempotent=false)", {"idempotent": "false"})):
-            client.delete("bench:sink")
-            w = src.write.format("streamdb").option("url", url).option("stream", "bench:sink") \
-                .option("batchSize", 1000).mode("append")
-            for k, v in opts.items():
-                w = w.option(k, v)
-            t0 = time.perf_counter()
-            w.save()
-            dt = time.perf_counter() - t0
-            written = client.xlen("bench:sink")
-            rows.append([f"{label}, Spark {a.master}", written, f"{dt:.2f}", f"{written / dt:,.0f}", ""])
+            def sink(opts=opts):
+                client.delete("bench:sink")
+                w = src.write.format("streamdb").option("url", url).option("stream", "bench:sink") \
+                    .option("batchSize", a.sink_batch).mode("append")
+                for k, v in opts.items():
+                    w = w.option(k, v)
+                w.save()
+            measure(f"{label}, Spark {a.master}", sink, count=lambda: client.xlen("bench:sink"))
         client.delete("bench:sink")
-        print(f"StreamDB Spark data source, {a.entries} entries, {os.cpu_count()} CPUs")
-        print_table(["measure", "entries", "seconds", "entries/s", "vs redis-py loop"], rows)
+        src.unpersist()
+        load_after = os.getloadavg()
+
+        lag = None
+        if not a.no_streaming:
+            # Retention: the batch data set's size, and at least 30 s of production.
+            lag = streaming_lag(spark, url, client, a.rate, a.stream_seconds,
+                                max(a.entries, int(a.rate * 30)), window, tmp, max(1, a.partitions // 2))
+        print(f"StreamDB Spark data source, {a.entries} entries, {os.cpu_count()} CPUs, "
+              f"median of {a.repeat}; load average before {load_before[0]:.2f}, "
+              f"after the batch measures {load_after[0]:.2f}")
+        print_table(["measure", "entries", "seconds", "range", "entries/s", "vs redis-py loop"], rows)
+        print()
+        print("CPU per entry (microseconds) in the median run; 'cores' = CPU seconds / wall seconds")
+        print_table(["measure", "server", "Spark JVM", "Python workers", "driver", "cores"], cpu_rows)
+        if lag:
+            print()
+            print(f"streaming: producer paced at {a.rate:,.0f} entries/s for {lag['elapsed']:.0f} s "
+                  f"(XADD MAXLEN ~ {a.entries}), readStream -> noop, {lag['batches']} micro-batches")
+            f, l_ = lag["first"], lag["last"]
+            print_table(["window", "produced/s", "read/s", "lag median ms", "lag max ms"],
+                        [[f"first {window:.0f} s", f"{f['produced']:,.0f}", f"{f['read']:,.0f}",
+                          f"{f['median']:.0f}", f"{f['max']:.0f}"],
+                         [f"last {window:.0f} s", f"{l_['produced']:,.0f}", f"{l_['read']:,.0f}",
+                          f"{l_['median']:.0f}", f"{l_['max']:.0f}"]])
+            print(f"lag trend {lag['slope']:+.0f} ms/min: {'GROWS' if lag['grows'] else 'bounded'}")
+            if f["produced"] < 0.95 * a.rate:
+                print(f"note: the producer reached {f['produced']:,.0f}/s, below the {a.rate:,.0f}/s asked")
         spark.stop()
         client.close()
     finally:

@@ -95,7 +95,9 @@ def test_bench_spark_runs(tmp_path):
     """tools/bench_spark.py end to end on a small data set (its own server and session)."""
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_spark.py"), "--entries", "3000"],
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_spark.py"), "--quick", "--entries", "3000",
+                          "--stream-seconds", "8", "--rate", "2000"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "sink, XADD IDMP" in out.stdout and "redis-py XRANGE loop" in out.stdout
+    assert "CPU per entry" in out.stdout and "lag trend" in out.stdout
