@@ -42,6 +42,7 @@ import hiredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from streamdb.tools.procs import free_port, wait_until_ready  # noqa: E402
+from streamdb.protocol.request import encode_request as resp  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -64,17 +65,6 @@ def progress(msg: str, done: bool = False) -> None:
     else:
         sys.stderr.write(msg + "\n")
     sys.stderr.flush()
-
-
-def resp(*args) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        if isinstance(a, str):
-            a = a.encode()
-        elif isinstance(a, int):
-            a = b"%d" % a
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
 
 
 class Conn:

@@ -106,6 +106,18 @@ def _fast_request(parts: list, i: int):
     return parts[i + 2:j:2], n, j - i
 
 
+def encode_request(*args) -> bytes:
+    """A command as a client sends it: a RESP array of bulk strings (bytes as they are,
+    anything else as its str() in UTF-8).  For tools and tests that speak RESP on raw
+    sockets; the server's own logs encode effects with ``persistence.aof.encode_command``."""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if type(a) is not bytes:
+            a = str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
 class RequestParser:
     """Splits a client's byte stream into argv lists (lists of bytes)."""
 

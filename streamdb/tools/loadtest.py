@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import hiredis
 
 from .procs import free_port, wait_until_ready
+from ..protocol.request import encode_request as _resp
 
 __all__ = ["Workload", "run_workload", "main"]
 
@@ -72,14 +73,6 @@ class Result:
             return 0.0
         lat = sorted(self.latencies_ns)
         return lat[min(len(lat) - 1, int(p / 100.0 * len(lat)))] / 1e6
-
-
-def _resp(*argv) -> bytes:
-    out = [b"*%d\r\n" % len(argv)]
-    for a in argv:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
 
 
 class Conn:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import socket
 
+from streamdb.protocol.request import encode_request as encode_command  # noqa: F401 (used by the tests)
+
 __all__ = ["RawClient", "Err", "Status", "Null", "NullArray", "RMap", "RSet", "encode_command"]
 
 
@@ -54,17 +56,6 @@ class RSet(tuple):
 class Double(float):
     def __repr__(self) -> str:
         return f"Double({float.__repr__(self)})"
-
-
-def encode_command(*args) -> bytes:
-    parts = [b"*%d\r\n" % len(args)]
-    for a in args:
-        if isinstance(a, int):
-            a = b"%d" % a
-        elif isinstance(a, str):
-            a = a.encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(parts)
 
 
 class RawClient:

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from helpers import ServerProcess
 from streamdb.protocol.request import ProtocolError, RequestParser
+from streamdb.protocol.request import encode_request as resp
 
 SCALE = int(os.environ.get("STREAMDB_FUZZ_EXAMPLES", "0"))
 
@@ -55,13 +56,6 @@ def report_counts(request):
     with capman.global_and_fixture_disabled():
         for name, n in sorted(COUNTS.items()):
             print(f"\nfuzz: {name}: {n}")
-
-
-def resp(*argv: bytes) -> bytes:
-    out = [b"*%d\r\n" % len(argv)]
-    for a in argv:
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
 
 
 # -- (a) the request parser, in-process ------------------------------------------

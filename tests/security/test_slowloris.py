@@ -15,14 +15,11 @@ import pytest
 import redis
 
 from helpers import ServerProcess
+from streamdb.protocol.request import encode_request as resp
 
 SLOW_CLIENTS = 200
 ROUNDS = 4
 QUERY_BUFFER_LIMIT = 1024 * 1024
-
-
-def resp(*argv: bytes) -> bytes:
-    return b"".join([b"*%d\r\n" % len(argv)] + [b"$%d\r\n%s\r\n" % (len(a), a) for a in argv])
 
 
 def rss_kb(pid: int) -> int:

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from helpers import raw_exchange
+from streamdb.protocol.request import encode_request as cmd
 
 BIG = 536870912      # proto-max-bulk-len's default (512 MiB)
 
@@ -23,14 +24,6 @@ def port(request, server):
     if request.param == "streamdb":
         return server.port
     return request.getfixturevalue("redis_server").port
-
-
-def cmd(*args) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
 
 
 def exchange(port: int, payload: bytes, wait: float = 0.3, chunks: int = 1) -> tuple[bytes, bool]:
