@@ -538,9 +538,14 @@ class StreamMachine(RuleBasedStateMachine):
         s = drop_later_fields(self.sdb.call(*args))
         self.log.append(" ".join(_show(a) for a in args))
 
+        def blank_field(k, v):
+            if k in _TIME_FIELDS:
+                return TIME        # the two servers run the command a millisecond apart
+            return "<rax-nodes>" if k == b"radix-tree-nodes" else blank(v, k == b"pel")
+
         def blank(rep, in_pel=False):
-            if isinstance(rep, RMap):
-                return RMap((k, blank(v, k == b"pel")) for k, v in rep)
+            if isinstance(rep, RMap):           # RESP3: the same fields as maps
+                return RMap((k, blank_field(k, v)) for k, v in rep)
             if isinstance(rep, list):
                 if in_pel:
                     return [[e[0], e[1], TIME, e[3]] if len(e) == 4 else [e[0], TIME, e[2]]
@@ -548,9 +553,7 @@ class StreamMachine(RuleBasedStateMachine):
                 if len(rep) % 2 == 0 and all(isinstance(x, bytes) for x in rep[0::2]):
                     out = []
                     for i in range(0, len(rep), 2):
-                        k, v = rep[i], rep[i + 1]
-                        out += [k, TIME if k in _TIME_FIELDS else "<rax-nodes>"
-                                if k == b"radix-tree-nodes" else blank(v, k == b"pel")]
+                        out += [rep[i], blank_field(rep[i], rep[i + 1])]
                     return out
                 return [blank(x) for x in rep]
             return normalise(rep)
