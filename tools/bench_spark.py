@@ -265,8 +265,24 @@ def _committed_ms(query, key: str):
     return parse_id(end[key])[0]
 
 
+def producer_alone(url: str, client, seconds: float, retain: int) -> float:
+    """Entries/s the producer reaches unpaced with nothing else running (the machine's
+    ceiling for the streaming row)."""
+    key = "bench:stream"
+    client.delete(key)
+    ctx = multiprocessing.get_context("spawn")
+    sent = ctx.Value("q", 0)
+    p = ctx.Process(target=produce, args=(url, key, 1e9, seconds, retain, sent), daemon=True)
+    t0 = time.perf_counter()
+    p.start()
+    p.join()
+    rate = sent.value / (time.perf_counter() - t0 - 0.5)   # about 0.5 s to spawn and connect
+    client.delete(key)
+    return rate
+
+
 def streaming_lag(spark, url: str, client, rate: float, seconds: float, retain: int, window: float,
-                  tmp: str, partitions: int) -> dict:
+                  tmp: str, partitions: int, meter: "CpuMeter") -> dict:
     """Run the producer against a streaming query; sample the micro-batch lag once a second."""
     key = "bench:stream"
     client.delete(key)
@@ -284,7 +300,9 @@ def streaming_lag(spark, url: str, client, rate: float, seconds: float, retain: 
     producer = ctx.Process(target=produce, args=(url, key, rate, seconds, retain, sent), daemon=True)
     added0 = stream_state(client, key.encode())["entries_added"]
     t0 = time.time()
+    cpu0 = meter.sample()
     producer.start()
+    prod_cpu = 0.0
     samples = []      # (seconds since start, lag ms, entries produced so far, rows read so far)
     seen_batches: dict = {}
     try:
@@ -300,7 +318,10 @@ def streaming_lag(spark, url: str, client, rate: float, seconds: float, retain: 
             if committed is not None:
                 samples.append((time.time() - t0, max(last_ms - committed, 0),
                                 st["entries_added"] - added0, sum(seen_batches.values())))
+            prod_cpu = (_stat(producer.pid) or (0, prod_cpu))[1] if producer.pid else 0.0
     finally:
+        cpu = CpuMeter.diff(cpu0, meter.sample())
+        cpu["producer"] = prod_cpu
         producer.join(30)
         query.stop()
     elapsed = samples[-1][0]
@@ -323,11 +344,40 @@ def streaming_lag(spark, url: str, client, rate: float, seconds: float, retain: 
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den * 60
     grows = last["median"] > 2 * first["median"] + 250 or slope > 250
     client.delete(key)
+    n = samples[-1][2] or 1
     return {"first": first, "last": last, "slope": slope, "grows": grows, "elapsed": elapsed,
-            "batches": len(seen_batches)}
+            "batches": len(seen_batches), "cpu_us": {k: v / n * 1e6 for k, v in cpu.items()},
+            "cores": {k: v / elapsed for k, v in cpu.items()}}
 
 
 # ---------------------------------------------------------------------------
+
+
+def run_batch_measures(measure, reader, url, key, tmp, client, spark, a) -> None:
+    measure("export to Parquet, redis-py XRANGE loop",
+            lambda: plain_export(url, key, a.batch, os.path.join(tmp, "plain.parquet")))
+    measure("same loop, with the source's Arrow builder",
+            lambda: plain_export(url, key, a.batch, os.path.join(tmp, "plain2.parquet"), fast=True))
+    out = os.path.join(tmp, "spark.parquet")
+    measure(f"export to Parquet, Spark {a.master}, {a.partitions} partitions",
+            lambda: reader().load().write.mode("overwrite").parquet(out),
+            count=lambda: spark.read.parquet(out).count())
+    measure(f"read + count, Spark {a.master}", lambda: reader().load().count())
+
+    src = spark.read.parquet(out).select("fields").cache()
+    src.count()
+    for label, opts in (("sink, XADD IDMP (exactly once)", {}),
+                        ("sink, plain XADD (idempotent=false)", {"idempotent": "false"})):
+        def sink(opts=opts):
+            client.delete("bench:sink")
+            w = src.write.format("streamdb").option("url", url).option("stream", "bench:sink") \
+                .option("batchSize", a.sink_batch).mode("append")
+            for k, v in opts.items():
+                w = w.option(k, v)
+            w.save()
+        measure(f"{label}, Spark {a.master}", sink, count=lambda: client.xlen("bench:sink"))
+    client.delete("bench:sink")
+    src.unpersist()
 
 
 def main(argv=None) -> int:
@@ -344,6 +394,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=float, default=100_000, help="streaming: entries/s produced")
     ap.add_argument("--stream-seconds", type=float, default=300)
     ap.add_argument("--no-streaming", action="store_true")
+    ap.add_argument("--no-batch", action="store_true", help="the streaming row only")
     ap.add_argument("--url", help="an existing server (its keys bench:* are overwritten)")
     a = ap.parse_args(argv)
     if a.quick:
@@ -363,8 +414,9 @@ def main(argv=None) -> int:
         key = "bench:spark"
         client = connect(url)
         t0 = time.perf_counter()
-        load(client, key, a.entries)
-        print(f"loaded {a.entries} entries in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        load(client, key, 1 if a.no_batch else a.entries)
+        print(f"loaded {1 if a.no_batch else a.entries} entries in {time.perf_counter() - t0:.1f}s",
+              file=sys.stderr)
         load_before = os.getloadavg()
 
         spark = local_session(a.master, "streamdb-bench")
@@ -404,48 +456,31 @@ def main(argv=None) -> int:
             cpu_rows.append([label, us("server"), us("jvm"), us("workers"), us("driver"),
                              f"{sum(v for v in cpu.values()) / dt:.2f}"])
 
-        measure("export to Parquet, redis-py XRANGE loop",
-                lambda: plain_export(url, key, a.batch, os.path.join(tmp, "plain.parquet")))
-        measure("same loop, with the source's Arrow builder",
-                lambda: plain_export(url, key, a.batch, os.path.join(tmp, "plain2.parquet"), fast=True))
-        out = os.path.join(tmp, "spark.parquet")
-        measure(f"export to Parquet, Spark {a.master}, {a.partitions} partitions",
-                lambda: reader().load().write.mode("overwrite").parquet(out),
-                count=lambda: spark.read.parquet(out).count())
-        measure(f"read + count, Spark {a.master}", lambda: reader().load().count())
-
-        src = spark.read.parquet(out).select("fields").cache()
-        src.count()
-        for label, opts in (("sink, XADD IDMP (exactly once)", {}),
-                            ("sink, plain XADD (idempotent=false)", {"idempotent": "false"})):
-            def sink(opts=opts):
-                client.delete("bench:sink")
-                w = src.write.format("streamdb").option("url", url).option("stream", "bench:sink") \
-                    .option("batchSize", a.sink_batch).mode("append")
-                for k, v in opts.items():
-                    w = w.option(k, v)
-                w.save()
-            measure(f"{label}, Spark {a.master}", sink, count=lambda: client.xlen("bench:sink"))
-        client.delete("bench:sink")
-        src.unpersist()
+        if not a.no_batch:
+            run_batch_measures(measure, reader, url, key, tmp, client, spark, a)
         load_after = os.getloadavg()
 
         lag = None
         if not a.no_streaming:
             # Retention: the batch data set's size, and at least 30 s of production.
-            lag = streaming_lag(spark, url, client, a.rate, a.stream_seconds,
-                                max(a.entries, int(a.rate * 30)), window, tmp, max(1, a.partitions // 2))
+            retain = max(a.entries, int(a.rate * 30))
+            ceiling = producer_alone(url, client, min(10.0, a.stream_seconds / 3), retain)
+            lag = streaming_lag(spark, url, client, min(a.rate, ceiling), a.stream_seconds, retain,
+                                window, tmp, max(1, a.partitions // 2), meter)
         print(f"StreamDB Spark data source, {a.entries} entries, {os.cpu_count()} CPUs, "
               f"median of {a.repeat}; load average before {load_before[0]:.2f}, "
               f"after the batch measures {load_after[0]:.2f}")
-        print_table(["measure", "entries", "seconds", "range", "entries/s", "vs redis-py loop"], rows)
-        print()
-        print("CPU per entry (microseconds) in the median run; 'cores' = CPU seconds / wall seconds")
-        print_table(["measure", "server", "Spark JVM", "Python workers", "driver", "cores"], cpu_rows)
+        if rows:
+            print_table(["measure", "entries", "seconds", "range", "entries/s", "vs redis-py loop"], rows)
+            print()
+            print("CPU per entry (microseconds) in the median run; 'cores' = CPU seconds / wall seconds")
+            print_table(["measure", "server", "Spark JVM", "Python workers", "driver", "cores"], cpu_rows)
         if lag:
             print()
-            print(f"streaming: producer paced at {a.rate:,.0f} entries/s for {lag['elapsed']:.0f} s "
-                  f"(XADD MAXLEN ~ {a.entries}), readStream -> noop, {lag['batches']} micro-batches")
+            print(f"streaming: the producer alone (unpaced, nothing else running) reaches {ceiling:,.0f} "
+                  f"entries/s; paced at {min(a.rate, ceiling):,.0f}/s (asked: {a.rate:,.0f}/s) for "
+                  f"{lag['elapsed']:.0f} s (XADD MAXLEN ~ {retain}), readStream -> noop, "
+                  f"{lag['batches']} micro-batches")
             f, l_ = lag["first"], lag["last"]
             print_table(["window", "produced/s", "read/s", "lag median ms", "lag max ms"],
                         [[f"first {window:.0f} s", f"{f['produced']:,.0f}", f"{f['read']:,.0f}",
@@ -453,8 +488,13 @@ def main(argv=None) -> int:
                          [f"last {window:.0f} s", f"{l_['produced']:,.0f}", f"{l_['read']:,.0f}",
                           f"{l_['median']:.0f}", f"{l_['max']:.0f}"]])
             print(f"lag trend {lag['slope']:+.0f} ms/min: {'GROWS' if lag['grows'] else 'bounded'}")
-            if f["produced"] < 0.95 * a.rate:
-                print(f"note: the producer reached {f['produced']:,.0f}/s, below the {a.rate:,.0f}/s asked")
+            us, cores = lag["cpu_us"], lag["cores"]
+            print("CPU per entry produced (us) / cores: " + ", ".join(
+                f"{k} {us[k]:.2f} / {cores[k]:.2f}" for k in ("server", "jvm", "workers", "producer", "driver")
+                if k in us))
+            if f["produced"] < 0.95 * min(a.rate, ceiling):
+                print(f"note: with the query running the producer reached {f['produced']:,.0f}/s, "
+                      f"below the {min(a.rate, ceiling):,.0f}/s it was paced at")
         spark.stop()
         client.close()
     finally:
