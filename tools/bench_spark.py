@@ -389,7 +389,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="200k entries, 1 run, 45 s of streaming")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--partitions", type=int, default=4, help="partitionsPerStream")
-    ap.add_argument("--batch", type=int, default=10000, help="XRANGE COUNT per page (both readers)")
+    ap.add_argument("--batch", type=int, default=2000, help="XRANGE COUNT per page (both readers)")
     ap.add_argument("--sink-batch", type=int, default=1000, help="the sink's batchSize")
     ap.add_argument("--rate", type=float, default=100_000, help="streaming: entries/s produced")
     ap.add_argument("--stream-seconds", type=float, default=300)
