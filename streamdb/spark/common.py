@@ -11,6 +11,8 @@ import fnmatch
 import json
 from typing import Iterable
 
+from ..protocol.request import encode_request as encode_command  # noqa: F401 (re-exported)
+
 MAX_SEQ = (1 << 64) - 1
 MAX_MS = (1 << 64) - 1
 
@@ -265,18 +267,6 @@ def resolve_offsets(spec: str | None, default: str, what: str) -> tuple[str, dic
 # ---------------------------------------------------------------------------
 # Reading
 # ---------------------------------------------------------------------------
-
-
-def encode_command(*args) -> bytes:
-    """One command as a RESP array of bulk strings (str as UTF-8, ints as decimal text)."""
-    parts = [b"*%d\r\n" % len(args)]
-    for a in args:
-        if isinstance(a, str):
-            a = a.encode()
-        elif isinstance(a, int):
-            a = b"%d" % a
-        parts.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(parts)
 
 
 class RespConnection:
