@@ -872,13 +872,10 @@ def state_commands(keyspace):
         yield encode_command([b"SELECT", b"%d" % db.index])
         for key, value in db.data.items():
             when = db.expires.get(key)
-            first = [b"%d" % when, b"REPLACE", b"ABSTTL"] if when is not None else [b"0", b"REPLACE"]
+            ttl, opts = (b"%d" % when, [b"REPLACE", b"ABSTTL"]) if when is not None else (b"0", [b"REPLACE"])
             for payload in dump_pieces(value):
-                if first:
-                    yield encode_command([b"RESTORE", key, first[0], payload, *first[1:]])
-                    first = None
-                else:          # a further piece only appends to the key
-                    yield encode_command([b"RESTORE", key, b"0", payload])
+                yield encode_command([b"RESTORE", key, ttl, payload, *opts])
+                ttl, opts = b"0", []       # a further piece only appends to the key
 
 
 def write_base(path: str, keyspace) -> None:

@@ -79,7 +79,7 @@ def _encode_nodes(nodes, external: list | None) -> dict:
 
 def _encode_stream(s: Stream, external: list | None, nodes=None) -> dict:
     """The stream's document; with ``nodes`` (a leading run of its nodes) only those
-    nodes, and a length that counts only them (see ``dump_stream_pieces``)."""
+    nodes, and a length that counts only them (see ``dump_pieces``)."""
     groups = []
     for g in (s.groups or {}).values():
         consumers = [[c.name, c.seen_time, c.active_time] for c in g.consumers.values()]
@@ -343,9 +343,10 @@ def append_node_run(s: Stream, run: NodeRun, check: bool) -> None:
         last, live = check_node_run(nodes, prev_last)
         if last > s.last_id:
             raise CodecError("stream nodes go past the stream's last id")
-    elif nodes[0].first <= prev_last:
-        raise CodecError("stream nodes do not follow the stream's last node")
-    live = sum(n.live for n in nodes)
+    else:
+        if nodes[0].first <= prev_last:
+            raise CodecError("stream nodes do not follow the stream's last node")
+        live = sum(n.live for n in nodes)
     if s.nodes and s.nodes[-1].blob is None:
         s.nodes[-1].seal()      # only the last node may be open
     s.nodes.extend(nodes)
