@@ -226,11 +226,8 @@ class Stream:
                 tail.seal()
                 tail = None
         if tail is None:
-            tail = Node(sid, fv)
-            tail.nbytes = sum(len(f) + _ELEMENT_OVERHEAD for f in tail.master) + 8
+            tail = self._open_node(sid, fv)
             size = _entry_bytes(fv, True)
-            self.nodes.append(tail)
-            self.firsts.append(sid)
         elif tail.blob is not None:
             tail.unseal()
         tail.ids.append(sid)
@@ -242,6 +239,15 @@ class Stream:
         self.length += 1
         self.last_id = sid
         self.entries_added += 1
+
+    def _open_node(self, sid: int, fv: list) -> Node:
+        """A new tail node for entry (sid, fv), whose field names become its master
+        fields; its byte count holds the header only: the entry is the caller's to add."""
+        node = Node(sid, fv)
+        node.nbytes = sum(len(f) + _ELEMENT_OVERHEAD for f in node.master) + 8
+        self.nodes.append(node)
+        self.firsts.append(sid)
+        return node
 
     def extend(self, sids: list[int], fvs: list[list], max_entries: int, max_bytes: int) -> None:
         """``append(sid, fv, ...)`` of each pair in order, in one call (AOF replay, replica apply).
@@ -257,22 +263,18 @@ class Stream:
             return
         entries_cap = max_entries or _NO_LIMIT
         bytes_cap = max_bytes or _NO_LIMIT
-        nodes, firsts = self.nodes, self.firsts
-        tail = nodes[-1] if nodes else None
+        tail = self.nodes[-1] if self.nodes else None
         uniform = False         # the tail's entries all have its master fields (if known)
         k = 0
         while k < n:
             if tail is None:
                 sid, fv = sids[k], fvs[k]
-                tail = Node(sid, fv)
-                tail.nbytes = sum(len(f) + _ELEMENT_OVERHEAD for f in tail.master) + 8 + \
-                    _entry_bytes(fv, True)
+                tail = self._open_node(sid, fv)
+                tail.nbytes += _entry_bytes(fv, True)
                 tail.ids.append(sid)
                 tail.entries.append(fv)
                 tail.total = tail.live = 1
                 uniform = True          # so far: its one entry defines the master fields
-                nodes.append(tail)
-                firsts.append(sid)
                 k += 1
                 continue
             room = entries_cap - tail.total

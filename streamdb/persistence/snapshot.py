@@ -187,7 +187,6 @@ def load_snapshot(path: str, keyspace) -> dict | None:
         nodes_db = env.open_db(b"nodes", create=False)
         with env.begin() as txn:
             get = txn.get
-            crc32 = zlib.crc32
             total = txn.stat(keys_db)["entries"] or 1
             for n, (k, raw) in enumerate(txn.cursor(db=keys_db), 1):
                 dbi = struct.unpack(">I", k[:4])[0]
@@ -200,17 +199,15 @@ def load_snapshot(path: str, keyspace) -> dict | None:
                     expire, doc = msgpack.unpackb(_uncrc(bytes(raw), what, path), raw=True)
                     prefix = _node_prefix(dbi, key)
 
-                    def fetch(first: int, _prefix=prefix, _key=key) -> bytes:
-                        # Called once per sealed node (10,000 for a million entries):
-                        # _uncrc inlined, its message only built when it fails.
+                    # Called once per sealed node (10,000 for a million entries):
+                    # the error text is made once per key, not per node.
+                    def fetch(first: int, _prefix=prefix, _key=key,
+                              _what=f"a node of key {key!r}") -> bytes:
                         raw = get(_prefix + first.to_bytes(16, "big"), db=nodes_db)
                         if raw is None:
                             raise SnapshotError(f"{path}: node {first >> 64}-{first & (2**64 - 1)} of "
                                                 f"key {_key!r} is missing")
-                        blob = raw[:-4]
-                        if len(raw) < 4 or crc32(blob) != int.from_bytes(raw[-4:], "big"):
-                            raise SnapshotError(f"{path}: checksum mismatch in a node of key {_key!r}")
-                        return blob
+                        return _uncrc(raw, _what, path)
 
                     value = decode_value(doc, fetch)
                 except (CodecError, ValueError, TypeError) as e:

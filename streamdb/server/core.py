@@ -347,11 +347,7 @@ class Core:
         stats.calls += n
         self.stats.commands_processed += n
         self.dirty += n
-        db = self.keyspace.dbs[db_index]
-        if db.watchers:
-            db.touch(key)
-        if (db_index, key) in self.blocking_keys:
-            self.ready_keys[(db_index, key)] = None
+        self._key_changed(self.keyspace.dbs[db_index], db_index, key)
         for sink in self.effect_sinks:
             sink(db_index, effects)
         if self.ready_keys:
@@ -392,14 +388,18 @@ class Core:
             if spec.subcommands:
                 spec = spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
             for key in spec.keys(argv):
-                if db.watchers:
-                    db.touch(key)
-                if (cur, key) in self.blocking_keys:
-                    self.ready_keys[(cur, key)] = None
+                self._key_changed(db, cur, key)
         if atomic and len(effects) > 1:
             effects = [[b"MULTI"], *effects, [b"EXEC"]]
         for sink in self.effect_sinks:
             sink(db_index, effects)
+
+    def _key_changed(self, db, db_index: int, key: bytes) -> None:
+        """An effect changed ``key``: its WATCHers are dirty, its blocked readers ready."""
+        if db.watchers:
+            db.touch(key)
+        if (db_index, key) in self.blocking_keys:
+            self.ready_keys[(db_index, key)] = None
 
     def signal_key(self, db_index: int, key: bytes) -> None:
         """Wake clients blocked on a key without an effect (e.g. a lazily deleted key)."""
