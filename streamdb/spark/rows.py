@@ -108,20 +108,18 @@ class RowBuilder:
                 cols.append(vals)
             elif name == "stream":
                 cols.append(pa.repeat(pa.scalar(stream, pa.string()), n))
-            elif name == "id":
+            elif name == "fields":
+                cols.append(self._map(page))
+            else:       # id, ms, seq: from the ids as one string array
                 if id_text is None:
                     id_text = pa.array(ids, type=pa.binary()).cast(pa.string())
-                cols.append(id_text)
-            else:
-                if name in ("ms", "seq"):
-                    if id_parts is None:
-                        if id_text is None:
-                            id_text = pa.array(ids, type=pa.binary()).cast(pa.string())
-                        id_parts = pc.split_pattern(id_text, "-")
-                    part = pc.list_element(id_parts, 0 if name == "ms" else 1)
-                    cols.append(part.cast(pa.int64()))
-                else:   # fields
-                    cols.append(self._map(page))
+                if name == "id":
+                    cols.append(id_text)
+                    continue
+                if id_parts is None:
+                    id_parts = pc.split_pattern(id_text, "-")
+                part = pc.list_element(id_parts, 0 if name == "ms" else 1)
+                cols.append(part.cast(pa.int64()))
         arrays = [c if isinstance(c, pa.Array) else pa.array(c, type=f.type)
                   for c, f in zip(cols, self.arrow_schema)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
@@ -141,11 +139,11 @@ class RowBuilder:
     def _map(self, page: list):
         """The fields map column, built from flat key/value arrays and offsets."""
         import pyarrow as pa
+        import pyarrow.compute as pc
         fvs = list(map(_entry_fields, page))
         flat = list(chain.from_iterable(fvs))
         # Offsets count items (field and value), a pair is two: halved below.
         offsets = pa.array(list(accumulate(map(len, fvs), initial=0)), type=pa.int32())
         k = self._text(flat[0::2])
         v = pa.array(flat[1::2], type=pa.binary()) if self.binary_map else self._text(flat[1::2])
-        import pyarrow.compute as pc
         return pa.MapArray.from_arrays(pc.divide(offsets, 2), k, v)
