@@ -78,32 +78,49 @@ _BULK_HDR = {b"$%d" % i: i for i in range(10000)}
 _bulk_len = _BULK_HDR.get
 
 
-def _fast_request(parts: list, i: int):
-    """Fast path over ``parts`` (the unconsumed buffer split on CRLF) at part ``i``.
+def _fast_batch(parts: list, i: int, size: int):
+    """Fast path over ``parts`` (the unconsumed buffer split on CRLF, ``size``
+    bytes) at part ``i``: the whole requests there that have the same number
+    of arguments as the first, every header a canonical small length that
+    matches its bulk.  A pipeline is usually one command repeated, so one pass
+    of C-level operations checks them all.
 
-    Returns ``(argv, bytes_consumed, parts_consumed)`` when parts ``i..`` are a
-    whole ``*<n>`` request whose every header has a canonical small length that
-    matches its bulk; None for anything else (incomplete, odd, erroneous, a
-    bulk containing CRLF, big), which the general parser then handles with all
-    of Redis's rules and errors.  The caller checks the bytes are all there.
+    Returns ``(argvs, bytes_consumed, parts_consumed)``, or None when not even
+    the first request qualifies (incomplete, odd, erroneous, a bulk containing
+    CRLF, big); the general parser then handles it with all of Redis's rules
+    and errors.
     """
-    argc = _MBULK_HDR.get(parts[i])
+    head = parts[i]
+    argc = _MBULK_HDR.get(head)
     if argc is None:
         return None
-    j = i + 1 + 2 * argc
-    if j > len(parts):
+    stride = 2 * argc + 1
+    m = (len(parts) - i) // stride          # requests the parts could hold
+    if not m:
         return None
-    n = len(parts[i]) + 2
-    get = _bulk_len
-    k = i + 1
-    while k < j:
-        h = parts[k]
-        lv = len(parts[k + 1])
-        if get(h) != lv:
+    heads = parts[i:i + m * stride:stride]
+    if heads.count(head) != m:
+        m = next(c for c, h in enumerate(heads) if h != head)
+    region = parts[i:i + m * stride]
+    del region[::stride]                    # the *<argc> lines: headers and bulks remain
+    bulks = region[1::2]
+    lengths = list(map(_bulk_len, region[0::2]))
+    if lengths != list(map(len, bulks)):
+        bad = next(k for k, (a, b) in enumerate(zip(lengths, map(len, bulks))) if a != b)
+        m = bad // argc
+        if not m:
             return None
-        n += len(h) + lv + 4
-        k += 2
-    return parts[i + 2:j:2], n, j - i
+    nparts = m * stride
+    nbytes = sum(map(len, parts[i:i + nparts])) + 2 * nparts
+    # The last request may end past the bytes received (its bulk's CRLF not yet here).
+    if nbytes > size:
+        m -= 1
+        if not m:
+            return None
+        nparts -= stride
+        last = parts[i + nparts:i + nparts + stride]
+        nbytes -= sum(map(len, last)) + 2 * stride
+    return [bulks[k:k + argc] for k in range(0, m * argc, argc)], nbytes, nparts
 
 
 def encode_request(*args) -> bytes:
@@ -122,7 +139,8 @@ class RequestParser:
     """Splits a client's byte stream into argv lists (lists of bytes)."""
 
     __slots__ = ("buf", "pos", "max_bulk_len", "authenticated", "_argc", "_argv",
-                 "_parts", "_part", "_fast_ok", "_missing", "_chunks", "_held")
+                 "_parts", "_part", "_fast_ok", "_missing", "_chunks", "_held", "_back",
+                 "_ready", "_ready_at", "_ready_end")
 
     def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
         self.buf = b""
@@ -144,6 +162,16 @@ class RequestParser:
         self._missing = 0       # bytes the incomplete big bulk still needs
         self._chunks: list[bytes] = []
         self._held = 0          # bytes in _chunks
+        # What the caller gave back (``unread``): an argv, or the ProtocolError
+        # met while it looked ahead, to be raised in its turn.
+        self._back = None
+        # Requests the fast path parsed as a batch, handed out one per call from
+        # index _ready_at.  ``pos`` stays at the batch's first byte until the
+        # last is handed out, then jumps to _ready_end: until then the batch's
+        # bytes count as buffered, so a client that blocks mid-batch is resumed.
+        self._ready: list = []
+        self._ready_at = 0
+        self._ready_end = 0
 
     def feed(self, data: bytes) -> None:
         if self._missing:
@@ -158,6 +186,7 @@ class RequestParser:
         self._fast_ok = self.authenticated and self.max_bulk_len >= 10000
         if self.pos:
             self.buf = self.buf[self.pos:] + data
+            self._ready_end -= self.pos
             self.pos = 0
         elif self.buf:
             self.buf += data
@@ -173,6 +202,19 @@ class RequestParser:
 
         Empty requests (``*0``, blank inline lines) are skipped.
         """
+        if self._back is not None:
+            back, self._back = self._back, None
+            if type(back) is ProtocolError:
+                raise back
+            return back
+        ready = self._ready
+        if ready:
+            argv = ready[self._ready_at]
+            self._ready_at += 1
+            if self._ready_at == len(ready):
+                self._ready = []
+                self.pos = self._ready_end
+            return argv
         if self._missing:
             return None
         while True:
@@ -185,11 +227,17 @@ class RequestParser:
                         if parts is None:
                             parts = self._parts = self.buf[self.pos:].split(b"\r\n")
                             self._part = 0
-                        got = _fast_request(parts, self._part)
-                        if got is not None and self.pos + got[1] <= len(self.buf):
-                            self.pos += got[1]
-                            self._part += got[2]
-                            return got[0]
+                        got = _fast_batch(parts, self._part, len(self.buf) - self.pos)
+                        if got is not None:
+                            argvs, nbytes, nparts = got
+                            self._part += nparts
+                            if len(argvs) == 1:
+                                self.pos += nbytes
+                            else:
+                                self._ready = argvs
+                                self._ready_at = 1
+                                self._ready_end = self.pos + nbytes
+                            return argvs[0]
                         # Until more bytes arrive, the general parser is in charge
                         # (it consumes bytes the split parts would not follow).
                         self._fast_ok = False
@@ -209,6 +257,12 @@ class RequestParser:
             if argv is None:
                 return None
             return argv
+
+    def unread(self, item) -> None:
+        """Give back what ``next_command`` just returned (an argv) or raised (a
+        ProtocolError): the next call returns or raises it again.  For a caller
+        that looks one request ahead (the server gathering a run of XADDs)."""
+        self._back = item
 
     # -- multibulk --------------------------------------------------------
 

@@ -273,3 +273,97 @@ def test_big_bulks_arriving_in_pieces(size, chunk, tail):
         assert 0 <= (fed - consumed) - p.buffered() < 100
     assert got == [[b"RESTORE", b"k", big], [b"PING", tail]]
     assert p.buffered() == 0
+
+
+# -- the fast path's batches (_fast_batch) -------------------------------------------
+#
+# A pipeline of requests with the same number of arguments is parsed as one batch.
+# The general parser alone (a proto-max-bulk-len under 10000 turns the fast path off)
+# is the reference: same requests, same errors, same bytes left over, however the
+# bytes arrive and however many requests are taken out between arrivals.
+
+_deviants = st.sampled_from([
+    b"*3\r\n$4\r\nXADD\r\n$1\r\nk\r\n$2\r\nab\r\n",        # another argument count
+    b"*2\r\n$03\r\nXLE\r\n$1\r\nk\r\n",                    # a non-canonical length
+    b"*2\r\n$4\r\nXLEN\r\n+k\r\n",                        # not a bulk: Redis's error
+    b"*2\r\n$4\r\nXLEN\r\n$4\r\na\r\nb\r\n",              # a bulk holding CRLF
+    b"*2\r\n$4\r\nXLEN\r\n$2\r\nk\r\n",                   # a length that lies
+    b"PING\r\n",                                          # inline
+    b"*0\r\n",
+])
+
+
+def _same_shape(values: list[bytes]) -> bytes:
+    return cmd(b"XADD", b"key", b"*", b"f", *values[:1] or [b""])
+
+
+_requests = st.lists(st.one_of(
+    st.lists(st.binary(max_size=12), min_size=1, max_size=1).map(_same_shape),
+    _deviants), min_size=1, max_size=40)
+
+
+def _drain(p: RequestParser, limit: int | None = None):
+    got = []
+    while limit is None or len(got) < limit:
+        argv = p.next_command()
+        if argv is None:
+            break
+        got.append(argv)
+    return got
+
+
+@settings(max_examples=400, deadline=None)
+@given(_requests, st.lists(st.integers(1, 400), min_size=1, max_size=6),
+       st.lists(st.integers(0, 5), min_size=1, max_size=6))
+def test_batches_match_the_general_parser(requests, cuts, takes):
+    data = b"".join(requests)
+
+    def run(parser: RequestParser):
+        got, i, k = [], 0, 0
+        try:
+            while i < len(data):
+                n = cuts[k % len(cuts)]
+                parser.feed(data[i:i + n])
+                i += n
+                # Take only some requests out (a client blocked mid-batch), then more bytes.
+                take = takes[k % len(takes)]
+                got.append(_drain(parser, take or None))     # per arrival: when, not just what
+                k += 1
+            got.append(_drain(parser))
+            return ("ok", got, parser.buffered())
+        except ProtocolError as e:
+            return ("error", got, str(e))
+
+    expected = run(RequestParser(max_bulk_len=9999))
+    assert run(RequestParser()) == expected
+
+
+def test_a_batch_counts_as_buffered_until_its_last_request_is_taken():
+    p = RequestParser()
+    data = cmd(b"XADD", b"k", b"*", b"f", b"v") * 3
+    p.feed(data)
+    assert p.next_command() == [b"XADD", b"k", b"*", b"f", b"v"]
+    assert p.buffered() > 0          # a blocked client's loop resumes on this
+    assert len(_drain(p)) == 2
+    assert p.buffered() == 0
+
+
+def test_unread_gives_back_a_request_and_an_error():
+    p = RequestParser()
+    p.feed(cmd(b"XLEN", b"a") + cmd(b"XLEN", b"b"))
+    first = p.next_command()
+    p.unread(first)
+    assert _drain(p) == [[b"XLEN", b"a"], [b"XLEN", b"b"]]
+    p.unread(ProtocolError("Protocol error: invalid bulk length"))
+    with pytest.raises(ProtocolError, match="invalid bulk length"):
+        p.next_command()
+
+
+def test_a_request_waits_for_the_crlf_after_its_last_bulk():
+    p = RequestParser()
+    data = cmd(b"XADD", b"k", b"*", b"f", b"v") * 2
+    p.feed(data[:-2])
+    assert _drain(p) == [[b"XADD", b"k", b"*", b"f", b"v"]]     # the first is whole
+    p.feed(data[-2:])
+    assert _drain(p) == [[b"XADD", b"k", b"*", b"f", b"v"]]
+    assert p.buffered() == 0
