@@ -299,7 +299,7 @@ def apply_xadd_effects(core, client, commands: list[list[bytes]], i: int) -> int
 
     The run (consecutive XADD effects of the same key, each with its explicit
     id and field-value pairs) goes straight into the stream, skipping argument
-    parsing and dispatch, then down the one effect path (``Core.emit_replayed``).
+    parsing and dispatch, then down the one effect path (``Core.emit_run``).
     Returns how many were applied: it stops at the first command that is not
     exactly that form or that XADD would refuse, and the caller runs that one
     through ``Core.execute``, which gives the error.  Restart time is mostly
@@ -351,11 +351,50 @@ def apply_xadd_effects(core, client, commands: list[list[bytes]], i: int) -> int
                  cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
         if created:
             db.set(key, s, keep_ttl=True)
-        core.emit_replayed(client.db, "xadd", key, run)
+        core.emit_run(client.db, "xadd", key, n, run)
     return n
 
 
 _FIELDS_VALUES = itemgetter(slice(3, None))     # XADD key id field value ... -> [field, value, ...]
+
+
+def is_plain_xadd(argv: list[bytes]) -> bool:
+    """``XADD key * field value [field value ...]``: no options, an auto id."""
+    return len(argv) >= 5 and len(argv) & 1 and argv[2] == b"*" and argv[0] in _XADD_NAMES
+
+
+_XADD_NAMES = frozenset((b"XADD", b"xadd", b"Xadd"))
+
+
+def add_plain_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: dict) -> list[bytes] | None:
+    """Pipelined ``XADD key * field value ...`` requests of one client, on one key,
+    applied as a whole (``Core.execute_xadd_run``); returns their ids, in order.
+
+    Executed one by one, each would take the id ``next_auto_id`` gives, at the
+    same millisecond: ``first, first + 1, ...``, so the run's ids are a range
+    and ``Stream.extend`` adds all entries in one call.  Returns None, having
+    changed nothing, where XADD itself must answer (wrong type, a key with a
+    TTL, ids running out): the caller then runs each request through XADD.
+    """
+    if key in db.expires:
+        return None             # leave expiry rules to the ordinary path
+    s = db.data.get(key)
+    created = s is None
+    if created:
+        s = Stream()
+    elif type(s) is not Stream:
+        return None
+    last = s.last_id
+    n = len(run)
+    first = now_ms << 64 if now_ms > last >> 64 else last + 1
+    if last == MAX_ID or first + n - 1 > MAX_ID:
+        return None
+    sids = range(first, first + n)
+    s.extend(list(sids), list(map(_FIELDS_VALUES, run)),
+             cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
+    if created:
+        db.set(key, s, keep_ttl=True)
+    return list(map(format_id, sids))
 
 
 def idmp_settings(ctx: Ctx, s: Stream) -> tuple[int, int]:

@@ -32,7 +32,7 @@ from .. import log
 from ..commands import registry
 from ..commands.context import BlockRequest, Ctx
 from ..commands.observe import Observer
-from ..commands.streams import apply_xadd_effects
+from ..commands.streams import add_plain_run, apply_xadd_effects
 from ..config import Config
 from ..engine import Keyspace
 from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status
@@ -334,24 +334,62 @@ class Core:
 
     # -- effects ------------------------------------------------------------------
 
-    def emit_replayed(self, db_index: int, name: str, key: bytes, effects: list[list[bytes]]) -> None:
-        """Effects a replay fast path applied itself (commands/streams.apply_xadd_effects).
+    def emit_run(self, db_index: int, name: str, key: bytes, n: int,
+                 effects: list[list[bytes]]) -> None:
+        """``n`` commands a fast path applied itself (a replayed run of XADD effects,
+        a client's pipelined run of plain XADDs), all changing ``key`` and nothing else.
 
-        Every one of ``effects`` changed ``key`` and nothing else.  Counted as if
-        executed one by one, then sent down the one effect path as independent
-        commands (not wrapped in MULTI/EXEC: each was one command); what
-        ``_emit`` would do per effect (WATCH, blocked clients) is done once for the key.
+        Counted as if executed one by one, then ``effects`` go down the one
+        effect path as independent commands (not wrapped in MULTI/EXEC: each was
+        one command); what ``_emit`` would do per effect (WATCH, blocked
+        clients) is done once for the key.  With no sink to feed, the caller may
+        pass no effects at all.
         """
-        n = len(effects)
         stats = self.stats.commands[name]
         stats.calls += n
         self.stats.commands_processed += n
         self.dirty += n
         self._key_changed(self.keyspace.dbs[db_index], db_index, key)
-        for sink in self.effect_sinks:
-            sink(db_index, effects)
+        if effects:
+            for sink in self.effect_sinks:
+                sink(db_index, effects)
         if self.ready_keys:
             self.serve_ready_keys()     # a replica's blocked readers
+
+    def execute_xadd_run(self, client: Client, run: list[list[bytes]]) -> list[bytes] | None:
+        """A client's pipelined ``XADD key * field value ...`` requests on one key
+        (``streams.is_plain_xadd``), run as a whole; returns their replies (the ids).
+
+        The same as ``execute`` of each in turn, for the requests where nothing
+        but XADD itself could answer differently: so None (nothing done, run
+        them one by one) when any check ``execute`` makes, or a blocked reader
+        of the key or a TTL, could matter.  A blocked reader is
+        excluded because one by one it would be served after the first entry.
+        """
+        if (client.in_multi or client.acl_check is not None or not client.authenticated
+                or client.kind != "normal" or self.out_of_memory or self.is_replica
+                or self.extra.get("write_refusal")):
+            return None
+        key = run[0][1]
+        dbi = client.db
+        if (dbi, key) in self.blocking_keys:
+            return None
+        now = int(self.clock() * 1000)
+        t0 = time.perf_counter_ns()
+        ids = add_plain_run(self.keyspace.dbs[dbi], key, run, now, self.config.values)
+        if ids is None:
+            return None
+        effects = [[b"XADD", key, sid, *argv[3:]] for sid, argv in zip(ids, run)] \
+            if self.effect_sinks else None
+        n = len(run)
+        elapsed_ns = (time.perf_counter_ns() - t0) // n
+        client.last_ms = now
+        client.last_cmd = "xadd"
+        self.current_client = client
+        self.stats.commands["xadd"].usec += elapsed_ns * n // 1000
+        self.observe.commands_done(client, _XADD_SPEC, run, elapsed_ns)
+        self.emit_run(dbi, "xadd", key, n, effects)
+        return ids
 
     def replay_step(self, client: Client, commands: list[list[bytes]], i: int):
         """Apply ``commands[i]`` from a replay client (AOF load, a replica's link).
@@ -505,6 +543,8 @@ class Core:
         """A client that applies effects (AOF load, a replica's link): no auth, no blocking."""
         return self.new_client(kind=kind)
 
+
+_XADD_SPEC = registry.lookup([b"xadd"])
 
 OOM_MESSAGE = "command not allowed when used memory > 'maxmemory'."
 # Inside MULTI every command is refused when out of memory (queueing costs memory)

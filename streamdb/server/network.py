@@ -18,6 +18,7 @@ import time
 
 from .. import log
 from ..commands import registry
+from ..commands.streams import is_plain_xadd
 from ..protocol.reply import encode_reply
 from ..protocol.request import ProtocolError, RequestParser
 from ..security import protected
@@ -108,7 +109,6 @@ class Connection(asyncio.Protocol):
 
     def process(self) -> None:
         client = self.client
-        core = self.core
         parser = self.parser
         out = self.out
         try:
@@ -116,17 +116,17 @@ class Connection(asyncio.Protocol):
                 argv = parser.next_command()
                 if argv is None:
                     break
-                if self.server.loading and not allowed_while_loading(argv):
-                    out.append(b"-LOADING Redis is loading the dataset in memory\r\n")
-                    core.stats.error_replies += 1
+                if is_plain_xadd(argv) and not self.server.loading:
+                    run = self._gather_xadd_run(argv)
+                    # A lone XADD is cheaper through execute than as a run of one.
+                    ids = self.core.execute_xadd_run(client, run) if len(run) > 1 else None
+                    if ids is not None:
+                        out.append(b"".join([b"$%d\r\n%s\r\n" % (len(i), i) for i in ids]))
+                        continue
+                    for argv in run:        # one by one: XADD never blocks or closes
+                        self._execute(argv)
                     continue
-                reply = core.execute(client, argv)
-                parser.authenticated = client.authenticated
-                if reply is BLOCKED:
-                    break
-                out.append(encode_reply(reply, client.resp == 3))
-                if client.close_after_reply:
-                    self.closing = True
+                if not self._execute(argv):
                     break
         except ProtocolError as e:
             # latin-1: the message quotes the offending byte raw, as Redis does.
@@ -136,6 +136,46 @@ class Connection(asyncio.Protocol):
         client.query_buffer = parser.buffered()
         if out or self.closing:
             self.server.schedule_flush(self)
+
+    def _execute(self, argv: list[bytes]) -> bool:
+        """Run one request, its reply into ``out``; False when reading must stop
+        (the client blocked, or is to be closed after this reply)."""
+        client = self.client
+        core = self.core
+        if self.server.loading and not allowed_while_loading(argv):
+            self.out.append(b"-LOADING Redis is loading the dataset in memory\r\n")
+            core.stats.error_replies += 1
+            return True
+        reply = core.execute(client, argv)
+        self.parser.authenticated = client.authenticated
+        if reply is BLOCKED:
+            return False
+        self.out.append(encode_reply(reply, client.resp == 3))
+        if client.close_after_reply:
+            self.closing = True
+            return False
+        return True
+
+    def _gather_xadd_run(self, first: list[bytes]) -> list[list[bytes]]:
+        """``first`` and the plain XADDs on its key pipelined right after it
+        (``Core.execute_xadd_run`` runs them as a whole).  The request that ends
+        the run, or the protocol error met looking for it, goes back to the parser."""
+        parser = self.parser
+        run = [first]
+        key = first[1]
+        try:
+            while True:
+                argv = parser.next_command()
+                if argv is None:
+                    break
+                if is_plain_xadd(argv) and argv[1] == key:
+                    run.append(argv)
+                    continue
+                parser.unread(argv)
+                break
+        except ProtocolError as e:
+            parser.unread(e)
+        return run
 
     def deliver(self, reply) -> None:
         """A reply produced outside the request path (a blocked client served)."""

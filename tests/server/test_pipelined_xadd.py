@@ -1,0 +1,156 @@
+"""Pipelined ``XADD key * ...`` runs: the server applies a client's run of them as
+a whole (Core.execute_xadd_run), which must be indistinguishable from running
+them one by one.  Each scenario runs against StreamDB and a real redis-server
+7.0 with the whole pipeline sent in one write, and the replies are compared
+(entry ids masked: they hold the time).
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+
+import pytest
+
+from helpers import ServerProcess
+from resp_raw import RawClient, encode, plain
+
+ID = re.compile(rb"^\d+-\d+$")
+
+
+def _pipeline(port: int, commands: list[tuple]) -> list:
+    c = RawClient(port)
+    try:
+        c.sock.sendall(b"".join(encode(cmd) for cmd in commands))
+        return [c._read() for _ in commands]
+    finally:
+        c.close()
+
+
+def _mask_ids(replies: list) -> list:
+    """Entry ids replaced by b"<id>" (they hold the time)."""
+    def mask(v):
+        t, x = v
+        if isinstance(x, list):
+            return (t, [mask(i) for i in x])
+        if t == b"$" and x is not None and ID.match(x):
+            return (t, b"<id>")
+        return v
+    return [mask(v) for v in replies]
+
+
+def _noperm(replies: list) -> list:
+    # The key-permission text is later Redis's on purpose (tests/security/test_acl.py).
+    return [(b"-", b"NOPERM") if t == b"-" and x.startswith(b"NOPERM") else (t, x)
+            for t, x in replies]
+
+
+def _both(server, redis_server, commands: list[tuple]) -> list:
+    ours = _noperm(_mask_ids(_pipeline(server.port, [("FLUSHALL",), *commands])))
+    theirs = _noperm(_mask_ids(_pipeline(redis_server.port, [("FLUSHALL",), *commands])))
+    assert ours == theirs
+    return ours
+
+
+def test_runs_interleaved_with_other_commands_and_errors(server, redis_server):
+    add = ("XADD", "p", "*", "sensor", "1")
+    replies = _both(server, redis_server, [
+        add, add, add, ("XLEN", "p"),
+        ("XADD", "p", "*", "a", "1", "b"),            # odd field count: XADD's own error
+        add, ("XADD", "q", "*", "a", "1"), add,       # another key ends the run
+        ("SET", "w", "x"), ("XADD", "w", "*", "a", "1"), ("XADD", "w", "*", "a", "1"),
+        ("XADD", "p", "1-1", "a", "1"),                # an explicit id below the top
+        ("xadd", "p", "*", "lower", "case"), ("XLEN", "p"),
+        ("MULTI",), add, add, ("EXEC",), ("XLEN", "p"),
+        ("XADD", "p", "NOMKSTREAM", "*", "a", "1"), ("XRANGE", "p", "-", "+", "COUNT", "2"),
+    ])
+    assert plain(replies[4]) == 3 and plain(replies[-3]) == 8
+
+
+def test_a_blocked_reader_is_served_after_the_first_entry(server, redis_server):
+    """One by one, the XADD that feeds a blocked XREAD serves it at once: the reader
+    gets the first entry of the pipeline only, on Redis and here."""
+    for srv in (server, redis_server):
+        RawClient(srv.port).call("DEL", "b")
+        reader = RawClient(srv.port)
+        reader.sock.sendall(encode(("XREAD", "BLOCK", "0", "STREAMS", "b", "$")))
+        admin = RawClient(srv.port)
+        deadline = time.monotonic() + 5
+        while b"blocked_clients:1" not in plain(admin.call("INFO", "clients")):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        replies = _pipeline(srv.port, [("XADD", "b", "*", "n", str(i)) for i in range(5)])
+        assert all(ID.match(plain(r)) for r in replies)
+        got = plain(reader._read())
+        assert got == [[b"b", [[plain(replies[0]), [b"n", b"0"]]]]], srv
+        reader.close()
+        admin.close()
+
+
+def test_a_user_limited_to_some_keys_gets_noperm_inside_a_run(server, redis_server):
+    for srv in (server, redis_server):
+        RawClient(srv.port).call("ACL", "SETUSER", "piper", "on", "nopass", "~ok*", "+@all")
+    try:
+        _both(server, redis_server, [
+            ("AUTH", "piper", "x"),
+            ("XADD", "ok1", "*", "a", "1"), ("XADD", "no1", "*", "a", "1"),
+            ("XADD", "ok1", "*", "a", "1"), ("XADD", "ok1", "*", "a", "1"),
+            ("XLEN", "ok1"),
+        ])
+    finally:
+        for srv in (server, redis_server):
+            RawClient(srv.port).call("ACL", "DELUSER", "piper")
+
+
+def test_a_run_is_counted_and_logged_per_command(server):
+    admin = RawClient(server.port)
+    admin.call("CONFIG", "RESETSTAT")
+    admin.call("CONFIG", "SET", "slowlog-log-slower-than", "0")
+    admin.call("SLOWLOG", "RESET")
+    try:
+        _pipeline(server.port, [("XADD", "counted", "*", "n", str(i)) for i in range(50)])
+        stats = plain(admin.call("INFO", "commandstats"))
+        assert re.search(rb"cmdstat_xadd:calls=50,", stats)
+        slow = plain(admin.call("SLOWLOG", "GET", "200"))
+        xadds = [e for e in slow if e[3][0] == b"XADD"]
+        assert len(xadds) == 50
+        assert sorted(e[3][4] for e in xadds) == sorted(b"%d" % i for i in range(50))
+    finally:
+        admin.call("CONFIG", "SET", "slowlog-log-slower-than", "10000")
+        admin.close()
+
+
+def test_a_monitor_sees_every_command_of_a_run(server):
+    monitor = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    monitor.sendall(encode(("MONITOR",)))
+    assert monitor.recv(5) == b"+OK\r\n"
+    try:
+        _pipeline(server.port, [("XADD", "watched", "*", "n", str(i)) for i in range(5)])
+        seen = b""
+        deadline = time.monotonic() + 5
+        while seen.count(b'"XADD"') < 5 and time.monotonic() < deadline:
+            seen += monitor.recv(65536)
+        assert [int(n) for n in re.findall(rb'"n" "(\d+)"', seen)] == list(range(5))
+    finally:
+        monitor.close()
+
+
+@pytest.mark.parametrize("fsync", ["always", "no"])
+def test_a_run_survives_kill_9(tmp_path, fsync):
+    with ServerProcess(tmp_path / "d", "--appendonly", "yes", "--appendfsync", fsync,
+                       "--save", "") as srv:
+        replies = _pipeline(srv.port, [("XADD", "s", "*", "n", str(i)) for i in range(300)])
+        assert all(ID.match(plain(r)) for r in replies)
+        digest = plain(RawClient(srv.port).call("DEBUG", "DIGEST"))
+        if fsync == "no":
+            # Written, not necessarily synced: the page cache survives a process kill.
+            time.sleep(0.2)
+        srv.kill9()
+        srv.start()
+        c = RawClient(srv.port)
+        assert plain(c.call("XLEN", "s")) == 300
+        assert plain(c.call("DEBUG", "DIGEST")) == digest
+        entries = plain(c.call("XRANGE", "s", "-", "+"))
+        assert [e[0] for e in entries] == [plain(r) for r in replies]
+        c.close()
