@@ -541,7 +541,7 @@ class StreamMachine(RuleBasedStateMachine):
         def blank_field(k, v):
             if k in _TIME_FIELDS:
                 return TIME        # the two servers run the command a millisecond apart
-            return "<rax-nodes>" if k == b"radix-tree-nodes" else blank(v, k == b"pel")
+            return "<rax-nodes>" if k == b"radix-tree-nodes" else blank(v, k in (b"pel", b"pending"))
 
         def blank(rep, in_pel=False):
             if isinstance(rep, RMap):           # RESP3: the same fields as maps
