@@ -95,26 +95,30 @@ class Observer:
     # -- the per-command hook ----------------------------------------------------
 
     def command_done(self, client, spec, argv: list[bytes], elapsed_ns: int) -> None:
-        self.commands_done(client, spec, (argv,), elapsed_ns)
+        self.runs_done(spec, ((client, (argv,)),), 1, elapsed_ns)
 
-    def commands_done(self, client, spec, argvs, elapsed_ns: int) -> None:
-        """``argvs`` ran (a fast path runs several requests at once), each taking ``elapsed_ns``."""
+    def runs_done(self, spec, runs, count: int, elapsed_ns: int) -> None:
+        """``count`` requests of ``spec`` ran, each taking ``elapsed_ns``: ``runs`` are
+        (client, argvs) pairs (a fast path runs several requests, of several clients, at once)."""
         settings = self.settings
         name = spec.name
         if settings["latency-tracking"]:
             bits = elapsed_ns.bit_length() - _HIST_BITS
-            self.histograms[name][elapsed_ns >> bits << bits if bits > 0 else elapsed_ns] += len(argvs)
+            self.histograms[name][elapsed_ns >> bits << bits if bits > 0 else elapsed_ns] += count
         usec = elapsed_ns // 1000
         threshold = settings["slowlog-log-slower-than"]
         if 0 <= threshold <= usec and name != "exec":
-            for argv in argvs:
-                self._log_slow(client, argv, usec)
+            for client, argvs in runs:
+                for argv in argvs:
+                    self._log_slow(client, argv, usec)
         ms_threshold = settings["latency-monitor-threshold"]
         if ms_threshold and usec >= ms_threshold * 1000:
             self.latency_sample("fast-command" if "fast" in spec.flags else "command", usec // 1000)
-        if self.monitors and "admin" not in spec.flags and client.kind != "aof":
-            for argv in argvs:
-                self._feed_monitors(client, argv)
+        if self.monitors and "admin" not in spec.flags:
+            for client, argvs in runs:
+                if client.kind != "aof":
+                    for argv in argvs:
+                        self._feed_monitors(client, argv)
 
     # -- slow log ---------------------------------------------------------------------
 

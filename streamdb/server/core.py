@@ -356,40 +356,61 @@ class Core:
         if self.ready_keys:
             self.serve_ready_keys()     # a replica's blocked readers
 
-    def execute_xadd_run(self, client: Client, run: list[list[bytes]]) -> list[bytes] | None:
-        """A client's pipelined ``XADD key * field value ...`` requests on one key
-        (``streams.is_plain_xadd``), run as a whole; returns their replies (the ids).
+    def execute_xadd_runs(self, runs: list[tuple[Client, list[list[bytes]]]]) -> list:
+        """Runs of ``XADD key * field value ...`` requests on one key of one db
+        (``streams.is_plain_xadd``), pipelined by one client or arriving from
+        several in one loop turn, applied as a whole; returns, per (client, run),
+        its replies (the ids), or None: run those requests one by one.
 
-        The same as ``execute`` of each in turn, for the requests where nothing
-        but XADD itself could answer differently: so None (nothing done, run
-        them one by one) when any check ``execute`` makes, or a blocked reader
-        of the key or a TTL, could matter.  A blocked reader is
-        excluded because one by one it would be served after the first entry.
+        The same as ``execute`` of each request in turn, the runs in the order
+        given: one ``Stream.extend`` adds every entry, and the requests are
+        counted, logged (per client where a log names it) and sent down the
+        effect path together; each client's WAIT offset becomes the whole
+        batch's, which only makes WAIT wait for a few more bytes.  None wherever
+        a check ``execute`` makes could answer differently, for a client
+        (MULTI, ACL rules, AUTH) or for all (a blocked reader of the key, served
+        after the first entry one by one; -OOM, READONLY, a refused write; a TTL
+        or wrong type, in ``add_plain_run``); and for a lone request, cheaper
+        through ``execute``.
         """
-        if (client.in_multi or client.acl_check is not None or not client.authenticated
-                or client.kind != "normal" or self.out_of_memory or self.is_replica
-                or self.extra.get("write_refusal")):
-            return None
+        client, run = runs[0]
         key = run[0][1]
         dbi = client.db
-        if (dbi, key) in self.blocking_keys:
-            return None
+        if ((dbi, key) in self.blocking_keys or self.out_of_memory or self.is_replica
+                or self.extra.get("write_refusal")) or (len(runs) == 1 and len(run) == 1):
+            return [None] * len(runs)
+        taken = [not (c.in_multi or c.acl_check is not None or not c.authenticated
+                      or c.kind != "normal") for c, _ in runs]
+        mine = [pair for pair, ok in zip(runs, taken) if ok]
+        if not mine:
+            return [None] * len(runs)
+        requests = mine[0][1] if len(mine) == 1 else [argv for _, run in mine for argv in run]
         now = int(self.clock() * 1000)
         t0 = time.perf_counter_ns()
-        ids = add_plain_run(self.keyspace.dbs[dbi], key, run, now, self.config.values)
+        ids = add_plain_run(self.keyspace.dbs[dbi], key, requests, now, self.config.values)
         if ids is None:
-            return None
-        effects = [[b"XADD", key, sid, *argv[3:]] for sid, argv in zip(ids, run)] \
-            if self.effect_sinks else None
-        n = len(run)
+            return [None] * len(runs)
+        n = len(requests)
         elapsed_ns = (time.perf_counter_ns() - t0) // n
-        client.last_ms = now
-        client.last_cmd = "xadd"
-        self.current_client = client
         self.stats.commands["xadd"].usec += elapsed_ns * n // 1000
-        self.observe.commands_done(client, _XADD_SPEC, run, elapsed_ns)
+        self.observe.runs_done(_XADD_SPEC, mine, n, elapsed_ns)
+        for c, _ in mine:
+            c.last_ms = now
+            c.last_cmd = "xadd"
+        last = self.current_client = mine[-1][0]
+        effects = [[b"XADD", key, sid, *argv[3:]] for sid, argv in zip(ids, requests)] \
+            if self.effect_sinks else None
         self.emit_run(dbi, "xadd", key, n, effects)
-        return ids
+        replies = []
+        at = 0
+        for (c, run), ok in zip(runs, taken):
+            if ok:
+                c.woff = last.woff
+                replies.append(ids[at:at + len(run)])
+                at += len(run)
+            else:
+                replies.append(None)
+        return replies
 
     def replay_step(self, client: Client, commands: list[list[bytes]], i: int):
         """Apply ``commands[i]`` from a replay client (AOF load, a replica's link).

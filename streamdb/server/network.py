@@ -41,7 +41,7 @@ def allowed_while_loading(argv: list[bytes]) -> bool:
 
 class Connection(asyncio.Protocol):
     __slots__ = ("server", "core", "transport", "parser", "client", "out", "closing",
-                 "paused", "parked", "soft_limit_since")
+                 "paused", "parked", "soft_limit_since", "deferred")
 
     def __init__(self, server: "Server") -> None:
         self.server = server
@@ -56,6 +56,9 @@ class Connection(asyncio.Protocol):
         self.parked: collections.deque = collections.deque()
         # When pending output first went past the soft output-buffer limit (limits.py).
         self.soft_limit_since: float | None = None
+        # A run of XADDs handed to the server for the end of the turn
+        # (Server.defer_xadd_run): reading waits for its replies, as when blocked.
+        self.deferred = False
 
     # -- asyncio callbacks --------------------------------------------------------
 
@@ -108,6 +111,8 @@ class Connection(asyncio.Protocol):
     # -- request processing -------------------------------------------------------
 
     def process(self) -> None:
+        if self.deferred:
+            return              # finish_xadd_run reads on
         client = self.client
         parser = self.parser
         out = self.out
@@ -117,15 +122,9 @@ class Connection(asyncio.Protocol):
                 if argv is None:
                     break
                 if is_plain_xadd(argv) and not self.server.loading:
-                    run = self._gather_xadd_run(argv)
-                    # A lone XADD is cheaper through execute than as a run of one.
-                    ids = self.core.execute_xadd_run(client, run) if len(run) > 1 else None
-                    if ids is not None:
-                        out.append(b"".join([b"$%d\r\n%s\r\n" % (len(i), i) for i in ids]))
-                        continue
-                    for argv in run:        # one by one: XADD never blocks or closes
-                        self._execute(argv)
-                    continue
+                    self.deferred = True
+                    self.server.defer_xadd_run(self, self._gather_xadd_run(argv))
+                    break
                 if not self._execute(argv):
                     break
         except ProtocolError as e:
@@ -155,6 +154,22 @@ class Connection(asyncio.Protocol):
             self.closing = True
             return False
         return True
+
+    def finish_xadd_run(self, run: list[list[bytes]], ids: list[bytes] | None) -> None:
+        """The deferred run was applied (``ids``: its replies) or is to be run one by
+        one (None); then reading goes on."""
+        if ids is None:
+            for argv in run:        # XADD never blocks or closes the connection
+                self._execute(argv)
+        else:
+            self.out.append(b"".join([b"$%d\r\n%s\r\n" % (len(i), i) for i in ids]))
+        self.deferred = False
+        if self.closing:
+            # Gone (or killed) while its run waited: the run is applied, as Redis
+            # applies what it has read, but there is nobody to answer.
+            self.out.clear()
+            return
+        self.process()
 
     def _gather_xadd_run(self, first: list[bytes]) -> list[list[bytes]]:
         """``first`` and the plain XADDs on its key pipelined right after it
@@ -250,6 +265,8 @@ class Server:
         self._to_flush: dict[Connection, None] = {}
         self._flush_scheduled = False
         self._held: dict[Connection, None] = {}     # replies waiting for a durable write
+        # (connection, run of plain XADDs) applied at the end of the turn (defer_xadd_run).
+        self._xadd_runs: list = []
         # Connections with replies parked until an fsync covers them (see
         # Connection.park); reply_gate, set by persistence under appendfsync
         # always, gives the log position the current turn's replies need.
@@ -277,7 +294,30 @@ class Server:
             self._flush_scheduled = True
             self.loop.call_soon(self._end_of_turn)
 
+    def defer_xadd_run(self, conn: Connection, run: list[list[bytes]]) -> None:
+        """Apply ``run`` (plain XADDs on one key) at the end of this turn, together
+        with the other connections' runs on the same key: one engine call for all
+        (Core.execute_xadd_runs) instead of one per request."""
+        self._xadd_runs.append((conn, run))
+        self.schedule_flush(conn)
+
+    def _apply_deferred_xadds(self) -> None:
+        """The turn's deferred XADD runs, grouped by key in arrival order; each
+        connection then reads on, which may defer more (applied in this loop too)."""
+        core = self.core
+        while self._xadd_runs:
+            pending, self._xadd_runs = self._xadd_runs, []
+            by_key: dict[tuple[int, bytes], list] = {}
+            for conn, run in pending:
+                by_key.setdefault((conn.client.db, run[0][1]), []).append((conn, run))
+            for group in by_key.values():
+                replies = core.execute_xadd_runs([(conn.client, run) for conn, run in group])
+                for (conn, run), ids in zip(group, replies):
+                    conn.finish_xadd_run(run, ids)
+
     def _end_of_turn(self) -> None:
+        if self._xadd_runs:
+            self._apply_deferred_xadds()     # before the AOF hook: their effects are this turn's
         self._flush_scheduled = False
         durable = True
         for hook in self.before_reply_hooks:
