@@ -73,8 +73,6 @@ class Persistence:
                 aof.open_for_append()
                 core.effect_sinks.append(aof.append_batch)
                 server.before_reply_hooks.append(aof.flush)
-                server.reply_gate = aof.reply_gate
-                aof.on_durable = server.release_parked
                 aof.loop = asyncio.get_running_loop()
                 snap.aof = aof
         finally:

@@ -10,7 +10,7 @@
   replicas and blocked clients are never idle-closed, as in Redis.
 * client-output-buffer-limit: ``output_limit_reached`` runs after each write to
   a connection and measures its pending output (the transport's write buffer
-  plus replies parked for an fsync); past the class's hard limit, or past the
+  plus replies not yet written); past the class's hard limit, or past the
   soft limit for longer than its seconds, the client is dropped without
   flushing, as Redis does.
 """
@@ -29,12 +29,10 @@ def output_class(client) -> str:
 
 
 def pending_output(conn) -> int:
-    """Bytes written to the connection but not yet taken by the peer, plus parked replies."""
+    """Bytes written to the connection but not yet taken by the peer, plus replies not yet written."""
     size = conn.transport.get_write_buffer_size()
     if conn.out:
         size += sum(len(b) for b in conn.out)
-    if conn.parked:
-        size += sum(len(data) for _, data in conn.parked if data is not None)
     return size
 
 

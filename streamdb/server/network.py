@@ -13,7 +13,6 @@ pipelined requests wait in its parser, as in Redis.
 from __future__ import annotations
 
 import asyncio
-import collections
 import time
 
 from .. import log
@@ -41,7 +40,7 @@ def allowed_while_loading(argv: list[bytes]) -> bool:
 
 class Connection(asyncio.Protocol):
     __slots__ = ("server", "core", "transport", "parser", "client", "out", "closing",
-                 "paused", "parked", "soft_limit_since", "deferred")
+                 "paused", "soft_limit_since", "deferred")
 
     def __init__(self, server: "Server") -> None:
         self.server = server
@@ -51,9 +50,6 @@ class Connection(asyncio.Protocol):
         self.client = None
         self.out: list[bytes] = []
         self.closing = False
-        # Replies of earlier turns waiting for their frame's fsync (appendfsync
-        # always): (log position needed, bytes or None for "close now"), in order.
-        self.parked: collections.deque = collections.deque()
         # When pending output first went past the soft output-buffer limit (limits.py).
         self.soft_limit_since: float | None = None
         # A run of XADDs handed to the server for the end of the turn
@@ -92,8 +88,6 @@ class Connection(asyncio.Protocol):
         if self.client is not None:
             self.core.remove_client(self.client)
             self.server.connections.discard(self)
-        self.parked.clear()
-        self.server.parked.pop(self, None)
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -227,33 +221,7 @@ class Connection(asyncio.Protocol):
         self.core.stats.output_buffer_limit_disconnections += 1
         self.closing = True
         self.out.clear()
-        self.parked.clear()
         self.transport.abort()
-
-    def park(self, pos: int) -> None:
-        """Keep this turn's replies until the log is durable up to ``pos``."""
-        if self.out:
-            self.parked.append((pos, b"".join(self.out)))
-            self.out.clear()
-        if self.closing:
-            self.parked.append((pos, None))
-
-    def release(self, durable_pos: int) -> bool:
-        """Write the parked replies the log now covers; True when none is left."""
-        parked = self.parked
-        while parked and parked[0][0] <= durable_pos:
-            data = parked.popleft()[1]
-            if self.transport.is_closing():
-                continue
-            if data is None:
-                self.transport.close()
-            else:
-                self.core.stats.net_output_bytes += len(data)
-                self.transport.write(data)
-                if output_limit_reached(self, self.core.config.values["client-output-buffer-limit"]):
-                    self.drop_for_output_limit()
-                    return True
-        return not parked
 
 
 class Server:
@@ -267,11 +235,6 @@ class Server:
         self._held: dict[Connection, None] = {}     # replies waiting for a durable write
         # (connection, run of plain XADDs) applied at the end of the turn (defer_xadd_run).
         self._xadd_runs: list = []
-        # Connections with replies parked until an fsync covers them (see
-        # Connection.park); reply_gate, set by persistence under appendfsync
-        # always, gives the log position the current turn's replies need.
-        self.parked: dict[Connection, None] = {}
-        self.reply_gate = None
         self._retry_handle = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.servers: list = []
@@ -337,24 +300,8 @@ class Server:
         if self._held:
             conns = {**self._held, **conns}
             self._held = {}
-        gate = self.reply_gate() if self.reply_gate is not None else None
-        if gate is None and not self.parked:
-            for conn in conns:
-                conn.flush()
-            return
-        # Pipelined group commit: the frame is written, its fsync runs on the
-        # AOF thread; these replies go out when it is done (release_parked).
         for conn in conns:
-            conn.park(gate or 0)
-            self.parked[conn] = None
-        if gate is None:
-            self.release_parked(float("inf"))
-
-    def release_parked(self, durable_pos) -> None:
-        """The log is durable up to ``durable_pos``: send the replies that waited for it."""
-        done = [conn for conn in self.parked if conn.release(durable_pos)]
-        for conn in done:
-            del self.parked[conn]
+            conn.flush()
 
     def _retry_durability(self) -> None:
         self._retry_handle = None
