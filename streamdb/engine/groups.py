@@ -13,9 +13,8 @@ Times are milliseconds given by the caller: the engine has no clock.
 
 from __future__ import annotations
 
-from sortedcontainers import SortedDict, SortedSet
-
 from .ids import MIN_ID
+from .sortedids import SortedIds
 
 __all__ = ["ConsumerGroup", "Consumer", "PendingEntry", "ENTRIES_READ_INVALID"]
 
@@ -41,7 +40,7 @@ class Consumer:
         self.name = name
         self.seen_time = now_ms       # last interaction of any kind
         self.active_time = -1         # last successful read/claim; -1 = never
-        self.pending: SortedSet = SortedSet()
+        self.pending = SortedIds()          # ids, as a set (values None)
 
 
 class ConsumerGroup:
@@ -52,7 +51,7 @@ class ConsumerGroup:
         self.name = name
         self.last_id = last_id
         self.entries_read = entries_read
-        self.pel: SortedDict = SortedDict()          # id -> PendingEntry
+        self.pel = SortedIds()                       # id -> PendingEntry
         self.consumers: dict[bytes, Consumer] = {}
 
     # -- consumers ----------------------------------------------------------

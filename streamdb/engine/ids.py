@@ -78,6 +78,12 @@ def parse_id(text: bytes, missing_seq: int = 0, *, strict: bool = False,
     in the sequence of a bare ``<ms>``.  ``strict`` rejects ``-`` and ``+``.
     Raises InvalidID.
     """
+    ms_part, dash, seq_part = text.partition(b"-")
+    if seq_part.isdigit() and ms_part.isdigit() and len(text) <= 127:
+        # The usual "<ms>-<seq>" in plain digits: what the general path below gives.
+        ms, seq = int(ms_part), int(seq_part)
+        if ms <= U64 and seq <= U64:
+            return (ms << 64) | seq, True
     if len(text) > 127:
         raise InvalidID(text)
     if b"\0" in text:
