@@ -85,7 +85,8 @@ def _fast_batch(parts: list, i: int, size: int):
     matches its bulk.  A pipeline is usually one command repeated, so one pass
     of C-level operations checks them all.
 
-    Returns ``(argvs, bytes_consumed, parts_consumed)``, or None when not even
+    Returns ``(argvs, bytes_consumed, parts_consumed)`` (for a lone request,
+    ``(argv, ...)``: its argv itself), or None when not even
     the first request qualifies (incomplete, odd, erroneous, a bulk containing
     CRLF, big); the general parser then handles it with all of Redis's rules
     and errors.
@@ -96,8 +97,23 @@ def _fast_batch(parts: list, i: int, size: int):
         return None
     stride = 2 * argc + 1
     m = (len(parts) - i) // stride          # requests the parts could hold
-    if not m:
-        return None
+    if m <= 1:
+        # One request (no pipeline): for a handful of arguments a plain loop
+        # beats the batch's C-level passes and bookkeeping.
+        if not m:
+            return None
+        j = i + stride
+        n = len(head) + 2
+        get = _bulk_len
+        k = i + 1
+        while k < j:
+            h = parts[k]
+            lv = len(parts[k + 1])
+            if get(h) != lv:
+                return None
+            n += len(h) + lv + 4
+            k += 2
+        return (parts[i + 2:j:2], n, stride) if n <= size else None
     heads = parts[i:i + m * stride:stride]
     if heads.count(head) != m:
         m = next(c for c, h in enumerate(heads) if h != head)
@@ -120,6 +136,8 @@ def _fast_batch(parts: list, i: int, size: int):
         nparts -= stride
         last = parts[i + nparts:i + nparts + stride]
         nbytes -= sum(map(len, last)) + 2 * stride
+    if m == 1:
+        return bulks[:argc], nbytes, nparts
     return [bulks[k:k + argc] for k in range(0, m * argc, argc)], nbytes, nparts
 
 
@@ -231,12 +249,12 @@ class RequestParser:
                         if got is not None:
                             argvs, nbytes, nparts = got
                             self._part += nparts
-                            if len(argvs) == 1:
+                            if type(argvs[0]) is bytes:     # a lone request: its argv
                                 self.pos += nbytes
-                            else:
-                                self._ready = argvs
-                                self._ready_at = 1
-                                self._ready_end = self.pos + nbytes
+                                return argvs
+                            self._ready = argvs
+                            self._ready_at = 1
+                            self._ready_end = self.pos + nbytes
                             return argvs[0]
                         # Until more bytes arrive, the general parser is in charge
                         # (it consumes bytes the split parts would not follow).
