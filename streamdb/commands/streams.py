@@ -358,23 +358,48 @@ def apply_xadd_effects(core, client, commands: list[list[bytes]], i: int) -> int
 _FIELDS_VALUES = itemgetter(slice(3, None))     # XADD key id field value ... -> [field, value, ...]
 
 
-def is_plain_xadd(argv: list[bytes]) -> bool:
-    """``XADD key * field value [field value ...]``: no options, an auto id."""
-    return len(argv) >= 5 and len(argv) & 1 and argv[2] == b"*" and argv[0] in _XADD_NAMES
+def xadd_run_form(argv: list[bytes]) -> list[bytes] | None:
+    """The options of an XADD that a run may hold, or None for any other request.
+
+    ``XADD key * field value ...`` gives ``[]``; ``XADD key MAXLEN ~ <n> * field
+    value ...`` gives ``[MAXLEN, ~, <n>]`` (the way producers cap a stream).  A
+    run is requests on one key with equal forms; anything else (another trim,
+    LIMIT, a policy, NOMKSTREAM, IDMP, an explicit id) goes through XADD itself.
+    """
+    n = len(argv)
+    if n < 5 or argv[0] not in _XADD_NAMES:
+        return None
+    if argv[2] == b"*":
+        return _NO_OPTIONS if n & 1 else None
+    if n >= 8 and not n & 1 and argv[5] == b"*" and argv[3] == b"~" \
+            and argv[2] in _MAXLEN_NAMES:
+        return argv[2:5]
+    return None
 
 
 _XADD_NAMES = frozenset((b"XADD", b"xadd", b"Xadd"))
+_MAXLEN_NAMES = frozenset((b"MAXLEN", b"maxlen", b"Maxlen"))
+_NO_OPTIONS: list[bytes] = []
 
 
-def add_plain_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: dict) -> list[bytes] | None:
-    """Pipelined ``XADD key * field value ...`` requests of one client, on one key,
-    applied as a whole (``Core.execute_xadd_run``); returns their ids, in order.
+def add_auto_id_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: dict,
+                    trim: TrimArgs | None) -> tuple[list[bytes], list | None] | None:
+    """Pipelined ``XADD key [MAXLEN ~ n] * field value ...`` requests (one
+    ``xadd_run_form``), from one client or several, applied as a whole
+    (``Core.execute_xadd_runs``); returns their ids, in order, and the trim's
+    effect (or None).
 
     Executed one by one, each would take the id ``next_auto_id`` gives, at the
     same millisecond: ``first, first + 1, ...``, so the run's ids are a range
-    and ``Stream.extend`` adds all entries in one call.  Returns None, having
-    changed nothing, where XADD itself must answer (wrong type, a key with a
-    TTL, ids running out): the caller then runs each request through XADD.
+    and ``Stream.extend`` adds all entries in one call.  The trim runs once, at
+    the end: an approximate MAXLEN removes whole nodes from the front while the
+    stream stays at or above n without them, and which nodes qualify only grows
+    as entries are added, so one trim at the end removes exactly what one trim
+    per request would have, as long as no request's LIMIT would have stopped
+    it: hence the run is refused when more than one LIMIT's worth could go.
+    Returns None, having changed nothing, where XADD itself must answer (wrong
+    type, a key with a TTL, ids running out, that limit): the caller then runs
+    each request through XADD.
     """
     if key in db.expires:
         return None             # leave expiry rules to the ordinary path
@@ -386,15 +411,19 @@ def add_plain_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: dict
         return None
     last = s.last_id
     n = len(run)
+    if trim is not None and s.length + n - trim.maxlen > trim.limit:
+        return None
     first = now_ms << 64 if now_ms > last >> 64 else last + 1
     if last == MAX_ID or first + n - 1 > MAX_ID:
         return None
     sids = range(first, first + n)
-    s.extend(list(sids), list(map(_FIELDS_VALUES, run)),
+    fields_from = 3 if trim is None else 6       # after "*" (see xadd_run_form)
+    s.extend(list(sids), [argv[fields_from:] for argv in run],
              cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
     if created:
         db.set(key, s, keep_ttl=True)
-    return list(map(format_id, sids))
+    trimmed = trim_effect(key, s, trim) if trim is not None and apply_trim(s, trim) else None
+    return list(map(format_id, sids)), trimmed
 
 
 def idmp_settings(ctx: Ctx, s: Stream) -> tuple[int, int]:

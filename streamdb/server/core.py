@@ -32,7 +32,7 @@ from .. import log
 from ..commands import registry
 from ..commands.context import BlockRequest, Ctx
 from ..commands.observe import Observer
-from ..commands.streams import add_plain_run, apply_xadd_effects
+from ..commands.streams import add_auto_id_run, apply_xadd_effects, parse_trim_args
 from ..config import Config
 from ..engine import Keyspace
 from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status
@@ -357,24 +357,26 @@ class Core:
             self.serve_ready_keys()     # a replica's blocked readers
 
     def execute_xadd_runs(self, runs: list[tuple[Client, list[list[bytes]]]]) -> list:
-        """Runs of ``XADD key * field value ...`` requests on one key of one db
-        (``streams.is_plain_xadd``), pipelined by one client or arriving from
-        several in one loop turn, applied as a whole; returns, per (client, run),
-        its replies (the ids), or None: run those requests one by one.
+        """Runs of ``XADD key [MAXLEN ~ n] * field value ...`` requests on one key
+        of one db, all of one ``streams.xadd_run_form``, pipelined by one client
+        or arriving from several in one loop turn, applied as a whole; returns,
+        per (client, run), its replies (the ids), or None: run those requests
+        one by one.
 
         The same as ``execute`` of each request in turn, the runs in the order
-        given: one ``Stream.extend`` adds every entry, and the requests are
-        counted, logged (per client where a log names it) and sent down the
-        effect path together; each client's WAIT offset becomes the whole
-        batch's, which only makes WAIT wait for a few more bytes.  None wherever
-        a check ``execute`` makes could answer differently, for a client
+        given: one ``Stream.extend`` adds every entry (then one trim), and the
+        requests are counted, logged (per client where a log names it) and sent
+        down the effect path together; each client's WAIT offset becomes the
+        whole batch's, which only makes WAIT wait for a few more bytes.  None
+        wherever a check ``execute`` makes could answer differently, for a client
         (MULTI, ACL rules, AUTH) or for all (a blocked reader of the key, served
-        after the first entry one by one; -OOM, READONLY, a refused write; a TTL
-        or wrong type, in ``add_plain_run``); and for a lone request, cheaper
-        through ``execute``.
+        after the first entry one by one; -OOM, READONLY, a refused write; bad
+        options, a TTL or wrong type, in ``add_auto_id_run``); and for a lone
+        request, cheaper through ``execute``.
         """
         client, run = runs[0]
-        key = run[0][1]
+        first = run[0]
+        key = first[1]
         dbi = client.db
         if ((dbi, key) in self.blocking_keys or self.out_of_memory or self.is_replica
                 or self.extra.get("write_refusal")) or (len(runs) == 1 and len(run) == 1):
@@ -387,9 +389,17 @@ class Core:
         requests = mine[0][1] if len(mine) == 1 else [argv for _, run in mine for argv in run]
         now = int(self.clock() * 1000)
         t0 = time.perf_counter_ns()
-        ids = add_plain_run(self.keyspace.dbs[dbi], key, requests, now, self.config.values)
-        if ids is None:
+        trim = None
+        if first[2] != b"*":            # MAXLEN ~ n: XADD's own parsing, once for the run
+            try:
+                trim = parse_trim_args(Ctx(self, client, now, first), first, xadd=True)
+            except CommandError:
+                return [None] * len(runs)
+        done = add_auto_id_run(self.keyspace.dbs[dbi], key, requests, now,
+                               self.config.values, trim)
+        if done is None:
             return [None] * len(runs)
+        ids, trimmed = done
         n = len(requests)
         elapsed_ns = (time.perf_counter_ns() - t0) // n
         self.stats.commands["xadd"].usec += elapsed_ns * n // 1000
@@ -398,8 +408,12 @@ class Core:
             c.last_ms = now
             c.last_cmd = "xadd"
         last = self.current_client = mine[-1][0]
-        effects = [[b"XADD", key, sid, *argv[3:]] for sid, argv in zip(ids, requests)] \
-            if self.effect_sinks else None
+        effects = None
+        if self.effect_sinks:
+            fields_from = 3 if trim is None else 6
+            effects = [[b"XADD", key, sid, *argv[fields_from:]] for sid, argv in zip(ids, requests)]
+            if trimmed is not None:
+                effects.append(trimmed)
         self.emit_run(dbi, "xadd", key, n, effects)
         replies = []
         at = 0

@@ -17,7 +17,7 @@ import time
 
 from .. import log
 from ..commands import registry
-from ..commands.streams import is_plain_xadd
+from ..commands.streams import xadd_run_form
 from ..protocol.reply import encode_reply
 from ..protocol.request import ProtocolError, RequestParser
 from ..security import protected
@@ -115,9 +115,10 @@ class Connection(asyncio.Protocol):
                 argv = parser.next_command()
                 if argv is None:
                     break
-                if is_plain_xadd(argv) and not self.server.loading:
+                form = xadd_run_form(argv)
+                if form is not None and not self.server.loading:
                     self.deferred = True
-                    self.server.defer_xadd_run(self, self._gather_xadd_run(argv))
+                    self.server.defer_xadd_run(self, self._gather_xadd_run(argv, form))
                     break
                 if not self._execute(argv):
                     break
@@ -165,10 +166,11 @@ class Connection(asyncio.Protocol):
             return
         self.process()
 
-    def _gather_xadd_run(self, first: list[bytes]) -> list[list[bytes]]:
-        """``first`` and the plain XADDs on its key pipelined right after it
-        (``Core.execute_xadd_run`` runs them as a whole).  The request that ends
-        the run, or the protocol error met looking for it, goes back to the parser."""
+    def _gather_xadd_run(self, first: list[bytes], form: list[bytes]) -> list[list[bytes]]:
+        """``first`` and the XADDs of its form (``streams.xadd_run_form``) on its key
+        pipelined right after it (``Core.execute_xadd_runs`` runs them as a whole).
+        The request that ends the run, or the protocol error met looking for it,
+        goes back to the parser."""
         parser = self.parser
         run = [first]
         key = first[1]
@@ -177,7 +179,7 @@ class Connection(asyncio.Protocol):
                 argv = parser.next_command()
                 if argv is None:
                     break
-                if is_plain_xadd(argv) and argv[1] == key:
+                if argv[1:2] == [key] and xadd_run_form(argv) == form:
                     run.append(argv)
                     continue
                 parser.unread(argv)
@@ -233,7 +235,7 @@ class Server:
         self._to_flush: dict[Connection, None] = {}
         self._flush_scheduled = False
         self._held: dict[Connection, None] = {}     # replies waiting for a durable write
-        # (connection, run of plain XADDs) applied at the end of the turn (defer_xadd_run).
+        # (connection, run of XADDs) applied at the end of the turn (defer_xadd_run).
         self._xadd_runs: list = []
         self._retry_handle = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -258,7 +260,7 @@ class Server:
             self.loop.call_soon(self._end_of_turn)
 
     def defer_xadd_run(self, conn: Connection, run: list[list[bytes]]) -> None:
-        """Apply ``run`` (plain XADDs on one key) at the end of this turn, together
+        """Apply ``run`` (XADDs of one form on one key) at the end of this turn, together
         with the other connections' runs on the same key: one engine call for all
         (Core.execute_xadd_runs) instead of one per request."""
         self._xadd_runs.append((conn, run))
@@ -270,9 +272,11 @@ class Server:
         core = self.core
         while self._xadd_runs:
             pending, self._xadd_runs = self._xadd_runs, []
-            by_key: dict[tuple[int, bytes], list] = {}
+            by_key: dict[tuple, list] = {}
             for conn, run in pending:
-                by_key.setdefault((conn.client.db, run[0][1]), []).append((conn, run))
+                first = run[0]      # one group per db, key and form (xadd_run_form)
+                form = () if first[2] == b"*" else tuple(first[2:5])
+                by_key.setdefault((conn.client.db, first[1], form), []).append((conn, run))
             for group in by_key.values():
                 replies = core.execute_xadd_runs([(conn.client, run) for conn, run in group])
                 for (conn, run), ids in zip(group, replies):

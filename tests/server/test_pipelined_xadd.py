@@ -216,3 +216,17 @@ def test_clients_writing_in_the_same_turn(server, redis_server):
     # The last client's XLEN depends on which clients the server read first: not compared.
     assert ours[:-1] == theirs[:-1]
     assert ours[-1][0] == theirs[-1][0] == (b"$", b"<id>")
+
+
+def test_a_capped_producer_pipeline(server, redis_server):
+    """XADD key MAXLEN ~ n * ... pipelined (how producers cap a stream): runs of them
+    are added and trimmed once; what remains must be what Redis keeps."""
+    cap = [("XADD", "capped", "MAXLEN", "~", "100", "*", "n", str(i)) for i in range(700)]
+    replies = _both(server, redis_server, [
+        *cap, ("XLEN", "capped"),
+        ("XRANGE", "capped", "-", "+", "COUNT", "1"),
+        ("XADD", "capped", "MAXLEN", "~", "-1", "*", "n", "bad"),     # XADD's own error
+        ("XADD", "capped", "maxlen", "~", "100", "*", "n", "700"),
+        ("XLEN", "capped"),
+    ])
+    assert plain(replies[701]) < 700
