@@ -127,7 +127,13 @@ def _fast_batch(parts: list, i: int, size: int):
         if not m:
             return None
     nparts = m * stride
-    nbytes = sum(map(len, parts[i:i + nparts])) + 2 * nparts
+    # parts[i:] and their CRLFs make up the ``size`` bytes: count the batch's bytes
+    # directly, or as ``size`` less what follows it, whichever is the shorter pass.
+    rest = len(parts) - i - nparts
+    if rest < nparts:
+        nbytes = size - sum(map(len, parts[i + nparts:])) - 2 * (rest - 1)
+    else:
+        nbytes = sum(map(len, parts[i:i + nparts])) + 2 * nparts
     # The last request may end past the bytes received (its bulk's CRLF not yet here).
     if nbytes > size:
         m -= 1
