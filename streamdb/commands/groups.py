@@ -22,13 +22,13 @@ from itertools import islice
 from ..engine import MAX_ID, MIN_ID, Stream, format_id
 from ..engine.groups import ENTRIES_READ_INVALID, Consumer, ConsumerGroup, PendingEntry
 from ..engine.lag import advance_entries_read
-from ..protocol.reply import NULL_ARRAY, OK, CommandError, Status
+from ..protocol.reply import NULL_ARRAY, OK, CommandError, Raw, Status
 from .args import (eq, parse_int, parse_range_bound, parse_stream_id,
                    parse_strict_stream_id)
 from .context import BlockRequest, Ctx, syntax_error
 from .registry import command, subcommand
 from .streams import (XREAD_BLOCKED_DEFAULT_COUNT, _stream_key_positions, delete_with_policy,
-                      parse_policy_ids, parse_read_args, xread_reply)
+                      parse_policy_ids, parse_read_args, render_entry, xread_reply)
 
 __all__ = ["xclaim_effect", "setid_effect"]
 
@@ -315,7 +315,7 @@ def _deliver_new(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Co
     for sid, fv in got:
         if sid > g.last_id:
             advance_entries_read(s, g, sid)
-        out.append([format_id(sid), fv])
+        out.append(Raw(render_entry(sid, fv)))    # encoded once here: no walk of [id, [f, v ..]]
         if not noack:
             pe = g.add_pending(sid, consumer, now, 1)
             ctx.propagate(xclaim_effect(key, g, sid, pe))
