@@ -122,8 +122,14 @@ def _fast_batch(parts: list, i: int, size: int):
     bulks = region[1::2]
     lengths = list(map(_bulk_len, region[0::2]))
     if lengths != list(map(len, bulks)):
-        bad = next(k for k, (a, b) in enumerate(zip(lengths, map(len, bulks))) if a != b)
-        m = bad // argc
+        # Usually only the last request is cut short by the end of what arrived:
+        # check the others with one more pass before looking for the first bad one.
+        k = (m - 1) * argc
+        if lengths[:k] == list(map(len, bulks[:k])):
+            m -= 1
+        else:
+            bad = next(k for k, (a, b) in enumerate(zip(lengths, map(len, bulks))) if a != b)
+            m = bad // argc
         if not m:
             return None
     nparts = m * stride
