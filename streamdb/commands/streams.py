@@ -383,11 +383,11 @@ _NO_OPTIONS: list[bytes] = []
 
 
 def add_auto_id_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: dict,
-                    trim: TrimArgs | None) -> tuple[list[bytes], list | None] | None:
+                    trim: TrimArgs | None) -> tuple[list[bytes], list[list], list | None] | None:
     """Pipelined ``XADD key [MAXLEN ~ n] * field value ...`` requests (one
     ``xadd_run_form``), from one client or several, applied as a whole
-    (``Core.execute_xadd_runs``); returns their ids, in order, and the trim's
-    effect (or None).
+    (``Core.execute_xadd_runs``); returns their ids and field-value lists, in
+    order, and the trim's effect (or None).
 
     Executed one by one, each would take the id ``next_auto_id`` gives, at the
     same millisecond: ``first, first + 1, ...``, so the run's ids are a range
@@ -418,12 +418,12 @@ def add_auto_id_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: di
         return None
     sids = range(first, first + n)
     fields_from = 3 if trim is None else 6       # after "*" (see xadd_run_form)
-    s.extend(list(sids), [argv[fields_from:] for argv in run],
-             cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
+    fvs = [argv[fields_from:] for argv in run]
+    s.extend(list(sids), fvs, cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
     if created:
         db.set(key, s, keep_ttl=True)
     trimmed = trim_effect(key, s, trim) if trim is not None and apply_trim(s, trim) else None
-    return list(map(format_id, sids)), trimmed
+    return list(map(format_id, sids)), fvs, trimmed
 
 
 def idmp_settings(ctx: Ctx, s: Stream) -> tuple[int, int]:

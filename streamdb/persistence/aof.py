@@ -525,7 +525,7 @@ class Aof:
                 self.cur_db = int(argv[1])
 
     def flush(self) -> bool:
-        """End of turn: write this turn's frame; under 'always', ask the fsync thread to sync it.
+        """End of turn: write this turn's frame; under 'always', fsync it (``_sync_now``).
 
         Returns False when the frame could not be written (or, under 'always',
         synced): the caller holds the turn's replies and the frame is retried on

@@ -337,7 +337,7 @@ class Core:
     def emit_run(self, db_index: int, name: str, key: bytes, n: int,
                  effects: list[list[bytes]]) -> None:
         """``n`` commands a fast path applied itself (a replayed run of XADD effects,
-        a client's pipelined run of plain XADDs), all changing ``key`` and nothing else.
+        the turn's runs of XADDs on one key), all changing ``key`` and nothing else.
 
         Counted as if executed one by one, then ``effects`` go down the one
         effect path as independent commands (not wrapped in MULTI/EXEC: each was
@@ -399,7 +399,7 @@ class Core:
                                self.config.values, trim)
         if done is None:
             return [None] * len(runs)
-        ids, trimmed = done
+        ids, fvs, trimmed = done
         n = len(requests)
         elapsed_ns = (time.perf_counter_ns() - t0) // n
         self.stats.commands["xadd"].usec += elapsed_ns * n // 1000
@@ -410,8 +410,7 @@ class Core:
         last = self.current_client = mine[-1][0]
         effects = None
         if self.effect_sinks:
-            fields_from = 3 if trim is None else 6
-            effects = [[b"XADD", key, sid, *argv[fields_from:]] for sid, argv in zip(ids, requests)]
+            effects = [[b"XADD", key, sid, *fv] for sid, fv in zip(ids, fvs)]
             if trimmed is not None:
                 effects.append(trimmed)
         self.emit_run(dbi, "xadd", key, n, effects)

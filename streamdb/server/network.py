@@ -118,7 +118,7 @@ class Connection(asyncio.Protocol):
                 form = xadd_run_form(argv)
                 if form is not None and not self.server.loading:
                     self.deferred = True
-                    self.server.defer_xadd_run(self, self._gather_xadd_run(argv, form))
+                    self.server.defer_xadd_run(self, self._gather_xadd_run(argv, form), form)
                     break
                 if not self._execute(argv):
                     break
@@ -235,7 +235,7 @@ class Server:
         self._to_flush: dict[Connection, None] = {}
         self._flush_scheduled = False
         self._held: dict[Connection, None] = {}     # replies waiting for a durable write
-        # (connection, run of XADDs) applied at the end of the turn (defer_xadd_run).
+        # (connection, run of XADDs, its form) applied at the end of the turn (defer_xadd_run).
         self._xadd_runs: list = []
         self._retry_handle = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -259,11 +259,11 @@ class Server:
             self._flush_scheduled = True
             self.loop.call_soon(self._end_of_turn)
 
-    def defer_xadd_run(self, conn: Connection, run: list[list[bytes]]) -> None:
-        """Apply ``run`` (XADDs of one form on one key) at the end of this turn, together
-        with the other connections' runs on the same key: one engine call for all
-        (Core.execute_xadd_runs) instead of one per request."""
-        self._xadd_runs.append((conn, run))
+    def defer_xadd_run(self, conn: Connection, run: list[list[bytes]], form: list[bytes]) -> None:
+        """Apply ``run`` (XADDs of ``form``, streams.xadd_run_form, on one key) at the end
+        of this turn, together with the other connections' runs of that form on the same
+        key: one engine call for all (Core.execute_xadd_runs) instead of one per request."""
+        self._xadd_runs.append((conn, run, form))
         self.schedule_flush(conn)
 
     def _apply_deferred_xadds(self) -> None:
@@ -273,10 +273,8 @@ class Server:
         while self._xadd_runs:
             pending, self._xadd_runs = self._xadd_runs, []
             by_key: dict[tuple, list] = {}
-            for conn, run in pending:
-                first = run[0]      # one group per db, key and form (xadd_run_form)
-                form = () if first[2] == b"*" else tuple(first[2:5])
-                by_key.setdefault((conn.client.db, first[1], form), []).append((conn, run))
+            for conn, run, form in pending:
+                by_key.setdefault((conn.client.db, run[0][1], tuple(form)), []).append((conn, run))
             for group in by_key.values():
                 replies = core.execute_xadd_runs([(conn.client, run) for conn, run in group])
                 for (conn, run), ids in zip(group, replies):
