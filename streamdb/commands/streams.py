@@ -362,45 +362,38 @@ def xadd_run_form(argv: list[bytes]) -> list[bytes] | None:
     """The options of an XADD that a run may hold, or None for any other request.
 
     ``XADD key * field value ...`` gives ``[]``; ``XADD key MAXLEN ~ <n> * field
-    value ...`` gives ``[MAXLEN, ~, <n>]`` (the way producers cap a stream).  A
-    run is requests on one key with equal forms; anything else (another trim,
-    LIMIT, a policy, NOMKSTREAM, IDMP, an explicit id) goes through XADD itself.
+    value ...`` gives ``[MAXLEN, ~, <n>]`` (the way producers cap a stream);
+    ``XADD key IDMP <pid> <iid> * field value ...`` gives ``IDMP_FORM`` (the way
+    an exactly-once producer such as the Spark sink writes: pid and iid vary
+    from request to request).  A run is requests on one key with equal forms;
+    anything else (another trim, LIMIT, a policy, NOMKSTREAM, IDMPAUTO, IDMP with
+    a trim, an explicit id) goes through XADD itself.
     """
     n = len(argv)
     if n < 5 or argv[0] not in _XADD_NAMES:
         return None
     if argv[2] == b"*":
         return _NO_OPTIONS if n & 1 else None
-    if n >= 8 and not n & 1 and argv[5] == b"*" and argv[3] == b"~" \
-            and argv[2] in _MAXLEN_NAMES:
-        return argv[2:5]
+    if n >= 8 and not n & 1 and argv[5] == b"*":
+        if argv[3] == b"~" and argv[2] in _MAXLEN_NAMES:
+            return argv[2:5]
+        if argv[2] in _IDMP_NAMES:
+            return IDMP_FORM
     return None
 
 
 _XADD_NAMES = frozenset((b"XADD", b"xadd", b"Xadd"))
 _MAXLEN_NAMES = frozenset((b"MAXLEN", b"maxlen", b"Maxlen"))
+_IDMP_NAMES = frozenset((b"IDMP", b"idmp", b"Idmp"))
 _NO_OPTIONS: list[bytes] = []
+IDMP_FORM = [b"IDMP"]
 
 
-def add_auto_id_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: dict,
-                    trim: TrimArgs | None) -> tuple[list[bytes], list[list], list | None] | None:
-    """Pipelined ``XADD key [MAXLEN ~ n] * field value ...`` requests (one
-    ``xadd_run_form``), from one client or several, applied as a whole
-    (``Core.execute_xadd_runs``); returns their ids and field-value lists, in
-    order, and the trim's effect (or None).
-
-    Executed one by one, each would take the id ``next_auto_id`` gives, at the
-    same millisecond: ``first, first + 1, ...``, so the run's ids are a range
-    and ``Stream.extend`` adds all entries in one call.  The trim runs once, at
-    the end: an approximate MAXLEN removes whole nodes from the front while the
-    stream stays at or above n without them, and which nodes qualify only grows
-    as entries are added, so one trim at the end removes exactly what one trim
-    per request would have, as long as no request's LIMIT would have stopped
-    it: hence the run is refused when more than one LIMIT's worth could go.
-    Returns None, having changed nothing, where XADD itself must answer (wrong
-    type, a key with a TTL, ids running out, that limit): the caller then runs
-    each request through XADD.
-    """
+def _run_target(db, key: bytes, n: int, now_ms: int) -> tuple[Stream, bool, int] | None:
+    """(stream, whether it is new, first id) for a run of ``n`` auto-id XADDs on
+    ``key``: executed one by one at ``now_ms``, each would take the id
+    ``next_auto_id`` gives, so the run's ids are ``first, first + 1, ...``.
+    None where XADD itself must answer (a TTL, wrong type, ids running out)."""
     if key in db.expires:
         return None             # leave expiry rules to the ordinary path
     s = db.data.get(key)
@@ -410,11 +403,35 @@ def add_auto_id_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: di
     elif type(s) is not Stream:
         return None
     last = s.last_id
-    n = len(run)
-    if trim is not None and s.length + n - trim.maxlen > trim.limit:
-        return None
     first = now_ms << 64 if now_ms > last >> 64 else last + 1
     if last == MAX_ID or first + n - 1 > MAX_ID:
+        return None
+    return s, created, first
+
+
+def add_auto_id_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: dict,
+                    trim: TrimArgs | None) -> tuple[list[bytes], list[list], list | None] | None:
+    """Pipelined ``XADD key [MAXLEN ~ n] * field value ...`` requests (one
+    ``xadd_run_form``), from one client or several, applied as a whole
+    (``Core.execute_xadd_runs``); returns their ids and field-value lists, in
+    order, and the trim's effect (or None).
+
+    The run's ids are a range (``_run_target``), so ``Stream.extend`` adds all
+    entries in one call.  The trim runs once, at the end: an approximate MAXLEN
+    removes whole nodes from the front while the stream stays at or above n
+    without them, and which nodes qualify only grows as entries are added, so
+    one trim at the end removes exactly what one trim per request would have, as
+    long as no request's LIMIT would have stopped it: hence the run is refused
+    when more than one LIMIT's worth could go.  Returns None, having changed
+    nothing, where XADD itself must answer (wrong type, a key with a TTL, ids
+    running out, that limit): the caller then runs each request through XADD.
+    """
+    n = len(run)
+    target = _run_target(db, key, n, now_ms)
+    if target is None:
+        return None
+    s, created, first = target
+    if trim is not None and s.length + n - trim.maxlen > trim.limit:
         return None
     sids = range(first, first + n)
     fields_from = 3 if trim is None else 6       # after "*" (see xadd_run_form)
@@ -424,6 +441,59 @@ def add_auto_id_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: di
         db.set(key, s, keep_ttl=True)
     trimmed = trim_effect(key, s, trim) if trim is not None and apply_trim(s, trim) else None
     return list(map(format_id, sids)), fvs, trimmed
+
+
+_PID, _IID = itemgetter(3), itemgetter(4)
+
+
+def add_idmp_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: dict):
+    """Pipelined ``XADD key IDMP pid iid * field value ...`` requests (the IDMP
+    ``xadd_run_form``), applied as a whole like ``add_auto_id_run``.
+
+    Returns (the replies: each request's id, in order; the new entries'
+    field-value lists; (pid, iid, id) of each new entry), or None, having
+    changed nothing, where XADD itself must answer (as ``_run_target``, or an
+    empty pid or iid).  Each request is checked and recorded in turn, exactly
+    as XADD does it, so a pid/iid seen before, in the stream or earlier in the
+    run, adds nothing and answers the original id; the new entries (ids
+    consecutive from the first) then go into the stream in one call.
+    """
+    pids = list(map(_PID, run))
+    iids = list(map(_IID, run))
+    if b"" in pids or b"" in iids:
+        return None             # XADD's own error for it
+    target = _run_target(db, key, len(run), now_ms)
+    if target is None:
+        return None
+    s, created, sid = target
+    state = s.idmp
+    if state is None:
+        state = IdmpState()
+    duration, maxsize = state.effective(cfg["stream-idmp-duration"], cfg["stream-idmp-maxsize"])
+    lookup, record = state.lookup, state.record
+    replies: list[bytes] = []
+    new_ids: list[int] = []
+    fvs: list[list[bytes]] = []
+    records: list[tuple[bytes, bytes, bytes]] = []
+    for argv, pid, iid in zip(run, pids, iids):
+        hit = lookup(pid, iid, now_ms, duration)
+        if hit is not None:
+            state.duplicates += 1
+            replies.append(format_id(hit))
+            continue
+        record(pid, iid, sid, duration, maxsize)
+        reply = format_id(sid)
+        replies.append(reply)
+        records.append((pid, iid, reply))
+        new_ids.append(sid)
+        fvs.append(argv[6:])            # after "*" (see xadd_run_form)
+        sid += 1
+    if new_ids:
+        s.idmp = state
+        s.extend(new_ids, fvs, cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
+        if created:
+            db.set(key, s, keep_ttl=True)
+    return replies, fvs, records
 
 
 def idmp_settings(ctx: Ctx, s: Stream) -> tuple[int, int]:

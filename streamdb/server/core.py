@@ -32,7 +32,8 @@ from .. import log
 from ..commands import registry
 from ..commands.context import BlockRequest, Ctx
 from ..commands.observe import Observer
-from ..commands.streams import add_auto_id_run, apply_xadd_effects, parse_trim_args
+from ..commands.streams import (IDMP_FORM, add_auto_id_run, add_idmp_run, apply_xadd_effects,
+                               parse_trim_args, xadd_run_form)
 from ..config import Config
 from ..engine import Keyspace
 from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status
@@ -335,7 +336,7 @@ class Core:
     # -- effects ------------------------------------------------------------------
 
     def emit_run(self, db_index: int, name: str, key: bytes, n: int,
-                 effects: list[list[bytes]]) -> None:
+                 effects: list[list[bytes]], dirty: int | None = None) -> None:
         """``n`` commands a fast path applied itself (a replayed run of XADD effects,
         the turn's runs of XADDs on one key), all changing ``key`` and nothing else.
 
@@ -343,13 +344,16 @@ class Core:
         effect path as independent commands (not wrapped in MULTI/EXEC: each was
         one command); what ``_emit`` would do per effect (WATCH, blocked
         clients) is done once for the key.  With no sink to feed, the caller may
-        pass no effects at all.
+        pass no effects at all.  ``dirty``: how many of the commands changed
+        something, when not all of them did.
         """
         stats = self.stats.commands[name]
         stats.calls += n
         self.stats.commands_processed += n
-        self.dirty += n
-        self._key_changed(self.keyspace.dbs[db_index], db_index, key)
+        dirty = n if dirty is None else dirty
+        self.dirty += dirty
+        if dirty:                       # (IDMP duplicates alone change nothing)
+            self._key_changed(self.keyspace.dbs[db_index], db_index, key)
         if effects:
             for sink in self.effect_sinks:
                 sink(db_index, effects)
@@ -357,11 +361,11 @@ class Core:
             self.serve_ready_keys()     # a replica's blocked readers
 
     def execute_xadd_runs(self, runs: list[tuple[Client, list[list[bytes]]]]) -> list:
-        """Runs of ``XADD key [MAXLEN ~ n] * field value ...`` requests on one key
-        of one db, all of one ``streams.xadd_run_form``, pipelined by one client
-        or arriving from several in one loop turn, applied as a whole; returns,
-        per (client, run), its replies (the ids), or None: run those requests
-        one by one.
+        """Runs of ``XADD key [MAXLEN ~ n | IDMP pid iid] * field value ...``
+        requests on one key of one db, all of one ``streams.xadd_run_form``,
+        pipelined by one client or arriving from several in one loop turn,
+        applied as a whole; returns, per (client, run), its replies (the ids), or
+        None: run those requests one by one.
 
         The same as ``execute`` of each request in turn, the runs in the order
         given: one ``Stream.extend`` adds every entry (then one trim), and the
@@ -371,7 +375,7 @@ class Core:
         wherever a check ``execute`` makes could answer differently, for a client
         (MULTI, ACL rules, AUTH) or for all (a blocked reader of the key, served
         after the first entry one by one; -OOM, READONLY, a refused write; bad
-        options, a TTL or wrong type, in ``add_auto_id_run``); and for a lone
+        options, a TTL or wrong type, in ``add_auto_id_run``/``add_idmp_run``); and for a lone
         request, cheaper through ``execute``.
         """
         client, run = runs[0]
@@ -389,17 +393,27 @@ class Core:
         requests = mine[0][1] if len(mine) == 1 else [argv for _, run in mine for argv in run]
         now = int(self.clock() * 1000)
         t0 = time.perf_counter_ns()
-        trim = None
-        if first[2] != b"*":            # MAXLEN ~ n: XADD's own parsing, once for the run
-            try:
-                trim = parse_trim_args(Ctx(self, client, now, first), first, xadd=True)
-            except CommandError:
+        db = self.keyspace.dbs[dbi]
+        cfg = self.config.values
+        trim = trimmed = None
+        records = ()
+        if xadd_run_form(first) is IDMP_FORM:
+            done = add_idmp_run(db, key, requests, now, cfg)
+            if done is None:
                 return [None] * len(runs)
-        done = add_auto_id_run(self.keyspace.dbs[dbi], key, requests, now,
-                               self.config.values, trim)
-        if done is None:
-            return [None] * len(runs)
-        ids, fvs, trimmed = done
+            ids, fvs, records = done
+            changed = len(records)
+        else:
+            if first[2] != b"*":        # MAXLEN ~ n: XADD's own parsing, once for the run
+                try:
+                    trim = parse_trim_args(Ctx(self, client, now, first), first, xadd=True)
+                except CommandError:
+                    return [None] * len(runs)
+            done = add_auto_id_run(db, key, requests, now, cfg, trim)
+            if done is None:
+                return [None] * len(runs)
+            ids, fvs, trimmed = done
+            changed = len(ids)
         n = len(requests)
         elapsed_ns = (time.perf_counter_ns() - t0) // n
         self.stats.commands["xadd"].usec += elapsed_ns * n // 1000
@@ -410,10 +424,15 @@ class Core:
         last = self.current_client = mine[-1][0]
         effects = None
         if self.effect_sinks:
-            effects = [[b"XADD", key, sid, *fv] for sid, fv in zip(ids, fvs)]
-            if trimmed is not None:
-                effects.append(trimmed)
-        self.emit_run(dbi, "xadd", key, n, effects)
+            if records:                 # IDMP: each new entry, then its record (as XADD does)
+                effects = []
+                for fv, (pid, iid, sid) in zip(fvs, records):
+                    effects += ([b"XADD", key, sid, *fv], [b"XIDMPRECORD", key, pid, iid, sid])
+            else:
+                effects = [[b"XADD", key, sid, *fv] for sid, fv in zip(ids, fvs)]
+                if trimmed is not None:
+                    effects.append(trimmed)
+        self.emit_run(dbi, "xadd", key, n, effects, dirty=changed)
         replies = []
         at = 0
         for (c, run), ok in zip(runs, taken):

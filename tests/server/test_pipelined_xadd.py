@@ -230,3 +230,63 @@ def test_a_capped_producer_pipeline(server, redis_server):
         ("XLEN", "capped"),
     ])
     assert plain(replies[701]) < 700
+
+
+def _xinfo_idmp(c: RawClient, key: str) -> dict:
+    info = plain(c.call("XINFO", "STREAM", key))
+    fields = dict(zip(info[0::2], info[1::2]))
+    return {k: fields[k] for k in (b"length", b"pids-tracked", b"iids-tracked",
+                                   b"iids-added", b"iids-duplicates")}
+
+
+def test_an_idmp_pipeline_answers_as_xadd_does_one_by_one(server):
+    """``XADD key IDMP pid iid * ..`` pipelined (the Spark sink's exactly-once form)
+    is applied as a run.  Redis 7.0 has no IDMP, so the reference is StreamDB
+    itself with the same requests sent one round trip at a time (never a run)."""
+    def requests(key):
+        reqs = [("XADD", key, "IDMP", "p", str(i % 7), "*", "n", str(i)) for i in range(20)]
+        reqs[5] = ("XADD", key, "IDMP", "", "1", "*", "n", "x")        # XADD's own error
+        reqs[9] = ("XADD", key, "IDMP", "q", "1", "*", "n", "x", "y")  # odd field count
+        return reqs
+    c = RawClient(server.port)
+    c.call("FLUSHALL")
+    one_by_one = [c.call(*r) for r in requests("single")]
+    piped = _pipeline(server.port, requests("piped"))
+    assert _mask_ids(piped) == _mask_ids(one_by_one)
+    # A repeated pid/iid (earlier in the same pipeline) answers the first one's id.
+    ids = [plain(r) for r in piped]
+    first_of, duplicates = {}, 0
+    for k, r in enumerate(requests("piped")):
+        if k in (5, 9):
+            assert piped[k][0] == b"-"
+            continue
+        if r[4] in first_of:
+            assert ids[k] == ids[first_of[r[4]]]
+            duplicates += 1
+        else:
+            first_of[r[4]] = k
+    assert duplicates == 11
+    assert len(set(ids) - {piped[5][1], piped[9][1]}) == 7
+    assert _xinfo_idmp(c, "piped") == _xinfo_idmp(c, "single")
+    assert _xinfo_idmp(c, "piped")[b"iids-duplicates"] == duplicates
+    c.close()
+
+
+def test_an_idmp_run_survives_kill_9(tmp_path):
+    """The run's XADD + XIDMPRECORD effects reach the AOF: after kill -9 the same
+    pipeline is answered entirely as duplicates, with the original ids."""
+    # A producer id per 100 iids (stream-idmp-maxsize), as the Spark sink does it.
+    pipeline = [("XADD", "s", "IDMP", f"job-1:{i // 100}", str(i), "*", "n", str(i))
+                for i in range(300)]
+    with ServerProcess(tmp_path / "d", "--appendonly", "yes", "--appendfsync", "always",
+                       "--save", "") as srv:
+        first = [plain(r) for r in _pipeline(srv.port, pipeline)]
+        assert all(ID.match(i) for i in first) and len(set(first)) == 300
+        srv.kill9()
+        srv.start()
+        again = [plain(r) for r in _pipeline(srv.port, pipeline)]
+        assert again == first
+        c = RawClient(srv.port)
+        assert plain(c.call("XLEN", "s")) == 300
+        assert _xinfo_idmp(c, "s")[b"iids-duplicates"] == 300
+        c.close()

@@ -77,3 +77,54 @@ def test_a_trim_one_limit_would_stop_is_left_to_xadd():
     run = [_b("XADD", "s", "MAXLEN", "~", "10", "*", "n", "x") for _ in range(3)]
     assert core.execute_xadd_runs([(c, run)]) == [None]
     assert core.execute(c, _b("XLEN", "s")) == 1000
+
+
+idmp_runs = st.lists(st.tuples(
+    st.lists(st.tuples(st.sampled_from(["p1", "p2", "p3"]), st.integers(0, 12)),
+             min_size=1, max_size=25),                   # (pid, iid) of each request
+    st.sampled_from([0, 0, 0.001, 1, 30]),               # clock step before it
+    st.integers(1, 3),                                   # clients it is split over
+), min_size=1, max_size=10)
+
+
+@settings(max_examples=150, deadline=None)
+@given(idmp_runs, st.sampled_from([3, 100]), st.sampled_from([2, 5, 100]),
+       st.sampled_from([10, 100]))
+def test_idmp_runs_equal_one_by_one(plan, node_entries, maxsize, duration):
+    """``XADD key IDMP pid iid * ..`` runs (the Spark sink's form): pid/iids repeat
+    within a run and across runs, so duplicates, size evictions (small maxsize)
+    and expiries (clock steps past the duration) all happen; replies, digest
+    (which includes the IDMP maps) and effect replay must match XADD's."""
+    one_clock, run_clock = FakeClock(), FakeClock()
+    one, batched = _engine(one_clock, node_entries), _engine(run_clock, node_entries)
+    for core in (one, batched):
+        core.config.set("stream-idmp-maxsize", str(maxsize))
+        core.config.set("stream-idmp-duration", str(duration))
+    recorder = Recorder()
+    batched.effect_sinks.append(recorder)
+    a = one.new_client()
+    clients = [batched.new_client() for _ in range(3)]
+    for pairs, step, split in plan:
+        one_clock.t += step
+        run_clock.t += step
+        requests = [_b("XADD", "s", "IDMP", pid, iid, "*", "n", iid) for pid, iid in pairs]
+        parts = [p for p in (requests[k::split] for k in range(split)) if p]
+        one_dirty, batched_dirty = one.dirty, batched.dirty
+        expected = [[one.execute(a, list(r)) for r in p] for p in parts]
+        got = batched.execute_xadd_runs([(clients[k], p) for k, p in enumerate(parts)])
+        if len(requests) == 1:          # a lone request is left to execute
+            assert got == [None]
+            got = [[batched.execute(clients[0], list(requests[0]))]]
+        assert got == expected
+        assert digest_keyspace(batched) == digest_keyspace(one)
+        # Duplicates change nothing: only new entries count as changes.
+        assert batched.dirty - batched_dirty == one.dirty - one_dirty
+        # XINFO STREAM's IDMP counters (duplicates among them) agree too.
+        info = _b("XINFO", "STREAM", "s")
+        assert batched.execute(clients[0], info) == one.execute(a, info)
+    fresh = Core(clock=FakeClock())
+    fresh.config.set("stream-node-max-entries", str(node_entries))
+    fresh.config.set("stream-idmp-maxsize", str(maxsize))
+    fresh.config.set("stream-idmp-duration", str(duration))
+    replay(recorder.batches, fresh)
+    assert digest_keyspace(fresh) == digest_keyspace(batched)
