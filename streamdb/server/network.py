@@ -13,6 +13,7 @@ pipelined requests wait in its parser, as in Redis.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 from .. import log
@@ -100,7 +101,19 @@ class Connection(asyncio.Protocol):
             self.transport.close()
             self.closing = True
             return
+        server = self.server
+        if server.loading:      # (recovery keeps the GC off itself while loading)
+            self.process()
+            return
+        # No cyclic GC until the end of the turn: a turn's parsed requests (and
+        # the XADD runs that wait for its end) are thousands of lists that all
+        # die then; a young collection in the middle of the turn would walk them
+        # and promote them for older passes to walk again.  The collection that
+        # is due runs after the turn (_end_of_turn), on survivors only.
+        gc.disable()
         self.process()
+        if not server.turn_pending():
+            gc.enable()     # nothing ends this turn (a partial request): no reason to wait
 
     # -- request processing -------------------------------------------------------
 
@@ -253,6 +266,10 @@ class Server:
 
     # -- turn structure -----------------------------------------------------------
 
+    def turn_pending(self) -> bool:
+        """Whether this turn's end (``_end_of_turn``) is scheduled."""
+        return self._flush_scheduled
+
     def schedule_flush(self, conn: Connection) -> None:
         self._to_flush[conn] = None
         if not self._flush_scheduled:
@@ -283,6 +300,8 @@ class Server:
     def _end_of_turn(self) -> None:
         if self._xadd_runs:
             self._apply_deferred_xadds()     # before the AOF hook: their effects are this turn's
+        if not self.loading:
+            gc.enable()                      # the turn's requests are gone (see data_received)
         self._flush_scheduled = False
         durable = True
         for hook in self.before_reply_hooks:
