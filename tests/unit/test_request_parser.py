@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import streamdb.protocol.request as request_module
 from streamdb.protocol.request import ProtocolError, RequestParser, split_inline_args
 
 
@@ -314,9 +315,23 @@ def _drain(p: RequestParser, limit: int | None = None):
 
 @settings(max_examples=400, deadline=None)
 @given(_requests, st.lists(st.integers(1, 400), min_size=1, max_size=6),
-       st.lists(st.integers(0, 5), min_size=1, max_size=6))
-def test_batches_match_the_general_parser(requests, cuts, takes):
+       st.lists(st.integers(0, 5), min_size=1, max_size=6),
+       st.sampled_from([None, 1, 7, 19, 40, 64, 100]))
+def test_batches_match_the_general_parser(requests, cuts, takes, window):
+    """``window``: the fast path's split window (request._WINDOW, 32 KiB) made
+    small, so that its edges fall inside requests, headers and CRLFs."""
     data = b"".join(requests)
+    if window is not None:
+        saved, request_module._WINDOW = request_module._WINDOW, window
+        try:
+            _compare_batches(data, cuts, takes)
+        finally:
+            request_module._WINDOW = saved
+    else:
+        _compare_batches(data, cuts, takes)
+
+
+def _compare_batches(data: bytes, cuts: list[int], takes: list[int]) -> None:
 
     def run(parser: RequestParser):
         got, i, k = [], 0, 0
