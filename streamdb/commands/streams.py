@@ -351,7 +351,7 @@ def apply_xadd_effects(core, client, commands: list[list[bytes]], i: int) -> int
                  cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
         if created:
             db.set(key, s, keep_ttl=True)
-        core.emit_run(client.db, "xadd", key, n, run)
+        core.emit_run(client.db, "xadd", key, n, lambda: run)
     return n
 
 

@@ -55,7 +55,7 @@ class Persistence:
             except SnapshotError as e:
                 raise RecoveryError(f"Fatal error loading the snapshot: {e}") from None
             covered = info.get("aof_seq") if info else None
-            core.effect_sinks.append(snap.sink)
+            core.effect_sinks.append(snap)
             if aof is not None:
                 core.extra["aof"] = aof
                 try:

@@ -252,9 +252,15 @@ class Snapshotter:
         self.last_save_time = int(core.clock())
         core.extra["last_save_time"] = self.last_save_time
 
-    # -- the effect sink ----------------------------------------------------------
+    # -- the effect sink (Core.effect_sinks) ---------------------------------------
 
-    def sink(self, db: int, effects: list[list[bytes]]) -> None:
+    def key_changed(self, db: int, key: bytes) -> None:
+        """A fast path's run of effects changed ``key`` and nothing else
+        (Core.emit_run): all this sink needs, without the effects being built."""
+        if not self.full:
+            self.dirty.add((db, key))
+
+    def __call__(self, db: int, effects: list[list[bytes]]) -> None:
         if self.full:
             return        # the next snapshot writes every key anyway: nothing to track
         cur = db

@@ -103,6 +103,8 @@ class Core:
         # (db, key) -> deque of blocked clients, FIFO
         self.blocking_keys: dict[tuple[int, bytes], deque] = {}
         self.ready_keys: dict[tuple[int, bytes], None] = {}   # ordered set
+        # Where effects go (_emit, emit_run): callables (db, effects): the AOF,
+        # replication, the snapshot's changed-key tracker (see emit_run).
         self.effect_sinks: list[Callable[[int, list[list[bytes]]], None]] = []
         self.on_client_blocked: Callable[[Client], None] | None = None
         self.on_client_unblocked: Callable[[Client], None] | None = None
@@ -336,15 +338,17 @@ class Core:
     # -- effects ------------------------------------------------------------------
 
     def emit_run(self, db_index: int, name: str, key: bytes, n: int,
-                 effects: list[list[bytes]], dirty: int | None = None) -> None:
+                 make_effects: Callable[[], list[list[bytes]]], dirty: int | None = None) -> None:
         """``n`` commands a fast path applied itself (a replayed run of XADD effects,
         the turn's runs of XADDs on one key), all changing ``key`` and nothing else.
 
-        Counted as if executed one by one, then ``effects`` go down the one
+        Counted as if executed one by one, then their effects go down the one
         effect path as independent commands (not wrapped in MULTI/EXEC: each was
         one command); what ``_emit`` would do per effect (WATCH, blocked
-        clients) is done once for the key.  With no sink to feed, the caller may
-        pass no effects at all.  ``dirty``: how many of the commands changed
+        clients) is done once for the key.  ``make_effects()`` builds the
+        effects, only if a sink needs them: a sink with a ``key_changed(db,
+        key)`` method (one that tracks which keys changed, like the snapshot's)
+        is told the key instead.  ``dirty``: how many of the commands changed
         something, when not all of them did.
         """
         stats = self.stats.commands[name]
@@ -352,11 +356,18 @@ class Core:
         self.stats.commands_processed += n
         dirty = n if dirty is None else dirty
         self.dirty += dirty
-        if dirty:                       # (IDMP duplicates alone change nothing)
-            self._key_changed(self.keyspace.dbs[db_index], db_index, key)
-        if effects:
-            for sink in self.effect_sinks:
-                sink(db_index, effects)
+        if not dirty:
+            return                      # (IDMP duplicates alone change nothing)
+        self._key_changed(self.keyspace.dbs[db_index], db_index, key)
+        effects = None
+        for sink in self.effect_sinks:
+            key_changed = getattr(sink, "key_changed", None)
+            if key_changed is not None:
+                key_changed(db_index, key)
+                continue
+            if effects is None:
+                effects = make_effects()
+            sink(db_index, effects)
         if self.ready_keys:
             self.serve_ready_keys()     # a replica's blocked readers
 
@@ -422,17 +433,19 @@ class Core:
             c.last_ms = now
             c.last_cmd = "xadd"
         last = self.current_client = mine[-1][0]
-        effects = None
-        if self.effect_sinks:
+
+        def make_effects() -> list[list[bytes]]:
             if records:                 # IDMP: each new entry, then its record (as XADD does)
                 effects = []
                 for fv, (pid, iid, sid) in zip(fvs, records):
                     effects += ([b"XADD", key, sid, *fv], [b"XIDMPRECORD", key, pid, iid, sid])
-            else:
-                effects = [[b"XADD", key, sid, *fv] for sid, fv in zip(ids, fvs)]
-                if trimmed is not None:
-                    effects.append(trimmed)
-        self.emit_run(dbi, "xadd", key, n, effects, dirty=changed)
+                return effects
+            effects = [[b"XADD", key, sid, *fv] for sid, fv in zip(ids, fvs)]
+            if trimmed is not None:
+                effects.append(trimmed)
+            return effects
+
+        self.emit_run(dbi, "xadd", key, n, make_effects, dirty=changed)
         replies = []
         at = 0
         for (c, run), ok in zip(runs, taken):
