@@ -41,6 +41,9 @@ _ELEMENT_OVERHEAD = 2
 _ENTRY_OVERHEAD = 6
 
 _DECODED_CACHE_SIZE = 64
+# Stream.range_rendered renders a whole node at once (render_all) when a read
+# wants at least this many of its entries unrendered; fewer, one by one.
+_RENDER_ALL_FROM = 16
 _FIELDS = itemgetter(slice(None, None, 2))   # fv[0::2]
 _VALUES = itemgetter(slice(1, None, 2))      # fv[1::2]
 
@@ -387,13 +390,16 @@ class Stream:
                 i -= 1
         return out
 
-    def range_rendered(self, start: int, end: int, count: int, rev: bool, render) -> list:
+    def range_rendered(self, start: int, end: int, count: int, rev: bool, render,
+                       render_all=None) -> list:
         """Like range(), but each live entry as ``render(id, fields)``, memoized per node.
 
         Entries never change once added (deletion only marks them), so a
         rendering stays valid for the node's life; it is dropped with the node's
         decoded form.  ``render`` must be one fixed pure function (the reply
-        encoder of XRANGE): memos are shared by every caller.
+        encoder of XRANGE): memos are shared by every caller.  ``render_all(ids,
+        entries)``, if given, is ``render`` of a whole node's entries at once (a
+        list): used where a read wants many of a node's entries unrendered.
         """
         out: list = []
         if start > end or not self.length:
@@ -428,9 +434,12 @@ class Stream:
                 # No deletions here: the wanted entries are one slice of the memo.
                 chunk = memo[lo:hi]
                 if None in chunk:
-                    for k in range(lo, hi):
-                        if memo[k] is None:
-                            memo[k] = render(ids[k], entries[k])
+                    if render_all is not None and hi - lo >= _RENDER_ALL_FROM:
+                        memo[:] = render_all(ids, entries)
+                    else:
+                        for k in range(lo, hi):
+                            if memo[k] is None:
+                                memo[k] = render(ids[k], entries[k])
                     chunk = memo[lo:hi]
                 if step == -1:
                     chunk.reverse()

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+import streamdb.engine.stream as stream_module
+from streamdb.commands.streams import render_entries, render_entry
 from streamdb.engine.ids import MAX_ID, MIN_ID, make_id
 from streamdb.engine.stream import Stream
 
@@ -139,6 +141,26 @@ class StreamModel(RuleBasedStateMachine):
             sel = sel[:count]
         assert [(sid, list(fv)) for sid, fv in got] == sel
 
+    @rule(lo_ms=st.integers(0, 40), hi_ms=st.integers(0, 40),
+          count=st.sampled_from([0, 0, 1, 3, 20]), rev=st.booleans(),
+          whole_from=st.sampled_from([1, 2, 16]))
+    def rendered_ranges(self, lo_ms, hi_ms, count, rev, whole_from):
+        """XRANGE's path: entries rendered one by one or a node at a time
+        (render_entries, from ``whole_from`` wanted entries on), memoized."""
+        lo, hi = make_id(lo_ms, 0), make_id(hi_ms, 2**64 - 1)
+        saved, stream_module._RENDER_ALL_FROM = stream_module._RENDER_ALL_FROM, whole_from
+        try:
+            got = self.s.range_rendered(lo, hi, count, rev, render_entry, render_entries)
+        finally:
+            stream_module._RENDER_ALL_FROM = saved
+        ids = self.ids()
+        sel = self.model[bisect_left(ids, lo):bisect_right(ids, hi)]
+        if rev:
+            sel = sel[::-1]
+        if count:
+            sel = sel[:count]
+        assert got == [render_entry(sid, fv) for sid, fv in sel]
+
     @rule(ms=st.integers(0, 40), seq=st.integers(0, 3))
     def get(self, ms, seq):
         sid = make_id(ms, seq)
@@ -195,3 +217,26 @@ def test_deleting_every_entry_of_a_node_drops_it():
     assert len(s.nodes) == 2
     assert [sid >> 64 for sid, _ in s] == [1, 2, 3, 7]
     assert s.max_deleted_id == make_id(6, 0)
+
+
+_elements = st.binary(max_size=6) | st.sampled_from([b"%", b"%d", b"%s", b"%b", b"$3\r\n", b""])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 2**128 - 1), max_size=12),
+       st.lists(_elements, min_size=1, max_size=3),
+       st.lists(st.lists(_elements, min_size=1, max_size=3), max_size=12),
+       st.booleans())
+def test_render_entries_is_render_entry_of_each(ids, names, values, mixed):
+    """A node's worth at once (the %-template built from the field names, which
+    may hold '%' themselves) gives exactly what one render_entry call per entry
+    gives; entries with other field names take the one-by-one way."""
+    entries = []
+    for k, vals in enumerate(values[:len(ids)]):
+        fields = names[:1] if mixed and k % 2 else names
+        fv = []
+        for j, name in enumerate(fields):
+            fv += [name, vals[j % len(vals)]]
+        entries.append(fv)
+    ids = sorted(ids)[:len(entries)]
+    assert render_entries(ids, entries) == [render_entry(i, fv) for i, fv in zip(ids, entries)]
