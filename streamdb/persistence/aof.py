@@ -46,15 +46,16 @@ import re
 import threading
 import time
 import zlib
-from itertools import chain
+from itertools import chain, groupby
+from operator import itemgetter
 
 import hiredis
 
 from .. import log
 from .child import fork_child, reap
 
-__all__ = ["Aof", "AofError", "encode_command", "read_segment", "Manifest", "FRAME_HEADER_MAX",
-           "state_commands", "write_base"]
+__all__ = ["Aof", "AofError", "encode_command", "encode_commands", "last_select", "read_segment",
+           "Manifest", "FRAME_HEADER_MAX", "state_commands", "write_base"]
 
 SEGMENT_MAGIC = b"#SDBAOF 1\r\n"
 MANIFEST_MAGIC = "#SDBMANIFEST 1"
@@ -70,6 +71,47 @@ def encode_command(argv: list[bytes]) -> bytes:
     for a in argv:
         parts.append(b"$%d\r\n%s\r\n" % (len(a), a))
     return b"".join(parts)
+
+
+_TEMPLATE_FROM = 4      # commands of one length before encode_commands uses a template
+_templates: dict[int, bytes] = {}
+_HEAD = itemgetter(0)
+
+
+def encode_commands(commands: list[list[bytes]]) -> bytes:
+    """``encode_command`` of each command, concatenated: a batch of effects
+    for the AOF or the replication stream.
+
+    Consecutive commands with the same number of arguments (a run of XADD
+    effects, the usual batch) are encoded through one %-template of that many
+    bulks, its arguments zipped from columns (C-level passes), not a Python
+    loop over every argument: the AOF's encoding was 7% of an everysec
+    server's time under XADD.
+    """
+    if len(commands) < _TEMPLATE_FROM:
+        return b"".join(map(encode_command, commands))
+    out: list[bytes] = []
+    for argc, group in groupby(commands, len):
+        group = list(group)
+        if len(group) < _TEMPLATE_FROM:
+            out += map(encode_command, group)
+            continue
+        template = _templates.get(argc)
+        if template is None:
+            template = _templates[argc] = b"*%d\r\n" % argc + b"$%d\r\n%b\r\n" * argc
+        columns: list = []
+        for j in range(argc):
+            column = list(map(itemgetter(j), group))
+            columns += (map(len, column), column)
+        out += map(template.__mod__, zip(*columns))
+    return b"".join(out)
+
+
+def last_select(commands: list[list[bytes]]) -> int | None:
+    """The db the last SELECT among ``commands`` selects, or None if none does."""
+    if b"SELECT" not in map(_HEAD, commands):
+        return None
+    return next(int(argv[1]) for argv in reversed(commands) if argv[0] == b"SELECT")
 
 
 def segment_seq(name: str) -> int:
@@ -519,10 +561,10 @@ class Aof:
         if db != self.cur_db:
             self.buf.append(encode_command([b"SELECT", b"%d" % db]))
             self.cur_db = db
-        for argv in effects:
-            self.buf.append(encode_command(argv))
-            if argv[0] == b"SELECT":
-                self.cur_db = int(argv[1])
+        self.buf.append(encode_commands(effects))
+        selected = last_select(effects)
+        if selected is not None:
+            self.cur_db = selected
 
     def flush(self) -> bool:
         """End of turn: write this turn's frame; under 'always', fsync it (``_sync_now``).

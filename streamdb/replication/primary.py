@@ -31,7 +31,7 @@ from collections import deque
 
 from .. import log
 from ..commands.context import BlockRequest
-from ..persistence.aof import encode_command
+from ..persistence.aof import encode_command, encode_commands, last_select
 from ..protocol.reply import OK, CommandError, Raw
 from . import state
 from .fullsync import PayloadTransfer
@@ -129,15 +129,14 @@ class Replication:
         """Effect sink: one command's (or transaction's) effects into the stream."""
         if self.core.is_replica:
             return      # a replica's stream is its primary's bytes (feed_proxied)
-        parts = []
+        data = encode_commands(effects)
         if db != self.cur_db:
-            parts.append(encode_command([b"SELECT", b"%d" % db]))
+            data = encode_command([b"SELECT", b"%d" % db]) + data
             self.cur_db = db
-        for argv in effects:
-            parts.append(encode_command(argv))
-            if argv[0] == b"SELECT":
-                self.cur_db = int(argv[1])
-        self._feed(b"".join(parts) if len(parts) > 1 else parts[0])
+        selected = last_select(effects)
+        if selected is not None:
+            self.cur_db = selected
+        self._feed(data)
         writer = self.core.current_client
         if writer is not None:
             writer.woff = self.offset

@@ -13,10 +13,12 @@ import random
 
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamdb.commands.server import digest_keyspace
 from streamdb.persistence import codec
-from streamdb.persistence.aof import state_commands
+from streamdb.persistence.aof import encode_command, encode_commands, last_select, state_commands
 from streamdb.protocol.reply import OK
 from streamdb.protocol.request import RequestParser
 from streamdb.server.core import Core
@@ -159,3 +161,21 @@ def test_a_crafted_piece_from_a_client_is_refused():
     crafted = codec._seal(msgpack.packb(doc, use_bin_type=True))
     assert _refused(core.execute(c, [b"RESTORE", b"copy", b"0", crafted]))
     assert core.execute(c, argv("XLEN", "copy")) == 2
+
+
+_args = st.binary(max_size=8) | st.sampled_from([b"%", b"%d", b"%b", b"\r\n", b"SELECT", b"XADD"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(
+    st.lists(_args, min_size=1, max_size=5),
+    st.integers(0, 15).map(lambda db: [b"SELECT", b"%d" % db]),
+    st.just([b"XADD", b"k", b"1-1", b"f", b"v"])), max_size=30))
+def test_encode_commands_is_encode_command_of_each(commands):
+    """A batch of effects encoded at once (runs of one length through a template,
+    arguments that look like % directives included) is byte for byte the
+    commands encoded one by one; last_select finds the db a batch ends in."""
+    assert encode_commands(commands) == b"".join(encode_command(c) for c in commands)
+    selects = [int(c[1]) for c in commands if c[0] == b"SELECT" and len(c) == 2 and c[1].isdigit()]
+    if all(len(c) == 2 and c[1].isdigit() for c in commands if c[0] == b"SELECT"):
+        assert last_select(commands) == (selects[-1] if selects else None)
