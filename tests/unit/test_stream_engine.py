@@ -133,13 +133,15 @@ class StreamModel(RuleBasedStateMachine):
     def ranges(self, lo_ms, hi_ms, count, rev):
         lo, hi = make_id(lo_ms, 0), make_id(hi_ms, 2**64 - 1)
         got = self.s.range(lo, hi, count, rev)
+        assert [(sid, list(fv)) for sid, fv in got] == self.expected_range(lo, hi, count, rev)
+
+    def expected_range(self, lo: int, hi: int, count: int, rev: bool) -> list:
+        """The model's entries with lo <= id <= hi, as XRANGE (or XREVRANGE) orders them."""
         ids = self.ids()
         sel = self.model[bisect_left(ids, lo):bisect_right(ids, hi)]
         if rev:
             sel = sel[::-1]
-        if count:
-            sel = sel[:count]
-        assert [(sid, list(fv)) for sid, fv in got] == sel
+        return sel[:count] if count else sel
 
     @rule(lo_ms=st.integers(0, 40), hi_ms=st.integers(0, 40),
           count=st.sampled_from([0, 0, 1, 3, 20]), rev=st.booleans(),
@@ -153,13 +155,7 @@ class StreamModel(RuleBasedStateMachine):
             got = self.s.range_rendered(lo, hi, count, rev, render_entry, render_entries)
         finally:
             stream_module._RENDER_ALL_FROM = saved
-        ids = self.ids()
-        sel = self.model[bisect_left(ids, lo):bisect_right(ids, hi)]
-        if rev:
-            sel = sel[::-1]
-        if count:
-            sel = sel[:count]
-        assert got == [render_entry(sid, fv) for sid, fv in sel]
+        assert got == [render_entry(sid, fv) for sid, fv in self.expected_range(lo, hi, count, rev)]
 
     @rule(ms=st.integers(0, 40), seq=st.integers(0, 3))
     def get(self, ms, seq):
