@@ -45,35 +45,30 @@ def render_entry(sid: int, fv: list) -> bytes:
 
 
 _ID_TEXT = b"%d-%d".__mod__
-_NAMES = itemgetter(slice(None, None, 2))     # fv[0::2]
 
 
-def render_entries(ids: list[int], entries: list[list]) -> list[bytes]:
-    """``render_entry`` of each entry, computed for all of them at once: a
-    node's worth for XRANGE (Stream.range_rendered's ``render_all``).
+def render_columns(ids: list[int], names: list[bytes], columns: list) -> list[bytes]:
+    """``render_entry`` of each of a node's entries, all of them with the field
+    ``names`` and ``columns[j]`` holding every entry's value of field j (the
+    form ``Node.columns`` gives): XRANGE's rendering of a whole node
+    (Stream.range_rendered's ``render_all``).
 
-    When the entries have the same field names (the usual node), the names go
-    into one %-template of the entry's reply, escaped, and each entry is one
-    ``template % (id length, id, value length, value, ...)`` with the argument
-    tuples zipped from columns: C-level passes instead of a Python loop per
-    element, about half the cost of a ``render_entry`` call per entry.
+    The names go into one %-template of the entry's reply, escaped, and each
+    entry is one ``template % (id length, id, value length, value, ...)`` with
+    the argument tuples zipped from the columns: C-level passes instead of a
+    Python loop per element, about half the cost of a ``render_entry`` call
+    per entry.
     """
-    n = len(ids)
-    k = len(entries[0]) if n else 0
-    names = entries[0][0::2] if n else None
-    if not k or not all(map(names.__eq__, map(_NAMES, entries))):
-        return list(map(render_entry, ids, entries))
-    parts = [b"*2\r\n$%d\r\n%b\r\n" + b"*%d\r\n" % k]
+    parts = [b"*2\r\n$%d\r\n%b\r\n" + b"*%d\r\n" % (2 * len(names))]
     for name in names:
         parts.append((b"$%d\r\n%s\r\n" % (len(name), name)).replace(b"%", b"%%"))
         parts.append(b"$%d\r\n%b\r\n")
     template = b"".join(parts)
     texts = list(map(_ID_TEXT, zip(map(rshift, ids, repeat(64)), map(and_, ids, repeat(U64)))))
-    columns = [map(len, texts), texts]
-    for j in range(1, k, 2):
-        values = list(map(itemgetter(j), entries))
-        columns += (map(len, values), values)
-    return list(map(template.__mod__, zip(*columns)))
+    args = [map(len, texts), texts]
+    for values in columns:
+        args += (map(len, values), values)
+    return list(map(template.__mod__, zip(*args)))
 
 
 TRIM_KEEPREF, TRIM_DELREF, TRIM_ACKED = b"keepref", b"delref", b"acked"
@@ -635,7 +630,7 @@ def _range(ctx: Ctx, argv: list[bytes], rev: bool):
         return []
     if count == 0:
         return NULL_ARRAY
-    items = s.range_rendered(start, end, max(count, 0), rev, render_entry, render_entries)
+    items = s.range_rendered(start, end, max(count, 0), rev, render_entry, render_columns)
     return Raw(b"*%d\r\n%s" % (len(items), b"".join(items)))
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from itertools import accumulate, repeat
-from operator import add, and_, itemgetter, rshift, sub
+from operator import add, and_, itemgetter, lshift, or_, rshift, sub
 from typing import Iterator
 
 import msgpack
@@ -95,18 +95,13 @@ class Node:
         """(ids, entries) including deleted ones; sealed nodes decode through the cache."""
         if self.blob is None:
             return self.ids, self.entries
-        hit = _cache.get(self)
-        if hit is not None:
-            _cache.move_to_end(self)
-            return hit[0], hit[1]
-        ids, entries = decode_node(self.blob)
-        _cache[self] = (ids, entries, [None] * len(ids))
-        if len(_cache) > _DECODED_CACHE_SIZE:
-            _cache.popitem(last=False)
-        return ids, entries
+        d = self._decoded()
+        return d.ids, d.entries if d.entries is not None else d.build_entries()
 
-    def contents_rendered(self) -> tuple[list[int], list[list], list]:
-        """contents() plus the memo list of rendered entries (None = not yet)."""
+    def ids_and_memo(self) -> tuple[list[int], list]:
+        """The ids (deleted ones included) and the memo list of rendered entries
+        (None = not yet), for Stream.range_rendered; a sealed node's entries are
+        not built for it (``columns`` renders without them)."""
         if self.blob is None:
             memo = self.rendered
             if memo is None:
@@ -114,14 +109,38 @@ class Node:
             missing = len(self.ids) - len(memo)
             if missing:
                 memo.extend([None] * missing)
-            return self.ids, self.entries, memo
-        hit = _cache.get(self)
-        if hit is None:
-            self.contents()
-            hit = _cache[self]
+            return self.ids, memo
+        d = self._decoded()
+        return d.ids, d.memo
+
+    def columns(self) -> tuple[list, list] | None:
+        """(field names, [values of field 1, values of field 2, ...]) of the
+        node's entries, in order, when all of them have the node's master field
+        names (the usual node); None otherwise.  From a sealed node's blob this
+        is a transposition of its stored value rows: no per-entry lists."""
+        if self.blob is not None:
+            d = self._decoded()
+            if d.entries is None:
+                if None in map(_FIRST, d.rows):      # a row [None, f, v, ..]: other fields
+                    return None
+                return d.master, list(zip(*d.rows))
+            entries = d.entries
         else:
+            entries = self.entries
+        master = self.master
+        if not all(map(master.__eq__, map(_FIELDS, entries))):
+            return None
+        return master, [list(map(itemgetter(j), entries)) for j in range(1, 2 * len(master), 2)]
+
+    def _decoded(self) -> "_Decoded":
+        d = _cache.get(self)
+        if d is not None:
             _cache.move_to_end(self)
-        return hit
+            return d
+        d = _cache[self] = _Decoded(self.blob)
+        if len(_cache) > _DECODED_CACHE_SIZE:
+            _cache.popitem(last=False)
+        return d
 
     def forget(self) -> None:
         _cache.pop(self, None)
@@ -130,8 +149,42 @@ class Node:
         return self.deleted is not None and sid in self.deleted
 
 
-# Sealed node -> (ids, entries, rendered memo), least recently used first.
-_cache: "OrderedDict[Node, tuple[list[int], list[list], list]]" = OrderedDict()
+class _Decoded:
+    """A sealed node unpacked (Node._decoded): its ids, its stored value rows and
+    master field names, its entries once someone needs them as lists, and the
+    memo of rendered entries (Stream.range_rendered)."""
+
+    __slots__ = ("ids", "master", "rows", "entries", "memo")
+
+    def __init__(self, blob: bytes) -> None:
+        base_ms, self.master, id_pairs, self.rows = msgpack.unpackb(blob, raw=True,
+                                                                    use_list=True)
+        self.ids = list(map(or_, map(lshift, map(add, id_pairs[0::2], repeat(base_ms)),
+                                     repeat(64)), id_pairs[1::2]))
+        self.entries: list[list] | None = None
+        self.memo: list = [None] * len(self.ids)
+
+    def build_entries(self) -> list[list]:
+        """The entries as field-value lists (the rows are then dropped)."""
+        master = self.master
+        entries = []
+        for e in self.rows:
+            if e and e[0] is None:
+                del e[0]
+                entries.append(e)
+            else:
+                fv = [None] * (2 * len(e))
+                fv[0::2] = master
+                fv[1::2] = e
+                entries.append(fv)
+        self.entries = entries
+        self.rows = None
+        return entries
+
+
+# Sealed node -> its _Decoded form, least recently used first.
+_cache: "OrderedDict[Node, _Decoded]" = OrderedDict()
+_FIRST = itemgetter(0)
 
 
 def encode_node(first: int, master: list, ids: list[int], entries: list[list],
@@ -157,20 +210,8 @@ def encode_node(first: int, master: list, ids: list[int], entries: list[list],
 
 
 def decode_node(blob: bytes) -> tuple[list[int], list[list]]:
-    base_ms, master, id_pairs, packed = msgpack.unpackb(blob, raw=True, use_list=True)
-    it = iter(id_pairs)
-    ids = [((base_ms + dms) << 64) | seq for dms, seq in zip(it, it)]
-    entries = []
-    for e in packed:
-        if e and e[0] is None:
-            del e[0]
-            entries.append(e)
-        else:
-            fv = [None] * (2 * len(e))
-            fv[0::2] = master
-            fv[1::2] = e
-            entries.append(fv)
-    return ids, entries
+    d = _Decoded(blob)
+    return d.ids, d.build_entries()
 
 
 def _entry_bytes(fv: list, same_fields: bool) -> int:
@@ -398,8 +439,9 @@ class Stream:
         rendering stays valid for the node's life; it is dropped with the node's
         decoded form.  ``render`` must be one fixed pure function (the reply
         encoder of XRANGE): memos are shared by every caller.  ``render_all(ids,
-        entries)``, if given, is ``render`` of a whole node's entries at once (a
-        list): used where a read wants many of a node's entries unrendered.
+        names, columns)``, if given, is ``render`` of a whole node's entries at
+        once from its columnar form (``Node.columns``): used where a read wants
+        many of a node's entries unrendered and they all have the same fields.
         """
         out: list = []
         if start > end or not self.length:
@@ -418,7 +460,7 @@ class Stream:
             i += step
             if (node.last < start) if step == 1 else (node.first > end):
                 continue
-            ids, entries, memo = node.contents_rendered()
+            ids, memo = node.ids_and_memo()
             deleted = node.deleted
             if step == 1:
                 lo = bisect_left(ids, start) if ids[0] < start else 0
@@ -434,9 +476,13 @@ class Stream:
                 # No deletions here: the wanted entries are one slice of the memo.
                 chunk = memo[lo:hi]
                 if None in chunk:
+                    columns = None
                     if render_all is not None and hi - lo >= _RENDER_ALL_FROM:
-                        memo[:] = render_all(ids, entries)
+                        columns = node.columns()
+                    if columns is not None:
+                        memo[:] = render_all(ids, *columns)
                     else:
+                        entries = node.contents()[1]
                         for k in range(lo, hi):
                             if memo[k] is None:
                                 memo[k] = render(ids[k], entries[k])
@@ -447,11 +493,14 @@ class Stream:
                 if count and len(out) >= count:
                     return out
                 continue
+            entries = None
             for j in (range(lo, hi) if step == 1 else range(hi - 1, lo - 1, -1)):
                 if ids[j] in deleted:
                     continue
                 r = memo[j]
                 if r is None:
+                    if entries is None:
+                        entries = node.contents()[1]
                     r = memo[j] = render(ids[j], entries[j])
                 out.append(r)
                 if len(out) == count:
