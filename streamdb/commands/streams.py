@@ -494,10 +494,8 @@ def add_idmp_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: dict)
     if target is None:
         return None
     s, created, sid = target
-    state = s.idmp
-    if state is None:
-        state = IdmpState()
-    duration, maxsize = state.effective(cfg["stream-idmp-duration"], cfg["stream-idmp-maxsize"])
+    duration, maxsize = idmp_settings(cfg, s)
+    state = s.idmp if s.idmp is not None else IdmpState()
     lookup, record = state.lookup, state.record
     replies: list[bytes] = []
     new_ids: list[int] = []
@@ -524,9 +522,9 @@ def add_idmp_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: dict)
     return replies, fvs, records
 
 
-def idmp_settings(ctx: Ctx, s: Stream) -> tuple[int, int]:
-    """The stream's effective (duration seconds, maxsize) for IDMP."""
-    cfg = ctx.config
+def idmp_settings(cfg, s: Stream) -> tuple[int, int]:
+    """The stream's effective (duration seconds, maxsize) for IDMP; ``cfg``: the
+    server's config (``ctx.config`` or its values)."""
     d, m = cfg["stream-idmp-duration"], cfg["stream-idmp-maxsize"]
     return s.idmp.effective(d, m) if s.idmp is not None else (d, m)
 
@@ -536,7 +534,7 @@ def _idmp_check(ctx: Ctx, s: Stream, a: TrimArgs, fv: list[bytes]):
     duplicate, else the (pid, iid) to record once the entry exists."""
     iid = auto_iid(fv) if a.idmp_auto else a.idmp_iid
     if s.idmp is not None:
-        duration, _ = idmp_settings(ctx, s)
+        duration, _ = idmp_settings(ctx.config, s)
         hit = s.idmp.lookup(a.idmp_pid, iid, ctx.now_ms, duration)
         if hit is not None:
             s.idmp.duplicates += 1
@@ -546,7 +544,7 @@ def _idmp_check(ctx: Ctx, s: Stream, a: TrimArgs, fv: list[bytes]):
 
 def _idmp_record(ctx: Ctx, s: Stream, key: bytes, pid_iid: tuple[bytes, bytes], sid: int) -> None:
     pid, iid = pid_iid
-    duration, maxsize = idmp_settings(ctx, s)
+    duration, maxsize = idmp_settings(ctx.config, s)
     if s.idmp is None:
         s.idmp = IdmpState()
     s.idmp.record(pid, iid, sid, duration, maxsize)
@@ -997,7 +995,7 @@ def xidmprecord(ctx: Ctx, argv: list[bytes]):
         raise CommandError("ERR The stream ID does not exist or was deleted")
     if s.idmp is None:
         s.idmp = IdmpState()
-    duration, maxsize = idmp_settings(ctx, s)
+    duration, maxsize = idmp_settings(ctx.config, s)
     have = s.idmp.mapped(pid, iid)
     if have is not None:
         if have[0] == sid:
