@@ -171,8 +171,7 @@ class RequestParser:
 
     __slots__ = ("buf", "pos", "max_bulk_len", "authenticated", "_argc", "_argv",
                  "_parts", "_part", "_parts_end", "_fast_ok", "_missing", "_chunks", "_held",
-                 "_back",
-                 "_ready", "_ready_at", "_ready_end")
+                 "_back", "_ready", "_ready_at", "_ready_end")
 
     def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
         self.buf = b""

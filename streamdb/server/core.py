@@ -408,14 +408,15 @@ class Core:
         cfg = self.config.values
         trim = trimmed = None
         records = ()
-        if xadd_run_form(first) is IDMP_FORM:
+        form = xadd_run_form(first)
+        if form is IDMP_FORM:
             done = add_idmp_run(db, key, requests, now, cfg)
             if done is None:
                 return [None] * len(runs)
             ids, fvs, records = done
             changed = len(records)
         else:
-            if first[2] != b"*":        # MAXLEN ~ n: XADD's own parsing, once for the run
+            if form:                    # MAXLEN ~ n: XADD's own parsing, once for the run
                 try:
                     trim = parse_trim_args(Ctx(self, client, now, first), first, xadd=True)
                 except CommandError:
