@@ -13,7 +13,7 @@ from operator import and_, itemgetter, rshift
 from ..engine import MAX_ID, MIN_ID, Stream, format_id
 from ..engine.idmp import (DURATION_MAX, DURATION_MIN, MAXSIZE_MAX, MAXSIZE_MIN,
                            IdmpState, auto_iid)
-from ..engine.ids import U64, InvalidID, id_ms, id_seq, make_id, parse_id
+from ..engine.ids import U64, InvalidID, format_id_range, id_ms, id_seq, make_id, parse_id
 from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map, Raw
 from .args import (eq, invalid_id_error, parse_int, parse_range_bound,
                    parse_strict_stream_id)
@@ -410,6 +410,24 @@ def xadd_run_form(argv: list[bytes]) -> list[bytes] | None:
     return None
 
 
+# The positions that identify a run's requests, by form: the command name, the
+# key, the form's options and the "*" (the rest are fields and values, and
+# IDMP's pid and iid, which vary).
+_PLAIN_SIGNATURE = itemgetter(0, 1, 2)
+_MAXLEN_SIGNATURE = itemgetter(0, 1, 2, 3, 4, 5)
+_IDMP_SIGNATURE = itemgetter(0, 1, 2, 5)
+
+
+def xadd_run_signature(first: list[bytes], form: list[bytes]):
+    """(getter, value): a request as long as ``first`` (whose ``xadd_run_form``
+    is ``form``) belongs to its run (same key, same form) when
+    ``getter(argv) == value``; for picking a run out of a parsed pipeline at
+    C speed (``RequestParser.take_ready``)."""
+    getter = (_PLAIN_SIGNATURE if not form else
+              _IDMP_SIGNATURE if form is IDMP_FORM else _MAXLEN_SIGNATURE)
+    return getter, getter(first)
+
+
 _XADD_NAMES = frozenset((b"XADD", b"xadd", b"Xadd"))
 _MAXLEN_NAMES = frozenset((b"MAXLEN", b"maxlen", b"Maxlen"))
 _IDMP_NAMES = frozenset((b"IDMP", b"idmp", b"Idmp"))
@@ -468,7 +486,7 @@ def add_auto_id_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: di
     if created:
         db.set(key, s, keep_ttl=True)
     trimmed = trim_effect(key, s, trim) if trim is not None and apply_trim(s, trim) else None
-    return list(map(format_id, sids)), fvs, trimmed
+    return format_id_range(first, n), fvs, trimmed
 
 
 _PID, _IID = itemgetter(3), itemgetter(4)

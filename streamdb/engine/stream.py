@@ -198,9 +198,16 @@ def encode_node(first: int, master: list, ids: list[int], entries: list[list],
     base_ms = first >> 64
     # C-level passes (map over operator functions), not Python loops: sealing
     # runs once per node on every XADD path, AOF replay included.
-    id_pairs = [0] * (2 * len(ids))
-    id_pairs[0::2] = map(sub, map(rshift, ids, repeat(64)), repeat(base_ms))
-    id_pairs[1::2] = map(and_, ids, repeat(SEQ_MASK))
+    n = len(ids)
+    id_pairs = [0] * (2 * n)
+    if ids[-1] - first == n - 1 and ids[-1] >> 64 == base_ms:
+        # Consecutive ids of one millisecond (a pipelined producer's node): every
+        # ms delta is 0 and the sequences are a range.
+        seq = first & SEQ_MASK
+        id_pairs[1::2] = range(seq, seq + n)
+    else:
+        id_pairs[0::2] = map(sub, map(rshift, ids, repeat(64)), repeat(base_ms))
+        id_pairs[1::2] = map(and_, ids, repeat(SEQ_MASK))
     same = None if uniform else list(map(master.__eq__, map(_FIELDS, entries)))
     if uniform or all(same):      # entries are field-value pairs: same fields, same length
         packed = list(map(_VALUES, entries))

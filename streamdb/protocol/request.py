@@ -294,6 +294,33 @@ class RequestParser:
                 return None
             return argv
 
+    def take_ready(self, signature, expected, argc: int) -> list[list[bytes]]:
+        """The requests already parsed as a batch (and not yet handed out) that
+        follow while ``signature(argv) == expected``, all of them ``argc`` long;
+        taken as ``next_command`` would hand them out, but in C-level passes.
+
+        For the server gathering a run of like requests (a pipeline of XADDs):
+        one comparison per request instead of a ``next_command`` call and a
+        Python check each.  Empty when nothing is ready or the first differs."""
+        ready = self._ready
+        if self._back is not None or not ready or len(ready[0]) != argc:
+            return []       # (a batch's requests all have the same length)
+        at = self._ready_at
+        sigs = list(map(signature, ready[at:] if at else ready))
+        k = len(sigs)
+        if sigs.count(expected) != k:
+            k = next(i for i, s in enumerate(sigs) if s != expected)
+        if not k:
+            return []
+        end = at + k
+        taken = ready[at:end]
+        if end == len(ready):
+            self._ready = []
+            self.pos = self._ready_end
+        else:
+            self._ready_at = end
+        return taken
+
     def _split_window(self) -> list[bytes]:
         """The fast path's parts: at most _WINDOW bytes from ``pos`` split on CRLF.
         A long pipeline is taken a window at a time: the same C-level passes

@@ -18,8 +18,8 @@ import time
 
 from .. import log
 from ..commands import registry
-from ..commands.streams import xadd_run_form
-from ..protocol.reply import encode_reply
+from ..commands.streams import xadd_run_form, xadd_run_signature
+from ..protocol.reply import encode_bulks, encode_reply
 from ..protocol.request import ProtocolError, RequestParser
 from ..security import protected
 from . import tls
@@ -170,7 +170,7 @@ class Connection(asyncio.Protocol):
             for argv in run:        # XADD never blocks or closes the connection
                 self._execute(argv)
         else:
-            self.out.append(b"".join([b"$%d\r\n%s\r\n" % (len(i), i) for i in ids]))
+            self.out.append(encode_bulks(ids))
         self.deferred = False
         if self.closing:
             # Gone (or killed) while its run waited: the run is applied, as Redis
@@ -187,13 +187,19 @@ class Connection(asyncio.Protocol):
         parser = self.parser
         run = [first]
         key = first[1]
+        signature, expected = xadd_run_signature(first, form)
+        argc = len(first)
         try:
             while True:
+                # What the parser has already split as a batch, in one pass; then
+                # one request at a time (it may start the next batch).
+                run += parser.take_ready(signature, expected, argc)
                 argv = parser.next_command()
                 if argv is None:
                     break
                 if argv[1:2] == [key] and xadd_run_form(argv) == form:
                     run.append(argv)
+                    argc = len(argv)        # (a batch's requests share the length)
                     continue
                 parser.unread(argv)
                 break
