@@ -14,7 +14,7 @@ from ..engine import MAX_ID, MIN_ID, Stream, format_id
 from ..engine.idmp import (DURATION_MAX, DURATION_MIN, MAXSIZE_MAX, MAXSIZE_MIN,
                            IdmpState, auto_iid)
 from ..engine.ids import U64, InvalidID, format_id_range, id_ms, id_seq, make_id, parse_id
-from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map, Raw
+from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map, Raw, encode_bulks
 from .args import (eq, invalid_id_error, parse_int, parse_range_bound,
                    parse_strict_stream_id)
 from .context import BlockRequest, Ctx, syntax_error
@@ -384,6 +384,7 @@ def apply_xadd_effects(core, client, commands: list[list[bytes]], i: int) -> int
 
 
 _FIELDS_VALUES = itemgetter(slice(3, None))     # XADD key id field value ... -> [field, value, ...]
+_TRIMMED_FIELDS_VALUES = itemgetter(slice(6, None))   # XADD key MAXLEN ~ n * field value ...
 
 
 def xadd_run_form(argv: list[bytes]) -> list[bytes] | None:
@@ -456,11 +457,11 @@ def _run_target(db, key: bytes, n: int, now_ms: int) -> tuple[Stream, bool, int]
 
 
 def add_auto_id_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: dict,
-                    trim: TrimArgs | None) -> tuple[list[bytes], list[list], list | None] | None:
+                    trim: TrimArgs | None) -> tuple[range, list[list], list | None] | None:
     """Pipelined ``XADD key [MAXLEN ~ n] * field value ...`` requests (one
     ``xadd_run_form``), from one client or several, applied as a whole
-    (``Core.execute_xadd_runs``); returns their ids and field-value lists, in
-    order, and the trim's effect (or None).
+    (``Core.execute_xadd_runs``); returns their ids (a range of ints: they are
+    consecutive) and field-value lists, in order, and the trim's effect (or None).
 
     The run's ids are a range (``_run_target``), so ``Stream.extend`` adds all
     entries in one call.  The trim runs once, at the end: an approximate MAXLEN
@@ -480,13 +481,33 @@ def add_auto_id_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: di
     if trim is not None and s.length + n - trim.maxlen > trim.limit:
         return None
     sids = range(first, first + n)
-    fields_from = 3 if trim is None else 6       # after "*" (see xadd_run_form)
-    fvs = [argv[fields_from:] for argv in run]
+    fvs = list(map(_FIELDS_VALUES if trim is None else _TRIMMED_FIELDS_VALUES, run))
     s.extend(list(sids), fvs, cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
     if created:
         db.set(key, s, keep_ttl=True)
     trimmed = trim_effect(key, s, trim) if trim is not None and apply_trim(s, trim) else None
-    return format_id_range(first, n), fvs, trimmed
+    return sids, fvs, trimmed
+
+
+def encode_id_replies(first: int, n: int) -> bytes:
+    """The replies to ``n`` XADDs that took the ids ``first, first + 1, ...``
+    (a run's, ``add_auto_id_run``), as RESP bulk strings back to back: the
+    same bytes as ``encode_bulks(format_id_range(first, n))``, but for ids of
+    one millisecond and sequences of one number of digits (nearly always all
+    of them) one %-format of a repeated template over the sequences."""
+    ms, seq = first >> 64, first & U64
+    if seq + n - 1 > U64:
+        return encode_bulks(format_id_range(first, n))
+    prefix = b"%d-" % ms
+    end = seq + n
+    out = []
+    while seq < end:
+        digits = len(b"%d" % seq)
+        stop = min(end, 10 ** digits)       # where the sequences take one more digit
+        template = b"$%d\r\n%s%%d\r\n" % (len(prefix) + digits, prefix)
+        out.append((template * (stop - seq)) % tuple(range(seq, stop)))
+        seq = stop
+    return out[0] if len(out) == 1 else b"".join(out)
 
 
 _PID, _IID = itemgetter(3), itemgetter(4)

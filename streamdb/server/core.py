@@ -33,10 +33,11 @@ from ..commands import registry
 from ..commands.context import BlockRequest, Ctx
 from ..commands.observe import Observer
 from ..commands.streams import (IDMP_FORM, add_auto_id_run, add_idmp_run, apply_xadd_effects,
-                               parse_trim_args, xadd_run_form)
+                               encode_id_replies, parse_trim_args, xadd_run_form)
 from ..config import Config
 from ..engine import Keyspace
-from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status
+from ..engine.ids import format_id_range
+from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status, encode_bulks
 from ..security.acl import Acl
 from ..security.enforce import command_denied, reset_to_default
 from .client import Client
@@ -375,8 +376,9 @@ class Core:
         """Runs of ``XADD key [MAXLEN ~ n | IDMP pid iid] * field value ...``
         requests on one key of one db, all of one ``streams.xadd_run_form``,
         pipelined by one client or arriving from several in one loop turn,
-        applied as a whole; returns, per (client, run), its replies (the ids), or
-        None: run those requests one by one.
+        applied as a whole; returns, per (client, run), its replies (the ids as
+        RESP bulk strings back to back, the same in RESP2 and RESP3), or None:
+        run those requests one by one.
 
         The same as ``execute`` of each request in turn, the runs in the order
         given: one ``Stream.extend`` adds every entry (then one trim), and the
@@ -415,6 +417,7 @@ class Core:
                 return [None] * len(runs)
             ids, fvs, records = done
             changed = len(records)
+            first_id = None
         else:
             if form:                    # MAXLEN ~ n: XADD's own parsing, once for the run
                 try:
@@ -424,8 +427,9 @@ class Core:
             done = add_auto_id_run(db, key, requests, now, cfg, trim)
             if done is None:
                 return [None] * len(runs)
-            ids, fvs, trimmed = done
-            changed = len(ids)
+            sids, fvs, trimmed = done
+            changed = len(sids)
+            first_id = sids.start
         n = len(requests)
         elapsed_ns = (time.perf_counter_ns() - t0) // n
         self.stats.commands["xadd"].usec += elapsed_ns * n // 1000
@@ -441,7 +445,7 @@ class Core:
                 for fv, (pid, iid, sid) in zip(fvs, records):
                     effects += ([b"XADD", key, sid, *fv], [b"XIDMPRECORD", key, pid, iid, sid])
                 return effects
-            effects = [[b"XADD", key, sid, *fv] for sid, fv in zip(ids, fvs)]
+            effects = [[b"XADD", key, sid, *fv] for sid, fv in zip(format_id_range(first_id, n), fvs)]
             if trimmed is not None:
                 effects.append(trimmed)
             return effects
@@ -452,8 +456,10 @@ class Core:
         for (c, run), ok in zip(runs, taken):
             if ok:
                 c.woff = last.woff
-                replies.append(ids[at:at + len(run)])
-                at += len(run)
+                k = len(run)
+                replies.append(encode_bulks(ids[at:at + k]) if first_id is None
+                               else encode_id_replies(first_id + at, k))
+                at += k
             else:
                 replies.append(None)
         return replies

@@ -19,7 +19,7 @@ import time
 from .. import log
 from ..commands import registry
 from ..commands.streams import xadd_run_form, xadd_run_signature
-from ..protocol.reply import encode_bulks, encode_reply
+from ..protocol.reply import encode_reply
 from ..protocol.request import ProtocolError, RequestParser
 from ..security import protected
 from . import tls
@@ -163,14 +163,14 @@ class Connection(asyncio.Protocol):
             return False
         return True
 
-    def finish_xadd_run(self, run: list[list[bytes]], ids: list[bytes] | None) -> None:
-        """The deferred run was applied (``ids``: its replies) or is to be run one by
-        one (None); then reading goes on."""
-        if ids is None:
+    def finish_xadd_run(self, run: list[list[bytes]], replies: bytes | None) -> None:
+        """The deferred run was applied (``replies``: its replies, encoded) or is to
+        be run one by one (None); then reading goes on."""
+        if replies is None:
             for argv in run:        # XADD never blocks or closes the connection
                 self._execute(argv)
         else:
-            self.out.append(encode_bulks(ids))
+            self.out.append(replies)
         self.deferred = False
         if self.closing:
             # Gone (or killed) while its run waited: the run is applied, as Redis
@@ -300,8 +300,8 @@ class Server:
                 by_key.setdefault((conn.client.db, run[0][1], tuple(form)), []).append((conn, run))
             for group in by_key.values():
                 replies = core.execute_xadd_runs([(conn.client, run) for conn, run in group])
-                for (conn, run), ids in zip(group, replies):
-                    conn.finish_xadd_run(run, ids)
+                for (conn, run), encoded in zip(group, replies):
+                    conn.finish_xadd_run(run, encoded)
 
     def _end_of_turn(self) -> None:
         if self._xadd_runs:

@@ -14,6 +14,9 @@ from hypothesis import strategies as st
 
 import streamdb.commands  # noqa: F401  (fills the command table)
 from streamdb.commands.server import digest_keyspace
+from streamdb.commands.streams import encode_id_replies
+from streamdb.engine.ids import U64, format_id_range, make_id
+from streamdb.protocol.reply import encode_bulks
 from streamdb.server.core import Core
 
 from inproc import FakeClock, Recorder, replay
@@ -53,10 +56,11 @@ def test_runs_equal_one_by_one(plan, prefill, node_entries):
         requests = [_b("XADD", "s", *trim, "*", "n", k, "v", "x" * (k % 7)) for k in range(size)]
         parts = [p for p in (requests[k::split] for k in range(split)) if p]   # one share per client
         # One by one, in the order the runs are applied: client after client.
-        expected = [[one.execute(a, list(r)) for r in p] for p in parts]
+        expected = [encode_bulks([one.execute(a, list(r)) for r in p]) for p in parts]
         got = batched.execute_xadd_runs([(clients[k], p) for k, p in enumerate(parts)])
         if got[0] is None:                 # refused (a lone request, a limit): one by one
-            got = [[batched.execute(clients[k], list(r)) for r in p] for k, p in enumerate(parts)]
+            got = [encode_bulks([batched.execute(clients[k], list(r)) for r in p])
+                   for k, p in enumerate(parts)]
         assert got == expected
         assert digest_keyspace(batched) == digest_keyspace(one)
     fresh = Core(clock=FakeClock())
@@ -64,6 +68,15 @@ def test_runs_equal_one_by_one(plan, prefill, node_entries):
     replay(recorder.batches, fresh)
     # The prefill went through execute too, so the recorder holds everything.
     assert digest_keyspace(fresh) == digest_keyspace(batched)
+
+
+@given(st.integers(0, U64 - 1), st.one_of(st.integers(0, 2000), st.integers(U64 - 40, U64)),
+       st.integers(1, 1200))
+def test_run_replies_are_the_ids_as_bulk_strings(ms, seq, n):
+    """Sequences that gain a digit inside the run (9 -> 10, 999 -> 1000) and runs
+    that cross into the next millisecond."""
+    first = make_id(ms, seq)
+    assert encode_id_replies(first, n) == encode_bulks(format_id_range(first, n))
 
 
 def test_a_trim_one_limit_would_stop_is_left_to_xadd():
@@ -110,11 +123,11 @@ def test_idmp_runs_equal_one_by_one(plan, node_entries, maxsize, duration):
         requests = [_b("XADD", "s", "IDMP", pid, iid, "*", "n", iid) for pid, iid in pairs]
         parts = [p for p in (requests[k::split] for k in range(split)) if p]
         one_dirty, batched_dirty = one.dirty, batched.dirty
-        expected = [[one.execute(a, list(r)) for r in p] for p in parts]
+        expected = [encode_bulks([one.execute(a, list(r)) for r in p]) for p in parts]
         got = batched.execute_xadd_runs([(clients[k], p) for k, p in enumerate(parts)])
         if len(requests) == 1:          # a lone request is left to execute
             assert got == [None]
-            got = [[batched.execute(clients[0], list(requests[0]))]]
+            got = [encode_bulks([batched.execute(clients[0], list(requests[0]))])]
         assert got == expected
         assert digest_keyspace(batched) == digest_keyspace(one)
         # Duplicates change nothing: only new entries count as changes.
