@@ -21,14 +21,15 @@ from itertools import islice
 
 from ..engine import MAX_ID, MIN_ID, Stream, format_id
 from ..engine.groups import ENTRIES_READ_INVALID, Consumer, ConsumerGroup, PendingEntry
-from ..engine.lag import advance_entries_read
+from ..engine.lag import advance_entries_read_many
 from ..protocol.reply import NULL_ARRAY, OK, CommandError, Raw, Status
 from .args import (eq, parse_int, parse_range_bound, parse_stream_id,
                    parse_strict_stream_id)
 from .context import BlockRequest, Ctx, syntax_error
 from .registry import command, subcommand
 from .streams import (XREAD_BLOCKED_DEFAULT_COUNT, _stream_key_positions, delete_with_policy,
-                      parse_policy_ids, parse_read_args, render_entry, xread_reply)
+                      parse_policy_ids, parse_read_args, render_columns, render_entry,
+                      xread_reply)
 
 __all__ = ["xclaim_effect", "setid_effect"]
 
@@ -55,11 +56,15 @@ def _group_of(s: Stream | None, name: bytes) -> ConsumerGroup | None:
     return s.groups.get(name)
 
 
-def xclaim_effect(key: bytes, g: ConsumerGroup, sid: int, pe: PendingEntry) -> list[bytes]:
-    """The idempotent XCLAIM that recreates PEL entry ``sid`` exactly as it is now."""
-    return [b"XCLAIM", key, g.name, pe.consumer.name, b"0", format_id(sid),
+def xclaim_effect(key: bytes, g: ConsumerGroup, sid: int, pe: PendingEntry,
+                  last_id: int | None = None) -> list[bytes]:
+    """The idempotent XCLAIM that recreates PEL entry ``sid`` exactly as it is now;
+    its LASTID is ``last_id``, by default the group's last id now."""
+    text = format_id(sid)
+    return [b"XCLAIM", key, g.name, pe.consumer.name, b"0", text,
             b"TIME", b"%d" % pe.delivery_time, b"RETRYCOUNT", b"%d" % pe.delivery_count,
-            b"FORCE", b"JUSTID", b"LASTID", format_id(g.last_id)]
+            b"FORCE", b"JUSTID", b"LASTID",
+            text if last_id == sid else format_id(g.last_id if last_id is None else last_id)]
 
 
 def setid_effect(key: bytes, g: ConsumerGroup) -> list[bytes]:
@@ -308,17 +313,21 @@ def _deliver_new(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Co
     """Serve entries after the group's last id (the ">" id), at most ``count`` (0 = all)."""
     if not s.length or g.last_id >= MAX_ID:
         return
-    got = s.range(g.last_id + 1, MAX_ID, count)
-    if not got:
+    sids: list[int] = []
+    # Entries as XRANGE renders them (memoized per node, shared with XRANGE's
+    # readers), so the reply encoder does not walk [id, [f, v ..]] either.
+    rendered = s.range_rendered(g.last_id + 1, MAX_ID, count, False, render_entry,
+                                render_columns, sids, read_on=True)
+    if not rendered:
         return
     now = ctx.now_ms
-    for sid, fv in got:
-        if sid > g.last_id:
-            advance_entries_read(s, g, sid)
-        out.append(Raw(render_entry(sid, fv)))    # encoded once here: no walk of [id, [f, v ..]]
-        if not noack:
-            pe = g.add_pending(sid, consumer, now, 1)
-            ctx.propagate(xclaim_effect(key, g, sid, pe))
+    advance_entries_read_many(s, g, sids)
+    out += map(Raw, rendered)
+    if not noack:
+        for sid, pe in zip(sids, g.add_new_pending(sids, consumer, now)):
+            # LASTID: the group's last id right after this entry was read, as
+            # Redis propagates it (its id: every entry here is new to the group).
+            ctx.propagate(xclaim_effect(key, g, sid, pe, sid))
     consumer.active_time = now
     ctx.propagate(setid_effect(key, g))
 
@@ -496,10 +505,7 @@ def xack(ctx: Ctx, argv: list[bytes]):
     if g is None:
         return 0
     ids = [parse_strict_stream_id(raw) for raw in argv[3:]]
-    acked = 0
-    for sid in ids:
-        if g.ack(sid):
-            acked += 1
+    acked = g.ack_many(ids)
     if acked:
         ctx.propagate_as_is(dirty=acked)
     return acked

@@ -13,6 +13,8 @@ Times are milliseconds given by the caller: the engine has no clock.
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from .ids import MIN_ID
 from .sortedids import SortedIds
 
@@ -91,6 +93,36 @@ class ConsumerGroup:
             pe.delivery_count = count
         consumer.pending.add(sid)
         return pe
+
+    def add_new_pending(self, sids: list[int], consumer: "Consumer", now_ms: int) -> list:
+        """``add_pending(sid, consumer, now_ms)`` of each of ``sids``: entries new to
+        the group (XREADGROUP ``>``), ascending; returns their PendingEntry."""
+        pes = [PendingEntry(consumer, now_ms, 1) for _ in sids]
+        if not (self.pel.append_new(sids, pes) and consumer.pending.append_new(sids, repeat(None))):
+            # Not above everything pending (an XCLAIM FORCE of ids never delivered):
+            # one at a time.  (The first append_new changes nothing when it fails;
+            # the second cannot fail when the first did not.)
+            return [self.add_pending(sid, consumer, now_ms) for sid in sids]
+        return pes
+
+    def ack_many(self, sids: list[int]) -> int:
+        """``ack`` of each of ``sids`` in turn; returns how many were pending."""
+        pes = self.pel.pop_many(sids)
+        acked = 0
+        owner = None
+        mine: list[int] = []
+        for sid, pe in zip(sids, pes):
+            if pe is None:
+                continue
+            acked += 1
+            if pe.consumer is not owner:
+                if mine:
+                    owner.pending.pop_many(mine)
+                owner, mine = pe.consumer, []
+            mine.append(sid)
+        if mine:
+            owner.pending.pop_many(mine)
+        return acked
 
     def ack(self, sid: int) -> bool:
         pe = self.pel.pop(sid, None)

@@ -14,7 +14,8 @@ from .groups import ENTRIES_READ_INVALID, ConsumerGroup
 from .ids import MAX_ID, MIN_ID
 from .stream import Stream
 
-__all__ = ["range_has_tombstones", "estimate_entries_read", "group_lag", "advance_entries_read"]
+__all__ = ["range_has_tombstones", "estimate_entries_read", "group_lag", "advance_entries_read",
+           "advance_entries_read_many"]
 
 
 def range_has_tombstones(s: Stream, start: int | None, end: int | None) -> bool:
@@ -57,6 +58,18 @@ def advance_entries_read(s: Stream, g: ConsumerGroup, sid: int) -> None:
     elif s.entries_added:
         g.entries_read = estimate_entries_read(s, sid)
     g.last_id = sid
+
+
+def advance_entries_read_many(s: Stream, g: ConsumerGroup, sids: list[int]) -> None:
+    """``advance_entries_read`` of each of ``sids`` (ascending, all above the
+    group's last id) in turn.  With no tombstone at or after the first of them
+    each one only adds 1, so that is done at once."""
+    if g.entries_read != ENTRIES_READ_INVALID and not range_has_tombstones(s, sids[0], None):
+        g.entries_read += len(sids)
+        g.last_id = sids[-1]
+        return
+    for sid in sids:
+        advance_entries_read(s, g, sid)
 
 
 def group_lag(s: Stream, g: ConsumerGroup) -> int | None:

@@ -107,6 +107,44 @@ class SortedIds:
             self.clear()
         return value
 
+    def append_new(self, sids: list[int], values) -> bool:
+        """Add ``sids`` (ascending) with ``values`` (an iterable as long) at once,
+        when all of them lie above every id here (XREADGROUP's new entries);
+        False, having changed nothing, when they do not."""
+        order = self._order
+        if order and sids[0] <= order[-1]:
+            return False
+        self._map.update(zip(sids, values))
+        order += sids
+        return True
+
+    def pop_many(self, sids: list[int]) -> list:
+        """``pop(sid, None)`` of each of ``sids`` in turn, the values in a list (None
+        where an id was not here); the order list is tidied once at the end."""
+        m = self._map
+        values = [m.pop(sid, _MISSING) for sid in sids]
+        gone = len(values) - values.count(_MISSING)
+        if not gone:
+            return [None] * len(values)
+        if not m:
+            self.clear()
+        else:
+            # The removed ids are tombstones now; drop those at either end (the
+            # usual: the oldest were acknowledged), as pop() does one by one.
+            order = self._order
+            self._dead += gone
+            head = self._head
+            while order[head] not in m:
+                head += 1
+                self._dead -= 1
+            self._head = head
+            while order[-1] not in m:
+                order.pop()
+                self._dead -= 1
+            if (self._dead > 32 and self._dead > len(m)) or (head > 32 and head > len(m)):
+                self._compact()
+        return [None if v is _MISSING else v for v in values] if gone < len(values) else values
+
     def __delitem__(self, sid: int) -> None:
         self.pop(sid)
 

@@ -439,8 +439,13 @@ class Stream:
         return out
 
     def range_rendered(self, start: int, end: int, count: int, rev: bool, render,
-                       render_all=None) -> list:
-        """Like range(), but each live entry as ``render(id, fields)``, memoized per node.
+                       render_all=None, ids_out: list | None = None,
+                       read_on: bool = False) -> list:
+        """Like range(), but each live entry as ``render(id, fields)``, memoized per node;
+        ``ids_out``, if given, gets the ids of the returned entries, in order.
+        ``read_on``: the caller's readers go on to the following entries (a
+        consumer group reading new entries), so a sealed node is rendered whole
+        (``render_all``) the first time any of it is wanted.
 
         Entries never change once added (deletion only marks them), so a
         rendering stays valid for the node's life; it is dropped with the node's
@@ -482,9 +487,12 @@ class Stream:
             if deleted is None:
                 # No deletions here: the wanted entries are one slice of the memo.
                 chunk = memo[lo:hi]
+                if ids_out is not None:
+                    ids_out += ids[lo:hi] if step == 1 else ids[lo:hi][::-1]
                 if None in chunk:
                     columns = None
-                    if render_all is not None and hi - lo >= _RENDER_ALL_FROM:
+                    if render_all is not None and (hi - lo >= _RENDER_ALL_FROM or (
+                            read_on and node.blob is not None)):
                         columns = node.columns()
                     if columns is not None:
                         memo[:] = render_all(ids, *columns)
@@ -510,6 +518,8 @@ class Stream:
                         entries = node.contents()[1]
                     r = memo[j] = render(ids[j], entries[j])
                 out.append(r)
+                if ids_out is not None:
+                    ids_out.append(ids[j])
                 if len(out) == count:
                     return out
         return out

@@ -69,6 +69,27 @@ class PelMachine(RuleBasedStateMachine):
         assert self.g.ack(sid) == (sid in self.model)
         self.model.pop(sid, None)
 
+    @rule(name=NAMES, first=IDS, n=st.integers(1, 6))
+    def deliver_new(self, name, first, n):
+        """XREADGROUP >'s batch: consecutive ids, usually above everything pending,
+        sometimes not (ids an XCLAIM FORCE put there): then one by one."""
+        self.now += 1
+        sids = list(range(first, first + n))
+        pes = self.g.add_new_pending(sids, self._consumer(name), self.now)
+        assert [self.g.pel[sid] for sid in sids] == pes
+        for sid in sids:
+            self.model[sid] = (name, self.now, 1)
+
+    @rule(sids=st.lists(IDS, max_size=8))
+    def ack_many(self, sids):
+        """XACK of many ids (repeats and ids not pending among them), owned by
+        one consumer or several."""
+        expected = 0
+        for sid in sids:
+            if self.model.pop(sid, None) is not None:
+                expected += 1
+        assert self.g.ack_many(sids) == expected
+
     @rule(name=NAMES)
     def delete_consumer(self, name):
         if self.g.consumer(name) is None:

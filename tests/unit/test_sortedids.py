@@ -21,6 +21,10 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("pop_last"), st.none(), st.none()),
     st.tuples(st.just("range"), st.integers(-5, 45), st.integers(-5, 45)),
     st.tuples(st.just("clear"), st.none(), st.none()),
+    # Batches: ids appended above the last (or, refused, not), ids popped at once.
+    st.tuples(st.just("append_new"), st.integers(-3, 4), st.integers(1, 6)),
+    st.tuples(st.just("pop_many"), st.lists(st.integers(0, 45), max_size=12), st.none()),
+    st.tuples(st.just("pop_oldest"), st.integers(1, 12), st.none()),
 ), min_size=30, max_size=400)
 
 
@@ -62,6 +66,18 @@ def test_behaves_like_a_sorted_dict(operations):
         elif op == "clear":
             s.clear()
             ref.clear()
+        elif op == "append_new":
+            first = (max(ref) if ref else 0) + a
+            sids = list(range(first, first + b))
+            fits = not ref or first > max(ref)
+            assert s.append_new(sids, [k * 10 for k in sids]) == fits
+            if fits:
+                ref.update((k, k * 10) for k in sids)
+        elif op in ("pop_many", "pop_oldest"):
+            sids = a if op == "pop_many" else sorted(ref)[:a]
+            assert s.pop_many(sids) == [ref.pop(k, None) for k in sids]
+        if op in ("append_new", "pop_many", "pop_oldest"):
+            a = b = None
         for k in (a, b):
             if isinstance(k, int):
                 assert (k in s) == (k in ref) and s.get(k) == ref.get(k)

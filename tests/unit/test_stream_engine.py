@@ -145,17 +145,21 @@ class StreamModel(RuleBasedStateMachine):
 
     @rule(lo_ms=st.integers(0, 40), hi_ms=st.integers(0, 40),
           count=st.sampled_from([0, 0, 1, 3, 20]), rev=st.booleans(),
-          whole_from=st.sampled_from([1, 2, 16]))
-    def rendered_ranges(self, lo_ms, hi_ms, count, rev, whole_from):
+          whole_from=st.sampled_from([1, 2, 16]), read_on=st.booleans())
+    def rendered_ranges(self, lo_ms, hi_ms, count, rev, whole_from, read_on):
         """XRANGE's path: entries rendered one by one or a node at a time
         (render_columns, from ``whole_from`` wanted entries on), memoized."""
         lo, hi = make_id(lo_ms, 0), make_id(hi_ms, 2**64 - 1)
         saved, stream_module._RENDER_ALL_FROM = stream_module._RENDER_ALL_FROM, whole_from
         try:
-            got = self.s.range_rendered(lo, hi, count, rev, render_entry, render_columns)
+            ids: list = []
+            got = self.s.range_rendered(lo, hi, count, rev, render_entry, render_columns, ids,
+                                        read_on)
         finally:
             stream_module._RENDER_ALL_FROM = saved
-        assert got == [render_entry(sid, fv) for sid, fv in self.expected_range(lo, hi, count, rev)]
+        expected = self.expected_range(lo, hi, count, rev)
+        assert got == [render_entry(sid, fv) for sid, fv in expected]
+        assert ids == [sid for sid, _ in expected]      # (XREADGROUP's: the PEL wants them)
 
     @rule(ms=st.integers(0, 40), seq=st.integers(0, 3))
     def get(self, ms, seq):
