@@ -324,10 +324,16 @@ def _deliver_new(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Co
     advance_entries_read_many(s, g, sids)
     out += map(Raw, rendered)
     if not noack:
-        for sid, pe in zip(sids, g.add_new_pending(sids, consumer, now)):
-            # LASTID: the group's last id right after this entry was read, as
-            # Redis propagates it (its id: every entry here is new to the group).
-            ctx.propagate(xclaim_effect(key, g, sid, pe, sid))
+        pes = g.add_new_pending(sids, consumer, now)
+        if ctx.core.effects_wanted():
+            for sid, pe in zip(sids, pes):
+                # LASTID: the group's last id right after this entry was read, as
+                # Redis propagates it (its id: every entry here is new to the group).
+                ctx.propagate(xclaim_effect(key, g, sid, pe, sid))
+        else:
+            # Nobody records effects (no AOF, no replica): the XCLAIMs would be
+            # built for nothing; the SETID below still names the changed key.
+            ctx.dirty += len(sids)
     consumer.active_time = now
     ctx.propagate(setid_effect(key, g))
 

@@ -372,6 +372,13 @@ class Core:
         if self.ready_keys:
             self.serve_ready_keys()     # a replica's blocked readers
 
+    def effects_wanted(self) -> bool:
+        """Whether a sink reads effects as commands (the AOF, replicas, a test's
+        recorder) rather than only the keys they change (the snapshot's tracker).
+        A handler may leave out effects that only such sinks would read (and
+        count the changes they stand for in ``ctx.dirty`` itself)."""
+        return any(getattr(sink, "key_changed", None) is None for sink in self.effect_sinks)
+
     def execute_xadd_runs(self, runs: list[tuple[Client, list[list[bytes]]]]) -> list:
         """Runs of ``XADD key [MAXLEN ~ n | IDMP pid iid] * field value ...``
         requests on one key of one db, all of one ``streams.xadd_run_form``,

@@ -191,6 +191,26 @@ def test_xreadgroup_effects_createconsumer_xclaim_setid():
     ]
 
 
+def test_xreadgroup_without_effect_recorders_counts_the_same_changes():
+    """With no sink that records effects (no AOF, no replica) XREADGROUP leaves its
+    XCLAIMs out; the state, the reply and the change count must not differ."""
+    cores = []
+    for recorded in (True, False):
+        core = Core(clock=FakeClock())
+        if recorded:
+            core.effect_sinks.append(lambda db, eff: None)
+        c = core.new_client()
+        for i in range(25):
+            core.execute(c, _b("XADD", "s", "*", "n", i))
+        core.execute(c, _b("XGROUP", "CREATE", "s", "g", "0"))
+        before = core.dirty
+        replies = [core.execute(c, _b("XREADGROUP", "GROUP", "g", "c1", "COUNT", 10,
+                                      "STREAMS", "s", ">")) for _ in range(3)]
+        cores.append((replies, core.dirty - before, group_state(core), digest_keyspace(core)))
+    assert cores[0] == cores[1]
+    assert cores[0][1] == 25 + 3 + 1     # each entry, each SETID, the new consumer
+
+
 def test_noack_propagates_only_setid_and_known_consumer_is_not_recreated():
     e = Env()
     e.run("XADD", "s", "1-0", "a", "1")
