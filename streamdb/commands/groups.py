@@ -390,8 +390,12 @@ def _serve_history(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: 
 
 
 def _has_new(s: Stream, g: ConsumerGroup) -> bool:
-    if not s.length:
-        return False
+    """Whether a live entry lies above the group's last id."""
+    if not s.length or s.last_id <= g.last_id:
+        return False                # (no entry lies above the last id ever given)
+    tail = s.nodes[-1]
+    if tail.deleted is None:        # nothing deleted in the tail: its last entry is live
+        return tail.last > g.last_id
     last = s.last_entry()
     return last is not None and last[0] > g.last_id
 
