@@ -14,12 +14,12 @@ effects of one event-loop turn (the group commit)::
 
 Each frame is written with one write().  Under ``appendfsync always`` no reply
 of that turn leaves the server before the frame is fdatasync()ed, but the fsync
-runs on the ``aof-fsync`` thread, pipelined with the loop: while the disk syncs
-the frames of earlier turns, the loop goes on executing and writing later turns,
-whose replies wait (``Server`` parks them with the log position they need) until
-an fsync covers them.  Throughput is then bound by the slower of the CPU and the
-disk rather than their sum, and one fdatasync covers every frame written while
-the previous one ran.  Because a frame is the unit of both writing and checking:
+runs in a child process (``syncer.py``), pipelined with the loop: while the disk
+syncs the frames of earlier turns, the loop goes on executing and writing later
+turns, whose replies wait (``Server`` keeps them with the log position they need,
+``reply_barrier``) until an fsync covers them.  Throughput is then bound by the
+slower of the CPU and the disk rather than their sum, and one fdatasync covers
+every frame written while the previous one ran.  Because a frame is the unit of both writing and checking:
 
 * a torn last frame (short, or a bad checksum with nothing after it) is a torn
   tail: cut off on load when ``aof-load-truncated yes`` (logged with the
@@ -53,11 +53,13 @@ import hiredis
 
 from .. import log
 from .child import fork_child, reap
+from .syncer import ChildGone, Syncer
 
 __all__ = ["Aof", "AofError", "encode_command", "encode_commands", "last_select", "read_segment",
            "Manifest", "FRAME_HEADER_MAX", "state_commands", "write_base"]
 
 SEGMENT_MAGIC = b"#SDBAOF 1\r\n"
+_NO_SYNCER = object()       # Aof.syncer when no fsync child can be had
 MANIFEST_MAGIC = "#SDBMANIFEST 1"
 FRAME_HEADER_MAX = 64
 
@@ -376,6 +378,16 @@ class Aof:
         # Bumped when a failed fsync makes the loop rewrite frames: completions
         # of fsyncs started before that no longer mean anything.
         self._sync_epoch = 0
+        # 'always': the child that fdatasyncs while the loop goes on (syncer.py),
+        # started on first use (_NO_SYNCER: none to be had, fsync on the loop),
+        # and the request it is at: (target position, epoch, segment, offset, start).
+        self.syncer = None
+        self._sync_inflight: tuple | None = None
+        self._fd_generation = 0       # bumped whenever ``fd`` becomes another file
+        # Called with the new durable position (the server releases replies);
+        # whether the server's end of the current turn is still to come.
+        self.on_durable = None
+        self.turn_pending = None
         self.loop = None
         self.loading = False
         self.loaded_perc = 0.0
@@ -515,6 +527,7 @@ class Aof:
         else:
             path = os.path.join(self.dir, self.manifest.incrs[-1])
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd_generation += 1
             self.size = os.fstat(self.fd).st_size
             if self.size == 0:
                 self._write_all(SEGMENT_MAGIC)
@@ -550,6 +563,7 @@ class Aof:
                     os.fdatasync(self.fd)
                 os.close(self.fd)
             self.fd = fd
+            self._fd_generation += 1
             self.size = len(SEGMENT_MAGIC)
         self._mark_durable(self.written_pos)
         self.cur_db = 0
@@ -566,12 +580,26 @@ class Aof:
         if selected is not None:
             self.cur_db = selected
 
-    def flush(self) -> bool:
-        """End of turn: write this turn's frame; under 'always', fsync it (``_sync_now``).
+    def end_of_turn(self) -> bool:
+        """The server's hook at the end of each loop turn: ``flush``, except that
+        under 'always' a frame is kept back while an fsync is under way: its
+        replies wait for the next fsync anyway, which can only start when this
+        one ends, so the frames of those turns go out then in one write
+        (``_sync_answered``) instead of one write per turn."""
+        if self._sync_inflight is not None and self.policy == "always" and self.last_write_ok:
+            if self.buf:
+                self.pending += encode_frame(b"".join(self.buf))
+                self.buf.clear()
+            return True
+        return self.flush()
 
-        Returns False when the frame could not be written (or, under 'always',
-        synced): the caller holds the turn's replies and the frame is retried on
-        the next turn or tick.  True under 'always' means the frame is durable.
+    def flush(self) -> bool:
+        """Write this turn's frame (and any kept back); under 'always', have it
+        fsynced (``_request_sync``: by the syncer child while the loop goes on; the
+        turn's replies wait for ``reply_barrier()``).
+
+        Returns False when the frame could not be written: the caller holds the
+        turn's replies and the frame is retried on the next turn or tick.
         """
         if self.buf:
             self.pending += encode_frame(b"".join(self.buf))
@@ -597,7 +625,9 @@ class Aof:
         self.pending = b""
         if self.policy == "always":
             self._unsynced.append((self.written_pos, start, frame))
-            return self._sync_now()
+            if self.loop is None:
+                return self._sync_now()     # no event loop to go on with (in-process use)
+            self._request_sync()
         else:
             self._dirty_since_fsync = True
             self._clear_write_error()
@@ -613,7 +643,7 @@ class Aof:
 
     def flush_pending_retry(self) -> None:
         """Cron: retry a frame that failed to write even when no new turn comes."""
-        if self.pending and not self.buf:
+        if self.pending and not self.buf and not self.last_write_ok:
             self.flush()
 
     def maybe_auto_rewrite(self, cfg) -> None:
@@ -657,16 +687,84 @@ class Aof:
             if self.policy == "everysec" and self._dirty_since_fsync:
                 self._sync_everysec()
 
-    def _sync_now(self) -> bool:
-        """'always': fsync the frame just written, on the loop thread, before the
-        turn's replies go out (as Redis does in beforeSleep).  False when the fsync
-        failed: its frames are cut back to be written again, and replies wait.
+    def reply_barrier(self) -> int | None:
+        """The log position that must be durable before the replies of this turn
+        leave (under 'always', everything written so far), or None: they may go."""
+        if self.policy != "always":
+            return None
+        # (Frames a failed fsync left to write again count: they are not durable.)
+        end = self.written_pos + len(self.pending)
+        return end if end > self.durable_pos else None
 
-        Why not a thread that fsyncs while the loop goes on with later turns (the
-        first design): each finished fsync must take the GIL back from a busy loop
-        to hand over its result, and on two cores those hand-offs cost more CPU
-        than the overlap saves (XADD, 50 clients: 27-30k/s at 111% CPU threaded,
-        33-36k/s at 82% inline, bench_persistence's workload)."""
+    def _request_sync(self) -> None:
+        """'always': have the syncer child fdatasync what is written, unless it is
+        at it already (its answer then asks again for what came meanwhile)."""
+        if self._sync_inflight is not None or self.written_pos <= self.durable_pos:
+            return
+        self._sync_inflight = (self.written_pos, self._sync_epoch, self._segment_name(),
+                               self.size, time.perf_counter())
+        if self.inject_fsync_failures:
+            self.inject_fsync_failures -= 1
+            self.loop.call_soon(self._sync_answered, OSError(errno.EIO, os.strerror(errno.EIO)))
+            return
+        if self.syncer is _NO_SYNCER:
+            self._sync_inflight = None
+            self._sync_now()
+            return
+        try:
+            if self.syncer is None:
+                self.syncer = Syncer(self.loop, self._sync_answered)
+            self.syncer.request(self.fd, self._fd_generation)
+        except OSError as e:
+            # No child (it could not start, or died): fsync here from now on.
+            log.log(log.WARNING, f"AOF fsync child unavailable ({e}); fsyncing on the event loop")
+            self._stop_syncer()
+            self.syncer = _NO_SYNCER
+            self._sync_inflight = None
+            self._sync_now()
+
+    def _sync_answered(self, err: OSError | None) -> None:
+        """Loop thread: the syncer answered the request in flight."""
+        if self._sync_inflight is None:
+            return
+        target, epoch, name, offset, started = self._sync_inflight
+        self._sync_inflight = None
+        if isinstance(err, ChildGone):
+            # Unanswered: fsync here from now on (the next request does it).
+            log.log(log.WARNING, "AOF fsync child exited; fsyncing on the event loop")
+            self._stop_syncer()
+            self.syncer = _NO_SYNCER
+        else:
+            if err is None:
+                self._record_fsync_at(name, offset)
+                self.core.observe.latency_sample(
+                    "aof-fsync-always", int((time.perf_counter() - started) * 1000))
+            self._fsync_done(target, err, epoch)
+        # The next fsync covers the frames kept back meanwhile (end_of_turn) and
+        # those of the requests that arrived with this answer: it is asked for
+        # at the end of this turn, or right after it when there is none.
+        self.loop.call_soon(self._sync_more)
+
+    def _sync_more(self) -> None:
+        if self.turn_pending is not None and self.turn_pending():
+            return          # the end of that turn asks, for its frame too (end_of_turn)
+        if self.policy == "always" and self.fd is not None and self._sync_inflight is None:
+            if self.pending and self.last_write_ok:
+                self.flush()
+            else:
+                self._request_sync()
+
+    def _stop_syncer(self) -> None:
+        if self.syncer is not None and self.syncer is not _NO_SYNCER:
+            self.syncer.close()
+        self.syncer = None
+        self._sync_inflight = None
+
+    def _sync_now(self) -> bool:
+        """'always' without the syncer child (no event loop, or the child is
+        gone): fsync what is written here, on the calling thread.  False when
+        the fsync failed: its frames are cut back to be written again, and
+        replies wait."""
         target, epoch = self.written_pos, self._sync_epoch
         name, offset = self._segment_name(), self.size
         with self._sync_lock:      # the everysec thread may be syncing after a policy switch
@@ -741,6 +839,8 @@ class Aof:
         if pos <= self.durable_pos:
             return
         self.durable_pos = pos
+        if self.on_durable is not None:
+            self.on_durable(pos)        # replies waiting for this position may go
         unsynced = self._unsynced
         while unsynced and unsynced[0][0] <= pos:
             unsynced.pop(0)
@@ -765,8 +865,9 @@ class Aof:
             pass
 
     def close(self) -> None:
-        """Shutdown: write what is left, fsync it, stop the thread."""
+        """Shutdown: write what is left, fsync it, stop the thread and the syncer."""
         self.flush()
+        self._stop_syncer()
         with self._wake:
             self._stop = True
             self._wake.notify()

@@ -72,7 +72,10 @@ class Persistence:
                     aof.record_fsyncs()
                 aof.open_for_append()
                 core.effect_sinks.append(aof.append_batch)
-                server.before_reply_hooks.append(aof.flush)
+                server.before_reply_hooks.append(aof.end_of_turn)
+                server.reply_barrier = aof.reply_barrier
+                aof.on_durable = server.durable_reached
+                aof.turn_pending = server.turn_pending
                 aof.loop = asyncio.get_running_loop()
                 snap.aof = aof
         finally:

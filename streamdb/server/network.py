@@ -253,7 +253,12 @@ class Server:
         self.connections: set[Connection] = set()
         self._to_flush: dict[Connection, None] = {}
         self._flush_scheduled = False
-        self._held: dict[Connection, None] = {}     # replies waiting for a durable write
+        self._held: dict[Connection, None] = {}     # replies waiting for a failed write's retry
+        # appendfsync always: connection -> the log position that must be durable
+        # before its replies (and everything queued behind them) may go out.
+        self._awaiting: dict[Connection, int] = {}
+        # Set by persistence: the position this turn's replies wait for, or None.
+        self.reply_barrier = None
         # (connection, run of XADDs, its form) applied at the end of the turn (defer_xadd_run).
         self._xadd_runs: list = []
         self._retry_handle = None
@@ -327,8 +332,34 @@ class Server:
         if self._held:
             conns = {**self._held, **conns}
             self._held = {}
+        barrier = self.reply_barrier() if self.reply_barrier is not None else None
+        awaiting = self._awaiting
+        if barrier is not None:
+            # Written, not yet durable (appendfsync always: the fsync runs while
+            # the loop goes on): these replies wait until it is (durable_reached).
+            # A connection already waiting keeps everything in order behind it.
+            for conn in conns:
+                awaiting[conn] = barrier
+            return
+        if awaiting:            # all durable now: whoever still waits goes too
+            conns = {**awaiting, **conns}
+            awaiting.clear()
         for conn in conns:
             conn.flush()
+
+    def durable_reached(self, pos: int) -> None:
+        """The log is durable up to ``pos``: replies that waited for it go out.
+        (Called by the AOF, possibly in the middle of a turn: the release runs
+        on its own turn.)"""
+        if self._awaiting:
+            self.loop.call_soon(self._release_durable, pos)
+
+    def _release_durable(self, pos: int) -> None:
+        ready = [conn for conn, barrier in self._awaiting.items() if barrier <= pos]
+        for conn in ready:
+            del self._awaiting[conn]
+            if conn.transport is not None and not conn.transport.is_closing():
+                conn.flush()
 
     def _retry_durability(self) -> None:
         self._retry_handle = None
@@ -395,7 +426,9 @@ class Server:
             self._cron_handle = self.loop.call_later(1.0 / self.core.config["hz"], self._cron)
 
     async def close(self) -> None:
-        """Stop listening and drop every connection (a failed start-up)."""
+        """Stop listening and drop every connection (a failed start-up, or after
+        the shutdown closed the AOF: every reply is durable by then)."""
+        self._awaiting.clear()
         for conn in list(self.connections):
             conn.flush()
             if conn.transport is not None:
@@ -411,7 +444,8 @@ class Server:
     async def serve_until_stopped(self) -> None:
         await self.stopped
         for conn in list(self.connections):
-            conn.flush()
+            if conn not in self._awaiting:      # (those go once the AOF's close synced)
+                conn.flush()
         for srv in self.servers:
             srv.close()
         self._cron_handle.cancel()
