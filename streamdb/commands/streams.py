@@ -496,7 +496,7 @@ def encode_id_replies(first: int, n: int) -> bytes:
     one millisecond and sequences of one number of digits (nearly always all
     of them) one %-format of a repeated template over the sequences."""
     if n == 1:              # (many clients' runs of one request each, without pipelining)
-        sid = b"%d-%d" % (first >> 64, first & U64)
+        sid = format_id(first)
         return b"$%d\r\n%s\r\n" % (len(sid), sid)
     ms, seq = first >> 64, first & U64
     if seq + n - 1 > U64:

@@ -19,7 +19,8 @@ syncs the frames of earlier turns, the loop goes on executing and writing later
 turns, whose replies wait (``Server`` keeps them with the log position they need,
 ``reply_barrier``) until an fsync covers them.  Throughput is then bound by the
 slower of the CPU and the disk rather than their sum, and one fdatasync covers
-every frame written while the previous one ran.  Because a frame is the unit of both writing and checking:
+every frame written while the previous one ran.  Because a frame is the unit of
+both writing and checking:
 
 * a torn last frame (short, or a bad checksum with nothing after it) is a torn
   tail: cut off on load when ``aof-load-truncated yes`` (logged with the
@@ -587,11 +588,15 @@ class Aof:
         one ends, so the frames of those turns go out then in one write
         (``_sync_answered``) instead of one write per turn."""
         if self._sync_inflight is not None and self.policy == "always" and self.last_write_ok:
-            if self.buf:
-                self.pending += encode_frame(b"".join(self.buf))
-                self.buf.clear()
+            self._frame_turn()
             return True
         return self.flush()
+
+    def _frame_turn(self) -> None:
+        """This turn's effects become one frame, queued behind any not yet written."""
+        if self.buf:
+            self.pending += encode_frame(b"".join(self.buf))
+            self.buf.clear()
 
     def flush(self) -> bool:
         """Write this turn's frame (and any kept back); under 'always', have it
@@ -601,9 +606,7 @@ class Aof:
         Returns False when the frame could not be written: the caller holds the
         turn's replies and the frame is retried on the next turn or tick.
         """
-        if self.buf:
-            self.pending += encode_frame(b"".join(self.buf))
-            self.buf.clear()
+        self._frame_turn()
         if not self.pending:
             return True
         frame = self.pending
@@ -716,11 +719,7 @@ class Aof:
                 self.syncer = Syncer(self.loop, self._sync_answered)
             self.syncer.request(self.fd, self._fd_generation)
         except OSError as e:
-            # No child (it could not start, or died): fsync here from now on.
-            log.log(log.WARNING, f"AOF fsync child unavailable ({e}); fsyncing on the event loop")
-            self._stop_syncer()
-            self.syncer = _NO_SYNCER
-            self._sync_inflight = None
+            self._without_syncer(f"AOF fsync child unavailable ({e})")
             self._sync_now()
 
     def _sync_answered(self, err: OSError | None) -> None:
@@ -730,10 +729,7 @@ class Aof:
         target, epoch, name, offset, started = self._sync_inflight
         self._sync_inflight = None
         if isinstance(err, ChildGone):
-            # Unanswered: fsync here from now on (the next request does it).
-            log.log(log.WARNING, "AOF fsync child exited; fsyncing on the event loop")
-            self._stop_syncer()
-            self.syncer = _NO_SYNCER
+            self._without_syncer("AOF fsync child exited")  # (the next request fsyncs)
         else:
             if err is None:
                 self._record_fsync_at(name, offset)
@@ -753,6 +749,13 @@ class Aof:
                 self.flush()
             else:
                 self._request_sync()
+
+    def _without_syncer(self, why: str) -> None:
+        """No child to be had (it could not start, or died): fsync on the loop
+        thread from now on."""
+        log.log(log.WARNING, f"{why}; fsyncing on the event loop")
+        self._stop_syncer()
+        self.syncer = _NO_SYNCER
 
     def _stop_syncer(self) -> None:
         if self.syncer is not None and self.syncer is not _NO_SYNCER:

@@ -101,10 +101,6 @@ class Syncer:
                 code = int(line[1:] or errno.EIO)
                 self.on_answer(OSError(code, os.strerror(code)))
 
-    @property
-    def alive(self) -> bool:
-        return self.sock is not None
-
     def close(self) -> None:
         """Stop the child (it exits when its socket closes)."""
         if self.sock is None:
