@@ -1,7 +1,8 @@
 """Observability: SLOWLOG, LATENCY, MONITOR, MEMORY, OBJECT, CONFIG REWRITE, latencystats.
 
-The server core calls ``Observer.command_done`` once per executed command with
-the handler's duration; everything recorded here hangs off that one hook:
+The server core calls ``Observer.runs_done`` once per executed command (or run
+of commands a fast path executed together) with the handler's duration;
+everything recorded here hangs off that one hook:
 
 * the per-command latency histogram behind INFO latencystats and LATENCY
   HISTOGRAM (``latency-tracking``),
@@ -94,12 +95,12 @@ class Observer:
 
     # -- the per-command hook ----------------------------------------------------
 
-    def command_done(self, client, spec, argv: list[bytes], elapsed_ns: int) -> None:
-        self.runs_done(spec, ((client, (argv,)),), 1, elapsed_ns)
-
-    def runs_done(self, spec, runs, count: int, elapsed_ns: int) -> None:
+    def runs_done(self, spec, runs, count: int, elapsed_ns: int, client=None,
+                  argv: list[bytes] | None = None) -> None:
         """``count`` requests of ``spec`` ran, each taking ``elapsed_ns``: ``runs`` are
-        (client, argvs) pairs (a fast path runs several requests, of several clients, at once)."""
+        (client, argvs) pairs (a fast path runs several requests, of several clients,
+        at once); None for the one request ``argv`` of ``client`` (the per-request
+        call: its tuples are built only if something but the histogram wants them)."""
         settings = self.settings
         name = spec.name
         if settings["latency-tracking"]:
@@ -107,11 +108,15 @@ class Observer:
             self.histograms[name][elapsed_ns >> bits << bits if bits > 0 else elapsed_ns] += count
         usec = elapsed_ns // 1000
         threshold = settings["slowlog-log-slower-than"]
+        ms_threshold = settings["latency-monitor-threshold"]
+        if not (0 <= threshold <= usec or ms_threshold or self.monitors):
+            return          # the usual case: nothing more to record
+        if runs is None:
+            runs = ((client, (argv,)),)
         if 0 <= threshold <= usec and name != "exec":
             for client, argvs in runs:
                 for argv in argvs:
                     self._log_slow(client, argv, usec)
-        ms_threshold = settings["latency-monitor-threshold"]
         if ms_threshold and usec >= ms_threshold * 1000:
             self.latency_sample("fast-command" if "fast" in spec.flags else "command", usec // 1000)
         if self.monitors and "admin" not in spec.flags:

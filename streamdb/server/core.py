@@ -263,7 +263,7 @@ class Core:
         stats.usec += elapsed_ns // 1000
         self.stats.commands_processed += 1
         self.dirty += ctx.dirty
-        self.observe.command_done(client, spec, argv, elapsed_ns)
+        self.observe.runs_done(spec, None, 1, elapsed_ns, client, argv)
         return reply, ctx.effects, ctx.db.index
 
     def _error(self, err: CommandError, name: str | None, rejected: bool = False) -> CommandError:

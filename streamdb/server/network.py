@@ -226,8 +226,14 @@ class Connection(asyncio.Protocol):
             data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
             self.out.clear()
             self.core.stats.net_output_bytes += len(data)
-            self.transport.write(data)
-            if output_limit_reached(self, self.core.config.values["client-output-buffer-limit"]):
+            transport = self.transport
+            transport.write(data)
+            if not transport.get_write_buffer_size():
+                # The socket took it all (the usual case): nothing is pending, which
+                # is all output_limit_reached would find and record.
+                self.client.output_size = 0
+                self.soft_limit_since = None
+            elif output_limit_reached(self, self.core.config.values["client-output-buffer-limit"]):
                 self.drop_for_output_limit()
                 return
         if self.closing:

@@ -355,6 +355,45 @@ def _compare_batches(data: bytes, cuts: list[int], takes: list[int]) -> None:
     assert run(RequestParser()) == expected
 
 
+@settings(max_examples=300, deadline=None)
+@given(_requests, st.lists(st.integers(0, 3), min_size=1, max_size=6),
+       st.lists(st.integers(0, 2), min_size=1, max_size=6))
+def test_requests_arriving_one_per_read_match_the_general_parser(requests, groups, takes):
+    """The usual client sends one request and waits: a read holding exactly
+    one whole request is split at once (request._lone_request).  Reads here are
+    whole requests (``groups``: how many per read, 0 = a request's bytes in two
+    reads), some taken out only later (a blocked client): the same requests,
+    errors and leftover bytes as the general parser's."""
+    reads, i, k = [], 0, 0
+    while i < len(requests):
+        n = groups[k % len(groups)]
+        if n == 0:
+            half = len(requests[i]) // 2
+            reads += [requests[i][:half], requests[i][half:]]
+            i += 1
+        else:
+            reads.append(b"".join(requests[i:i + n]))
+            i += n
+        k += 1
+
+    def run(parser: RequestParser):
+        got = []
+        try:
+            for j, data in enumerate(reads):
+                parser.feed(data)
+                take = takes[j % len(takes)]
+                # (A batch counts whole as buffered until its last request is taken:
+                # compared is whether anything is, what a blocked client resumes on.)
+                got.append((_drain(parser, take or None), parser.buffered() > 0))
+            got.append(_drain(parser))
+            return ("ok", got, parser.buffered())
+        except ProtocolError as e:
+            return ("error", got, str(e))
+
+    expected = run(RequestParser(max_bulk_len=9999))
+    assert run(RequestParser()) == expected
+
+
 def test_a_batch_counts_as_buffered_until_its_last_request_is_taken():
     p = RequestParser()
     data = cmd(b"XADD", b"k", b"*", b"f", b"v") * 3
