@@ -91,6 +91,11 @@ def encode_commands(commands: list[list[bytes]]) -> bytes:
     loop over every argument: the AOF's encoding was 7% of an everysec
     server's time under XADD.
     """
+    resp = getattr(commands, "resp", None)
+    if resp is not None:            # a batch that can encode itself (streams.XaddRunEffects)
+        data = resp()
+        if data is not None:
+            return data
     if len(commands) < _TEMPLATE_FROM:
         return b"".join(map(encode_command, commands))
     out: list[bytes] = []
@@ -112,6 +117,8 @@ def encode_commands(commands: list[list[bytes]]) -> bytes:
 
 def last_select(commands: list[list[bytes]]) -> int | None:
     """The db the last SELECT among ``commands`` selects, or None if none does."""
+    if hasattr(commands, "resp"):
+        return None         # (streams.XaddRunEffects: XADDs and a trim; asking would build their lists)
     if b"SELECT" not in map(_HEAD, commands):
         return None
     return next(int(argv[1]) for argv in reversed(commands) if argv[0] == b"SELECT")

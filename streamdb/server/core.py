@@ -32,8 +32,9 @@ from .. import log
 from ..commands import registry
 from ..commands.context import BlockRequest, Ctx
 from ..commands.observe import Observer
-from ..commands.streams import (IDMP_FORM, add_auto_id_run, add_idmp_run, apply_xadd_effects,
-                               encode_id_replies, parse_trim_args, xadd_run_form)
+from ..commands.streams import (IDMP_FORM, XaddRunEffects, add_auto_id_run, add_idmp_run,
+                               apply_xadd_effects, encode_id_replies, parse_trim_args,
+                               xadd_run_form)
 from ..config import Config
 from ..engine import Keyspace
 from ..engine.ids import format_id_range
@@ -452,10 +453,7 @@ class Core:
                 for fv, (pid, iid, sid) in zip(fvs, records):
                     effects += ([b"XADD", key, sid, *fv], [b"XIDMPRECORD", key, pid, iid, sid])
                 return effects
-            effects = [[b"XADD", key, sid, *fv] for sid, fv in zip(format_id_range(first_id, n), fvs)]
-            if trimmed is not None:
-                effects.append(trimmed)
-            return effects
+            return XaddRunEffects(key, format_id_range(first_id, n), fvs, trimmed)
 
         self.emit_run(dbi, "xadd", key, n, make_effects, dirty=changed)
         replies = []

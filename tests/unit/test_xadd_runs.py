@@ -141,3 +141,39 @@ def test_idmp_runs_equal_one_by_one(plan, node_entries, maxsize, duration):
     fresh.config.set("stream-idmp-duration", str(duration))
     replay(recorder.batches, fresh)
     assert digest_keyspace(fresh) == digest_keyspace(batched)
+
+
+_names = st.sampled_from([b"f", b"temperature", b"a%b", b"%d", b"", b"\r\n"])
+_values = st.binary(max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(_names, _values), min_size=1, max_size=3), min_size=1,
+                max_size=20),
+       st.booleans(), st.booleans(), st.integers(0, U64 - 30), st.one_of(st.none(), st.just(
+           [b"XTRIM", b"k", b"MAXLEN", b"=", b"5"])))
+def test_a_runs_effects_encode_as_their_argv_lists(entries, same_fields, long_key, seq, trim):
+    """XaddRunEffects.resp() (the AOF's and replication's encoding of a run, one
+    template) is byte for byte encode_command of each of its argv lists, which
+    it also is as a sequence; field names with '%' or CRLF, empty ones, entries
+    with other field names or another number of fields (resp() gives None then)."""
+    from streamdb.commands.streams import XaddRunEffects
+    from streamdb.persistence.aof import encode_command, encode_commands, last_select
+    if same_fields:
+        names = [f for f, _ in entries[0]]
+        entries = [[(f, v) for f, (_, v) in zip(names, e)] for e in entries
+                   if len(e) >= len(names)] or [entries[0]]
+        entries = [e[:len(names)] for e in entries]
+    fvs = [[x for pair in e for x in pair] for e in entries]
+    key = b"k" * 300 if long_key else b"k"
+    ids = format_id_range(make_id(1_700_000_000_000, seq), len(fvs))
+    effects = XaddRunEffects(key, ids, fvs, trim)
+    argvs = [[b"XADD", key, sid, *fv] for sid, fv in zip(ids, fvs)] + ([trim] if trim else [])
+    assert list(effects) == argvs and len(effects) == len(argvs)
+    assert [effects[i] for i in range(len(argvs))] == argvs
+    expected = b"".join(map(encode_command, argvs))
+    assert encode_commands(effects) == expected
+    resp = XaddRunEffects(key, ids, fvs, trim).resp()
+    uniform = all(f[0::2] == fvs[0][0::2] for f in fvs)
+    assert resp == (expected if uniform else None)
+    assert last_select(effects) is None
