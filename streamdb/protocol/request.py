@@ -160,9 +160,13 @@ def _lone_request(data: bytes) -> list[bytes] | None:
     else None.  Each header equal to the length of the part after it, and the
     parts rejoined by CRLF being all of ``data``, make the split the same as
     reading bulk by bulk by length; a bulk holding a CRLF breaks the match."""
-    parts = data.split(b"\r\n")
-    argc = _MBULK_HDR.get(parts[0])
-    if argc is None or len(parts) != 2 * argc + 2 or parts[-1]:
+    argc = _MBULK_HDR.get(data[:data.find(b"\r\n")])
+    if argc is None:
+        return None
+    # At most one request's worth of splitting: a pipeline is left whole for
+    # _fast_batch (its remainder is then the last part, not empty).
+    parts = data.split(b"\r\n", 2 * argc + 1)
+    if len(parts) != 2 * argc + 2 or parts[-1]:
         return None
     get = _bulk_len
     k = 1
