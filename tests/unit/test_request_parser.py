@@ -356,21 +356,26 @@ def _compare_batches(data: bytes, cuts: list[int], takes: list[int]) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(_requests, st.lists(st.integers(0, 3), min_size=1, max_size=6),
+@given(_requests, st.lists(st.integers(-1, 3), min_size=1, max_size=6),
        st.lists(st.integers(0, 2), min_size=1, max_size=6))
 def test_requests_arriving_one_per_read_match_the_general_parser(requests, groups, takes):
     """The usual client sends one request and waits: a read holding exactly
     one whole request is split at once (request._lone_request).  Reads here are
-    whole requests (``groups``: how many per read, 0 = a request's bytes in two
-    reads), some taken out only later (a blocked client): the same requests,
-    errors and leftover bytes as the general parser's."""
+    whole requests (``groups``: how many per read; 0 = a request's bytes in two
+    reads; -1 = a request and half of the next, then the rest), some taken out
+    only later (a blocked client): the same requests, errors and leftover
+    bytes as the general parser's."""
     reads, i, k = [], 0, 0
     while i < len(requests):
         n = groups[k % len(groups)]
-        if n == 0:
+        if n == 0 or (n == -1 and i + 1 == len(requests)):
             half = len(requests[i]) // 2
             reads += [requests[i][:half], requests[i][half:]]
             i += 1
+        elif n == -1:
+            half = len(requests[i + 1]) // 2
+            reads += [requests[i] + requests[i + 1][:half], requests[i + 1][half:]]
+            i += 2
         else:
             reads.append(b"".join(requests[i:i + n]))
             i += n
