@@ -334,25 +334,34 @@ def test_batches_match_the_general_parser(requests, cuts, takes, window):
 
 
 def _compare_batches(data: bytes, cuts: list[int], takes: list[int]) -> None:
+    reads, i, k = [], 0, 0
+    while i < len(data):
+        n = cuts[k % len(cuts)]
+        reads.append(data[i:i + n])
+        i += n
+        k += 1
+    expected = _parse_reads(RequestParser(max_bulk_len=9999), reads, takes)
+    assert _parse_reads(RequestParser(), reads, takes) == expected
 
-    def run(parser: RequestParser):
-        got, i, k = [], 0, 0
-        try:
-            while i < len(data):
-                n = cuts[k % len(cuts)]
-                parser.feed(data[i:i + n])
-                i += n
-                # Take only some requests out (a client blocked mid-batch), then more bytes.
-                take = takes[k % len(takes)]
-                got.append(_drain(parser, take or None))     # per arrival: when, not just what
-                k += 1
-            got.append(_drain(parser))
-            return ("ok", got, parser.buffered())
-        except ProtocolError as e:
-            return ("error", got, str(e))
 
-    expected = run(RequestParser(max_bulk_len=9999))
-    assert run(RequestParser()) == expected
+def _parse_reads(parser: RequestParser, reads: list[bytes], takes: list[int],
+                 note_buffered: bool = False):
+    """Feed ``reads`` in turn, taking out ``takes[j]`` requests after read j (0:
+    all of them; fewer is a client blocked mid-batch): what came out after each
+    read (when, not just what), and how it ended (the bytes left, or the error).
+    ``note_buffered``: also whether anything counts as buffered after each read
+    (a batch counts whole until its last request is taken: whether anything
+    does is what a blocked client resumes on)."""
+    got = []
+    try:
+        for j, data in enumerate(reads):
+            parser.feed(data)
+            taken = _drain(parser, takes[j % len(takes)] or None)
+            got.append((taken, parser.buffered() > 0) if note_buffered else taken)
+        got.append(_drain(parser))
+        return ("ok", got, parser.buffered())
+    except ProtocolError as e:
+        return ("error", got, str(e))
 
 
 @settings(max_examples=300, deadline=None)
@@ -381,22 +390,8 @@ def test_requests_arriving_one_per_read_match_the_general_parser(requests, group
             i += n
         k += 1
 
-    def run(parser: RequestParser):
-        got = []
-        try:
-            for j, data in enumerate(reads):
-                parser.feed(data)
-                take = takes[j % len(takes)]
-                # (A batch counts whole as buffered until its last request is taken:
-                # compared is whether anything is, what a blocked client resumes on.)
-                got.append((_drain(parser, take or None), parser.buffered() > 0))
-            got.append(_drain(parser))
-            return ("ok", got, parser.buffered())
-        except ProtocolError as e:
-            return ("error", got, str(e))
-
-    expected = run(RequestParser(max_bulk_len=9999))
-    assert run(RequestParser()) == expected
+    expected = _parse_reads(RequestParser(max_bulk_len=9999), reads, takes, note_buffered=True)
+    assert _parse_reads(RequestParser(), reads, takes, note_buffered=True) == expected
 
 
 def test_a_batch_counts_as_buffered_until_its_last_request_is_taken():
