@@ -48,6 +48,16 @@ def render_entry(sid: int, fv: list) -> bytes:
 _ID_TEXT = b"%d-%d".__mod__
 
 
+# The pieces of a %-template of RESP bulk strings (render_columns, XaddRunEffects):
+# a slot filled with (length, value), and a fixed bulk written in.
+_BULK_SLOT = b"$%d\r\n%b\r\n"
+
+
+def _bulk_literal(value: bytes) -> bytes:
+    """``value`` as a RESP bulk string, escaped to sit in a %-template as is."""
+    return (b"$%d\r\n%s\r\n" % (len(value), value)).replace(b"%", b"%%")
+
+
 def render_columns(ids: list[int], names: list[bytes], columns: list) -> list[bytes]:
     """``render_entry`` of each of a node's entries, all of them with the field
     ``names`` and ``columns[j]`` holding every entry's value of field j (the
@@ -60,10 +70,9 @@ def render_columns(ids: list[int], names: list[bytes], columns: list) -> list[by
     Python loop per element, about half the cost of a ``render_entry`` call
     per entry.
     """
-    parts = [b"*2\r\n$%d\r\n%b\r\n" + b"*%d\r\n" % (2 * len(names))]
+    parts = [b"*2\r\n" + _BULK_SLOT + b"*%d\r\n" % (2 * len(names))]
     for name in names:
-        parts.append((b"$%d\r\n%s\r\n" % (len(name), name)).replace(b"%", b"%%"))
-        parts.append(b"$%d\r\n%b\r\n")
+        parts += (_bulk_literal(name), _BULK_SLOT)
     template = b"".join(parts)
     texts = list(map(_ID_TEXT, zip(map(rshift, ids, repeat(64)), map(and_, ids, repeat(U64)))))
     args = [map(len, texts), texts]
@@ -543,7 +552,7 @@ class XaddRunEffects:
         if width & 1 or not all(map(width.__eq__, map(len, fvs))):
             return None
         columns: list = [map(len, self.ids), self.ids]
-        parts = [b"*%d\r\n$4\r\nXADD\r\n" % (3 + width), _bulk_literal(self.key), b"$%d\r\n%b\r\n"]
+        parts = [b"*%d\r\n$4\r\nXADD\r\n" % (3 + width), _bulk_literal(self.key), _BULK_SLOT]
         for j in range(0, width, 2):
             name = first[j]
             names = list(map(itemgetter(j), fvs))
@@ -551,17 +560,12 @@ class XaddRunEffects:
                 return None
             values = list(map(itemgetter(j + 1), fvs))
             columns += (map(len, values), values)
-            parts += (_bulk_literal(name), b"$%d\r\n%b\r\n")
+            parts += (_bulk_literal(name), _BULK_SLOT)
         template = b"".join(parts)
         out = b"".join(map(template.__mod__, zip(*columns)))
         if self.trim is not None:
             out += encode_request(*self.trim)
         return out
-
-
-def _bulk_literal(value: bytes) -> bytes:
-    """``value`` as a RESP bulk string, escaped to sit in a %-template as is."""
-    return (b"$%d\r\n%s\r\n" % (len(value), value)).replace(b"%", b"%%")
 
 
 def encode_id_replies(first: int, n: int) -> bytes:
