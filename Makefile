@@ -1,20 +1,34 @@
 # The two commands a newcomer needs (see README.md):
-#   make run   - install what is needed and start the server on streamdb.conf (data in ./data)
-#   make test  - install what is needed (redis-server included) and run every test
+#   make run   - install what the server needs (runtime dependencies only) and start it
+#                on streamdb.conf (data in ./data)
+#   make test  - install what the tests need (test and spark extras, redis-server, Java,
+#                ioredis) and run every test
 PY      ?= python3
 VENV    := .venv
 VPY     := $(VENV)/bin/python
-STAMP   := $(VENV)/.installed
+# Two stamps, one per set of dependencies: a venv made by `make run` has no test or
+# Spark packages, so `make test` must install them even though the venv exists.
+RUN_STAMP  := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test soak deps redis-server node-clients spark-deps bench clean
+.PHONY: run test soak deps test-deps redis-server java node-clients spark-deps bench clean
 
-$(STAMP): pyproject.toml
+$(VPY):
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[test]'
-	touch $(STAMP)
 
-deps: $(STAMP)
+# The server's runtime dependencies only: no test or Spark extras.
+$(RUN_STAMP): pyproject.toml | $(VPY)
+	$(VPY) -m pip install -q -e .
+	touch $@
+
+# Everything the tests import (test + spark extras) includes the runtime set.
+$(TEST_STAMP): pyproject.toml | $(VPY)
+	$(VPY) -m pip install -q -e '.[test,spark]'
+	touch $@ $(RUN_STAMP)
+
+deps: $(RUN_STAMP)
+test-deps: $(TEST_STAMP)
 
 # Differential tests and benchmarks compare against a real redis-server 7.0
 # (Debian's package).  Install it when it is missing.
@@ -36,20 +50,23 @@ node-clients:
 	  mkdir -p .cache/node && npm install --prefix .cache/node --silent --no-audit --no-fund ioredis@5 >/dev/null 2>&1 \
 	  || echo "ioredis not installed (npm failed): its test will be skipped"; fi
 
-# PySpark (and pyarrow) in the venv, and a Java runtime for Spark from Debian's
-# packages when there is none, for tests/spark.
-spark-deps: deps
-	@$(VPY) -c 'import pyspark, pyarrow' 2>/dev/null || $(VPY) -m pip install -q 'pyspark>=4.2,<5' 'pyarrow>=15'
+# A Java runtime for Spark from Debian's packages, when there is none.
+java:
 	@command -v java >/dev/null 2>&1 || { \
 	  echo "installing a Java runtime (openjdk-17-jre-headless) for Spark"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 
-test: deps redis-server node-clients spark-deps
+# For the Spark pipelines (streamdb-spark) and the data source: the spark extra
+# (pyspark, pyarrow) in the venv, and Java.
+spark-deps: deps java
+	@$(VPY) -c 'import pyspark, pyarrow' 2>/dev/null || $(VPY) -m pip install -q -e '.[spark]'
+
+test: test-deps redis-server node-clients java
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
 
 # Long crash/soak loops, bounded by STREAMDB_SOAK_SECONDS (CI runs a short one).
-soak: deps
+soak: test-deps
 	$(VPY) -m pytest -q -m soak $(PYTEST_ARGS)
 
 bench: deps redis-server

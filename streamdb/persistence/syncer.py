@@ -12,7 +12,7 @@ child's answer comes back on a socket the loop watches like a client's.  The
 bound becomes the slower of the CPU and the disk, and one fdatasync covers
 every frame written while the previous one ran.  (Where the time of one cycle
 goes, and the variants measured slower -- two children, a child that syncs
-again by itself, syncing on the loop -- are in the README, "Durability".)
+again by itself, syncing on the loop -- are in docs/PERFORMANCE.md.)
 
 The child (``fsync_child.py``) imports nothing of StreamDB and exits when its
 socket closes, so it never outlives the server, even after ``kill -9``.

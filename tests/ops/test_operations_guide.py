@@ -1,42 +1,26 @@
 """docs/OPERATIONS.md is tested: its ``<!-- guide-test: NAME -->`` shell blocks run as written
-(bash, the guide's variables set) against real server processes."""
+(bash, the guide's variables set) against real server processes (tests/docblocks.py)."""
 
 from __future__ import annotations
 
-import os
-import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
+from docblocks import run_block, start_block
 from helpers import ROOT, ServerProcess
 from streamdb.tools.procs import free_port, wait_until_ready
 
-GUIDE = ROOT / "docs" / "OPERATIONS.md"
-BLOCK = re.compile(r"<!-- guide-test: (\w+) -->\n```sh\n(.*?)```", re.S)
+GUIDE = "docs/OPERATIONS.md"
+DOC_BLOCKS = {"docs/OPERATIONS.md": {"backup", "restore", "check", "repair", "replicate",
+                                     "compare", "promote", "fsync", "stop"}}
 
 
-def _blocks() -> dict[str, str]:
-    return dict(BLOCK.findall(GUIDE.read_text()))
-
-
-def _env(**variables) -> dict[str, str]:
-    env = dict(os.environ)
-    # streamdb-server and the tools as installed next to this interpreter; redis-cli from the system.
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.update({k: str(v) for k, v in variables.items()})
-    return env
-
-
-def _run_block(name: str, **variables) -> str:
-    proc = subprocess.run(["bash", "-eu", "-c", _blocks()[name]], env=_env(**variables),
-                          capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert proc.returncode == 0, f"guide block {name!r} failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
+def _run_block(name: str, stdin: str | None = None, **variables) -> str:
+    return run_block(GUIDE, name, cwd=ROOT, stdin=stdin, **variables)
 
 
 def _fill(port: int) -> str:
@@ -57,10 +41,6 @@ def _wait_until(check, timeout: float = 20) -> None:
     raise AssertionError("condition not reached")
 
 
-def test_the_guide_marks_the_blocks_this_file_runs():
-    assert set(_blocks()) == {"backup", "restore", "replicate", "promote", "stop"}
-
-
 def test_backup_with_bgsave_and_copy_then_restore_on_another_port(tmp_path):
     data, backup = tmp_path / "data", tmp_path / "backup"
     with ServerProcess(data, "--appendonly", "yes", "--save", "") as srv:
@@ -71,9 +51,7 @@ def test_backup_with_bgsave_and_copy_then_restore_on_another_port(tmp_path):
 
         # The restore block is one command: run it as the server process itself.
         restore_port = free_port()
-        restored = subprocess.Popen(["bash", "-eu", "-c", "exec " + _blocks()["restore"]],
-                                    env=_env(RESTORE_PORT=restore_port, BACKUP=backup),
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        restored = start_block(GUIDE, "restore", cwd=ROOT, RESTORE_PORT=restore_port, BACKUP=backup)
         try:
             wait_until_ready(restore_port, restored)
             copy = redis.Redis(port=restore_port)
@@ -98,6 +76,8 @@ def test_replicate_then_promote(tmp_path):
         with_more = redis.Redis(port=primary.port)
         with_more.xadd("sensor:0", {"temperature": "30.1"}, id="9999999999999-0")
         _wait_until(lambda: r_replica.xlen("sensor:0") == 101)
+        out = _run_block("compare", PORT=primary.port, REPLICA_PORT=replica.port)
+        assert str(primary.port) in out and str(replica.port) in out
 
         out = _run_block("promote", REPLICA_PORT=replica.port)
         assert out.splitlines()[0] == "OK"
@@ -120,3 +100,50 @@ def test_stop_with_sigterm_exits_0_and_the_data_survives(tmp_path):
     assert not pidfile.exists()
     with ServerProcess(data, "--save", "") as again:
         assert redis.Redis(port=again.port).execute_command("DEBUG", "DIGEST") == digest
+
+
+def test_the_offline_checks_on_a_stopped_server(tmp_path):
+    data = tmp_path / "data"
+    with ServerProcess(data, "--appendonly", "yes", "--save", "") as srv:
+        _fill(srv.port)
+        redis.Redis(port=srv.port).save()
+    out = _run_block("check", DATA=data)
+    assert "AOF is valid" in out
+    assert "sensor:0" in out
+
+
+def _write_one_frame_each(port: int, count: int) -> None:
+    r = redis.Redis(port=port)
+    for i in range(count):      # one request per loop turn: one AOF frame each
+        r.xadd("orders", {"marker": f"entry-{i:03d}"})
+
+
+def test_repair_cuts_a_corrupt_aof_at_the_last_valid_frame(tmp_path):
+    data = tmp_path / "data"
+    with ServerProcess(data, "--appendonly", "yes", "--save", "") as srv:
+        _write_one_frame_each(srv.port, 50)
+    segment = max((data / "appendonlydir").glob("*.aof"), key=lambda p: p.stat().st_size)
+    raw = bytearray(segment.read_bytes())
+    at = raw.index(b"entry-030")
+    raw[at] ^= 0x20                 # a flipped bit in the middle of the segment
+    segment.write_bytes(bytes(raw))
+    refused = ServerProcess(data, "--appendonly", "yes", "--save", "")
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        refused.start()
+    refused.stop()
+
+    _run_block("repair", stdin="y\n", DATA=data)
+
+    with ServerProcess(data, "--appendonly", "yes", "--save", "") as again:
+        entries = redis.Redis(port=again.port).xrange("orders")
+    assert [fields[b"marker"] for _id, fields in entries] == \
+        [f"entry-{i:03d}".encode() for i in range(30)]
+
+
+def test_fsync_policy_set_at_run_time(tmp_path):
+    with ServerProcess(tmp_path / "data", "--appendonly", "yes", "--save", "") as srv:
+        out = _run_block("fsync", PORT=srv.port)
+        assert out.splitlines() == ["OK", "appendfsync", "always"]
+        r = redis.Redis(port=srv.port)
+        assert r.xadd("orders", {"item": "book"})
+        assert r.info("persistence")["aof_last_write_status"] == "ok"

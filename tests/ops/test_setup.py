@@ -1,0 +1,81 @@
+"""The README's two set-up commands: `make run` installs only what the server needs,
+`make test` what the tests need, and switching from one to the other installs the rest.
+
+`make -n` (print the commands, run none) on a copy of the Makefile and pyproject.toml
+shows what each target would install from a given state of the venv."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+SPARK_AND_TEST_PACKAGES = {"pyspark", "pyarrow", "pytest", "pytest-timeout", "hypothesis"}
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+
+
+def _names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=!;\[ ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def _planned_installs(tmp_path: Path, target: str) -> list[str]:
+    """The pip install commands `make <target>` would run in this state of the venv."""
+    out = subprocess.run(["make", "-n", target], cwd=tmp_path, capture_output=True,
+                         text=True, check=True, timeout=30).stdout
+    return [line for line in out.splitlines() if "pip install" in line and "--upgrade pip" not in line]
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    shutil.copy(ROOT / "Makefile", tmp_path)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    return tmp_path
+
+
+def _venv_made_by(project: Path, stamp: str) -> None:
+    """A venv as an earlier make left it: the interpreter and the stamp, newer than pyproject.toml."""
+    (project / ".venv" / "bin").mkdir(parents=True)
+    later = time.time() + 5
+    for path in (project / ".venv" / "bin" / "python", project / ".venv" / stamp):
+        path.touch()
+        os.utime(path, (later, later))
+
+
+def test_the_runtime_dependencies_hold_no_spark_or_test_package():
+    assert not _names(PYPROJECT["project"]["dependencies"]) & SPARK_AND_TEST_PACKAGES
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert {"pyspark", "pyarrow"} <= _names(extras["spark"])
+    assert not {"pyspark", "pyarrow"} & _names(extras["test"])
+
+
+def test_make_run_on_a_fresh_clone_installs_the_project_without_extras(project):
+    assert _planned_installs(project, "run") == [".venv/bin/python -m pip install -q -e ."]
+
+
+def test_make_test_after_make_run_installs_the_test_and_spark_extras(project):
+    _venv_made_by(project, ".installed-run")
+    assert _planned_installs(project, "run") == []
+    assert _planned_installs(project, "test") == [".venv/bin/python -m pip install -q -e '.[test,spark]'"]
+
+
+def test_make_run_after_make_test_installs_nothing_more(project):
+    _venv_made_by(project, ".installed-test")
+    (project / ".venv" / ".installed-run").touch()
+    os.utime(project / ".venv" / ".installed-run", (time.time() + 5,) * 2)
+    assert _planned_installs(project, "run") == []
+    assert _planned_installs(project, "test") == []
+
+
+def test_make_spark_deps_installs_the_spark_extra(project):
+    _venv_made_by(project, ".installed-run")
+    assert any("'.[spark]'" in line for line in _planned_installs(project, "spark-deps"))
