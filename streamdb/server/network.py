@@ -23,7 +23,7 @@ from ..protocol.reply import encode_reply
 from ..protocol.request import ProtocolError, RequestParser
 from ..security import protected
 from . import tls
-from .core import BLOCKED, Core
+from .core import BLOCKED, DROP, Core
 from .limits import output_limit_reached
 
 __all__ = ["Server", "Connection", "allowed_while_loading"]
@@ -157,6 +157,9 @@ class Connection(asyncio.Protocol):
         self.parser.authenticated = client.authenticated
         if reply is BLOCKED:
             return False
+        if reply is DROP:
+            self.drop()
+            return False
         self.out.append(encode_reply(reply, client.resp == 3))
         if client.close_after_reply:
             self.closing = True
@@ -246,6 +249,10 @@ class Connection(asyncio.Protocol):
         log.log(log.WARNING, f"Client {info} scheduled to be closed ASAP for overcoming "
                              "of output buffer limits.")
         self.core.stats.output_buffer_limit_disconnections += 1
+        self.drop()
+
+    def drop(self) -> None:
+        """Close at once: the replies not yet written are dropped, nothing more is read."""
         self.closing = True
         self.out.clear()
         self.transport.abort()
