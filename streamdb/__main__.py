@@ -79,8 +79,8 @@ async def serve(cfg: Config) -> int:
     # loading leaves.
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    replication.start(repl)     # (what it says of the saved state belongs before "Ready")
     log.log(log.NOTICE, "Ready to accept connections tcp")
-    replication.start(repl)
     await server.serve_until_stopped()      # SHUTDOWN, SIGTERM or SIGINT; listeners closed
     log.log(log.WARNING, "User requested shutdown...")
     store.shutdown(core.extra.get("shutdown_save"))

@@ -282,6 +282,7 @@ class ReplicaSide:
         else:
             raise ReplError(f"Unexpected reply to PSYNC from master: {r.decode('latin-1')}")
         self.state = "connected"
+        repl.followed = True
         self.read_offset = repl.offset
         self.parser = RequestParser(max_bulk_len=1 << 62)
         self.raw = bytearray()
