@@ -115,6 +115,10 @@ class Stats:
         self.net_output_bytes = 0
         self.keyspace_hits = 0
         self.keyspace_misses = 0
+        # Redis's total_reads_processed / total_writes_processed: reads from client
+        # sockets that returned data, writes of replies to them.
+        self.reads_processed = 0
+        self.writes_processed = 0
 
 
 class Core:

@@ -93,7 +93,9 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        self.core.stats.net_input_bytes += len(data)
+        stats = self.core.stats
+        stats.net_input_bytes += len(data)
+        stats.reads_processed += 1
         self.parser.feed(data)
         if self.parser.buffered() > self.core.config.values["client-query-buffer-limit"]:
             log.log(log.WARNING, f"Closing client that reached max query buffer length: id={self.client.id} addr={self.client.addr}")
@@ -228,7 +230,9 @@ class Connection(asyncio.Protocol):
         if self.out:
             data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
             self.out.clear()
-            self.core.stats.net_output_bytes += len(data)
+            stats = self.core.stats
+            stats.net_output_bytes += len(data)
+            stats.writes_processed += 1
             transport = self.transport
             transport.write(data)
             if not transport.get_write_buffer_size():
