@@ -79,8 +79,8 @@ async def serve(cfg: Config) -> int:
     # loading leaves.
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    replication.start(repl)     # (what it says of the saved state belongs before "Ready")
     log.log(log.NOTICE, "Ready to accept connections tcp")
-    replication.start(repl)
     await server.serve_until_stopped()      # SHUTDOWN, SIGTERM or SIGINT; listeners closed
     log.log(log.WARNING, "User requested shutdown...")
     store.shutdown(core.extra.get("shutdown_save"))
@@ -100,10 +100,55 @@ def _apply_config(core, aof, names: list[str]) -> None:
         log.set_level(core.config["loglevel"])
 
 
+def version_line() -> str:
+    """``streamdb-server --version``, shaped like ``redis-server -v``'s line."""
+    import platform
+    return f"StreamDB server v={__version__} python={platform.python_version()} bits=64"
+
+
+def usage() -> str:
+    """``streamdb-server --help``: how to start it, with the defaults from DIRECTIVES."""
+    from pathlib import Path
+
+    from .config import DIRECTIVES
+
+    def default(name: str) -> str:
+        return f"{name} {DIRECTIVES[name].default}"
+
+    shipped = Path(__file__).resolve().parent.parent / "streamdb.conf"
+    where = str(shipped) if shipped.is_file() else "streamdb.conf at the top of the source tree"
+    return f"""\
+Usage: streamdb-server [/path/to/streamdb.conf] [--directive value ...]
+       streamdb-server -v or --version
+       streamdb-server -h or --help
+       (python -m streamdb takes the same arguments)
+
+The config file (redis.conf syntax: one "directive value" per line) is read first;
+each --directive value after it overrides that directive, as with redis-server.
+Without a file every directive has its default: {default("port")}, {default("bind")},
+{default("dir")}, {default("appendonly")}, {default("appendfsync")}.
+
+Examples:
+       streamdb-server                            (all defaults)
+       streamdb-server /etc/streamdb/streamdb.conf
+       streamdb-server --port 7777 --dir /var/lib/streamdb
+       streamdb-server --port 7777 --replicaof 127.0.0.1 6379
+       streamdb-server streamdb.conf --appendfsync always --loglevel verbose
+       streamdb-server --appendonly no --save ""  (nothing written to disk)
+
+Every directive, with its default and what it does: the shipped config file,
+       {where}
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    # As redis-server: these are looked for as the first argument only.
     if args and args[0] in ("-v", "--version"):
-        print(f"StreamDB server v={__version__}")
+        print(version_line())
+        return 0
+    if args and args[0] in ("-h", "--help"):
+        print(usage(), end="")
         return 0
     try:
         cfg = build_config(args)

@@ -212,8 +212,8 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("slowlog-max-len", "128", _parse_int(0, 2**31 - 1), "Slow log length."),
     _d("latency-tracking", "yes", _parse_bool, "Track per-command latency.", True, _render_bool),
     _d("latency-monitor-threshold", "0", _parse_int(0, 2**63 - 1), "LATENCY monitor: record events lasting at least this many milliseconds (0 = off)."),
-    _d("metrics-port", "0", _parse_int(0, 65535), "Port of the Prometheus HTTP endpoint GET /metrics (0 = off).", False),
-    _d("metrics-bind", "127.0.0.1", _S, "Space-separated addresses the metrics endpoint listens on.", False),
+    _d("metrics-port", "0", _parse_int(0, 65535), "Port of the Prometheus HTTP endpoint GET /metrics (0 = off). Start-up only: CONFIG SET refuses it; restart to change it.", False),
+    _d("metrics-bind", "127.0.0.1", _S, "Space-separated addresses the metrics endpoint listens on. Start-up only, as metrics-port.", False),
     _d("metrics-max-series", "10000", _parse_int(1, 2**31 - 1), "Most stream/group/consumer series one scrape exports (the rest are counted as truncated)."),
     # -- replication
     _d("replicaof", "", _S, "<host> <port> of the primary to follow (empty = primary).", False),

@@ -518,7 +518,7 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         ("evicted_keys", 0), ("keyspace_hits", st.keyspace_hits), ("keyspace_misses", st.keyspace_misses),
         ("pubsub_channels", 0), ("pubsub_patterns", 0),
         ("total_error_replies", st.error_replies),
-        ("total_reads_processed", 0), ("total_writes_processed", 0),
+        ("total_reads_processed", st.reads_processed), ("total_writes_processed", st.writes_processed),
     ] + core.extra.get("info_stats_replication", list)()
     sections["replication"] = core.extra.get("info_replication", lambda: [
         ("role", "master"), ("connected_slaves", 0),

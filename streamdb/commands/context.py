@@ -76,27 +76,49 @@ class Ctx:
 
     # -- key access -----------------------------------------------------------
 
-    def lookup(self, key: bytes):
-        """The value at ``key``, or None.  An expired key is deleted (and a DEL propagated)."""
+    def lookup(self, key: bytes, read: bool = False):
+        """The value at ``key``, or None.  An expired key is deleted (and a DEL propagated).
+
+        ``read``: the command reads the key (Redis's lookupKeyRead, as opposed to
+        lookupKeyWrite): the lookup counts as a hit or a miss in INFO's
+        keyspace_hits / keyspace_misses.
+        """
         db = self.db
         value = db.data.get(key)
-        if value is None:
-            return None
-        if db.expires and db.is_expired(key, self.now_ms):
-            if self.core.is_replica and not self.replaying:
-                # Replicas never expire keys themselves; the primary's DEL will
-                # arrive.  Reads still treat the key as gone, as Redis does.
-                return None
-            if self.replaying:
-                return value
-            db.delete(key)
-            self.core.stats.expired_keys += 1
-            self.propagate([b"DEL", key], dirty=0)
-            return None
+        if value is not None and db.expires and db.is_expired(key, self.now_ms):
+            value = self._expired(key, value)
+        if read:
+            stats = self.core.stats
+            if value is None:
+                stats.keyspace_misses += 1
+            else:
+                stats.keyspace_hits += 1
         return value
 
-    def lookup_stream(self, key: bytes) -> Stream | None:
-        value = self.lookup(key)
+    def _expired(self, key: bytes, value):
+        """lookup() of a key past its expiry time: what the command sees (None: gone)."""
+        if self.core.is_replica and not self.replaying:
+            # Replicas never expire keys themselves; the primary's DEL will
+            # arrive.  Reads still treat the key as gone, as Redis does.
+            return None
+        if self.replaying:
+            return value
+        self.db.delete(key)
+        self.core.stats.expired_keys += 1
+        self.propagate([b"DEL", key], dirty=0)
+        return None
+
+    def count_lookups_again(self, values: list) -> None:
+        """Count read lookups again for values already in hand (a hit each, a miss
+        for each None): where Redis looks a command's keys up twice (XREAD)."""
+        stats = self.core.stats
+        misses = values.count(None)
+        stats.keyspace_misses += misses
+        stats.keyspace_hits += len(values) - misses
+
+    def lookup_stream(self, key: bytes, read: bool = False) -> Stream | None:
+        """lookup() (``read`` as there), WRONGTYPE unless the value is a stream."""
+        value = self.lookup(key, read)
         if value is None or type(value) is Stream:
             return value
         raise CommandError(WRONGTYPE)

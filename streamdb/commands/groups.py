@@ -457,13 +457,15 @@ def _blocked_serve(keys: list[bytes], group: bytes, consumer_name: bytes, count:
 def xreadgroup(ctx: Ctx, argv: list[bytes]):
     """XREADGROUP GROUP group consumer [COUNT count] [BLOCK milliseconds] [CLAIM min-idle-time] [NOACK] STREAMS key [key ...] id [id ...]"""
     a = parse_read_args(argv, group_cmd=True)
+    streams: list[Stream] = []
     groups: list[ConsumerGroup] = []
     after: list[int] = []
     for key, raw in zip(a.keys, a.raw_ids):
-        s = ctx.lookup_stream(key)
+        s = ctx.lookup_stream(key, read=True)
         g = _group_of(s, a.group)
         if g is None:
             raise _nogroup(key, a.group, " in XREADGROUP with GROUP option")
+        streams.append(s)
         groups.append(g)
         if raw == b"$":
             raise CommandError("ERR The $ ID is meaningless in the context of XREADGROUP: you "
@@ -476,6 +478,8 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
             sid = parse_strict_stream_id(raw)
             # Redis marks ">" with the maximum id internally, so that id means ">" too.
             after.append(NEW_ONLY if sid == MAX_ID else sid)
+    # Redis looks each key up again to serve it (xreadCommand): INFO counts both.
+    ctx.count_lookups_again(streams)
     for key, g, gt in zip(a.keys, groups, after):
         if gt == NEW_ONLY:       # before anything is served: an error must change nothing
             check_pel_room(ctx, ctx.db.data[key], g, a.noack)
@@ -510,7 +514,7 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
 @command("xack", -4, "write fast", keys=(1, 1, 1), group="stream", since="5.0.0")
 def xack(ctx: Ctx, argv: list[bytes]):
     """XACK key group id [id ...]"""
-    s = ctx.lookup_stream(argv[1])
+    s = ctx.lookup_stream(argv[1], read=True)
     g = _group_of(s, argv[2])
     if g is None:
         return 0
@@ -525,7 +529,7 @@ def xack(ctx: Ctx, argv: list[bytes]):
 def xackdel(ctx: Ctx, argv: list[bytes]):
     """XACKDEL key group [KEEPREF|DELREF|ACKED] IDS numids id [id ...]"""
     policy, ids = parse_policy_ids(argv, 3)
-    s = ctx.lookup_stream(argv[1])
+    s = ctx.lookup_stream(argv[1], read=True)
     g = _group_of(s, argv[2])
     if g is None:
         return [-1] * len(ids)
@@ -576,7 +580,7 @@ def xpending(ctx: Ctx, argv: list[bytes]):
             end -= 1
         if i + 3 < n:
             consumer_name = argv[i + 3]
-    s = ctx.lookup_stream(argv[1])
+    s = ctx.lookup_stream(argv[1], read=True)
     g = _group_of(s, argv[2])
     if g is None:
         raise _nogroup(argv[1], argv[2])
@@ -624,7 +628,7 @@ def _is_id(raw: bytes) -> bool:
 def xclaim(ctx: Ctx, argv: list[bytes]):
     """XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms] [TIME unix-time-milliseconds] [RETRYCOUNT count] [FORCE] [JUSTID] [LASTID lastid]"""
     key = argv[1]
-    s = ctx.lookup_stream(key)
+    s = ctx.lookup_stream(key, read=True)
     g = _group_of(s, argv[2])
     if g is None:
         raise _nogroup(key, argv[2])
@@ -737,7 +741,7 @@ def xautoclaim(ctx: Ctx, argv: list[bytes]):
         else:
             raise syntax_error()
         j += 1
-    s = ctx.lookup_stream(key)
+    s = ctx.lookup_stream(key, read=True)
     g = _group_of(s, argv[2])
     if g is None:
         raise _nogroup(key, argv[2])

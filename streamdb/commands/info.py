@@ -38,7 +38,7 @@ def _no_such_key() -> CommandError:
 
 
 def _stream(ctx: Ctx, key: bytes) -> Stream:
-    s = ctx.lookup_stream(key)
+    s = ctx.lookup_stream(key, read=True)
     if s is None:
         raise _no_such_key()
     return s

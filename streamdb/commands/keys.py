@@ -45,13 +45,13 @@ def unlink(ctx: Ctx, argv):
 @command("exists", -2, "readonly fast", keys=(1, -1, 1), since="1.0.0")
 def exists(ctx: Ctx, argv):
     """EXISTS key [key ...]"""
-    return sum(1 for key in argv[1:] if ctx.lookup(key) is not None)
+    return sum(1 for key in argv[1:] if ctx.lookup(key, read=True) is not None)
 
 
 @command("type", 2, "readonly fast", keys=(1, 1, 1), since="1.0.0")
 def type_(ctx: Ctx, argv):
     """TYPE key"""
-    value = ctx.lookup(argv[1])
+    value = ctx.lookup(argv[1], read=True)
     return Status("none" if value is None else type_name(value).decode())
 
 
@@ -255,7 +255,7 @@ def copy(ctx: Ctx, argv):
     src, dst = argv[1], argv[2]
     if src == dst and dst_db is ctx.db:
         raise CommandError("ERR source and destination objects are the same")
-    value = ctx.lookup(src)
+    value = ctx.lookup(src, read=True)
     if value is None:
         return 0
     if dst in dst_db.data and not (dst_db.expires and dst_db.is_expired(dst, ctx.now_ms)):
@@ -346,7 +346,7 @@ def pexpireat(ctx, argv):
 
 
 def _ttl(ctx: Ctx, key: bytes, unit_ms: int, absolute: bool) -> int:
-    if ctx.lookup(key) is None:
+    if ctx.lookup(key, read=True) is None:
         return -2
     when = ctx.db.expires.get(key)
     if when is None:
@@ -396,8 +396,8 @@ def persist(ctx, argv):
 # ---------------------------------------------------------------------------
 
 
-def _string(ctx: Ctx, key: bytes):
-    value = ctx.lookup(key)
+def _string(ctx: Ctx, key: bytes, read: bool = False):
+    value = ctx.lookup(key, read)
     if value is not None and type(value) is not bytes:
         raise CommandError(WRONGTYPE)
     return value
@@ -406,7 +406,7 @@ def _string(ctx: Ctx, key: bytes):
 @command("get", 2, "readonly fast", keys=(1, 1, 1), since="1.0.0")
 def get(ctx, argv):
     """GET key"""
-    return _string(ctx, argv[1])
+    return _string(ctx, argv[1], read=True)
 
 
 @command("mget", -2, "readonly fast", keys=(1, -1, 1), since="1.0.0")
@@ -414,7 +414,7 @@ def mget(ctx, argv):
     """MGET key [key ...]"""
     out = []
     for key in argv[1:]:
-        v = ctx.lookup(key)
+        v = ctx.lookup(key, read=True)
         out.append(v if type(v) is bytes else None)
     return out
 
@@ -454,7 +454,7 @@ def set_(ctx, argv):
         else:
             raise syntax_error()
         i += 1
-    old = ctx.lookup(key)
+    old = ctx.lookup(key, read=get_old)     # SET .. GET reads the key (Redis counts it)
     if get_old and old is not None and type(old) is not bytes:
         raise CommandError(WRONGTYPE)
     if (nx and old is not None) or (xx and old is None):

@@ -671,7 +671,7 @@ def object_(ctx, argv):
 @subcommand("object", "encoding", 3, "readonly", keys=(2, 2, 1), since="2.2.3")
 def object_encoding(ctx: Ctx, argv):
     """OBJECT ENCODING key"""
-    value = ctx.lookup(argv[2])
+    value = ctx.lookup(argv[2], read=True)
     if value is None:
         return None
     if type(value) is Stream:
@@ -682,7 +682,7 @@ def object_encoding(ctx: Ctx, argv):
 @subcommand("object", "refcount", 3, "readonly", keys=(2, 2, 1), since="2.2.3")
 def object_refcount(ctx: Ctx, argv):
     """OBJECT REFCOUNT key"""
-    value = ctx.lookup(argv[2])
+    value = ctx.lookup(argv[2], read=True)
     if value is None:
         return None
     if type(value) is bytes:
@@ -703,7 +703,7 @@ def _lfu_policy(ctx: Ctx) -> bool:
 @subcommand("object", "idletime", 3, "readonly", keys=(2, 2, 1), since="2.2.3")
 def object_idletime(ctx: Ctx, argv):
     """OBJECT IDLETIME key"""
-    value = ctx.lookup(argv[2])
+    value = ctx.lookup(argv[2], read=True)
     if value is None:
         return None
     if _lfu_policy(ctx):
@@ -716,7 +716,7 @@ def object_idletime(ctx: Ctx, argv):
 @subcommand("object", "freq", 3, "readonly", keys=(2, 2, 1), since="4.0.0")
 def object_freq(ctx: Ctx, argv):
     """OBJECT FREQ key"""
-    value = ctx.lookup(argv[2])
+    value = ctx.lookup(argv[2], read=True)
     if value is None:
         return None
     if not _lfu_policy(ctx):

@@ -26,7 +26,7 @@ def load_payload(raw: bytes, check_nodes: bool = False):
 @command("dump", 2, "readonly", keys=(1, 1, 1), since="2.6.0")
 def dump(ctx: Ctx, argv):
     """DUMP key"""
-    value = ctx.lookup(argv[1])
+    value = ctx.lookup(argv[1], read=True)
     return None if value is None else codec.dump_payload(value)
 
 

@@ -709,7 +709,7 @@ def xdel(ctx: Ctx, argv: list[bytes]):
 @command("xlen", 2, "readonly fast", keys=(1, 1, 1), group="stream", since="5.0.0")
 def xlen(ctx: Ctx, argv: list[bytes]):
     """XLEN key"""
-    s = ctx.lookup_stream(argv[1])
+    s = ctx.lookup_stream(argv[1], read=True)
     return s.length if s is not None else 0
 
 
@@ -750,7 +750,7 @@ def _range(ctx: Ctx, argv: list[bytes], rev: bool):
             j += 2
         else:
             raise syntax_error()
-    s = ctx.lookup_stream(argv[1])
+    s = ctx.lookup_stream(argv[1], read=True)
     if s is None:
         return []
     if count is None:
@@ -884,7 +884,7 @@ def xread(ctx: Ctx, argv: list[bytes]):
     after: list[int] = []
     streams: list[Stream | None] = []
     for key, raw in zip(a.keys, a.raw_ids):
-        s = ctx.lookup_stream(key)
+        s = ctx.lookup_stream(key, read=True)
         streams.append(s)
         if raw == b"$":
             after.append(s.last_id if s is not None else MIN_ID)
@@ -895,6 +895,8 @@ def xread(ctx: Ctx, argv: list[bytes]):
             after.append(LAST_ENTRY)
         else:
             after.append(parse_strict_stream_id(raw))
+    # Redis looks each key up again to serve it (xreadCommand): INFO counts both.
+    ctx.count_lookups_again(streams)
     items = []
     for key, s, gt in zip(a.keys, streams, after):
         if s is None or not s.length:

@@ -54,20 +54,25 @@ def start(repl: Replication) -> None:
     """After the data set is loaded: adopt the saved replication state if the AOF
     proves it (state.py), then start following the primary, if configured."""
     st, repl.cached_state = repl.cached_state, None
+    side = repl.replica
     if st is not None:
         now = state.aof_position(repl.core)
         if now != st.aof_pos:
-            log.log(log.WARNING, f"Replication state does not match the AOF (state written at "
-                                 f"{st.aof_pos}, AOF ends at {now}): new replication ID, "
-                                 f"replicas will need a full resync")
+            # Usual after a kill -9 (the state is saved by the cron, the AOF per turn).
+            # It costs something only where another server could have continued the
+            # stream: our replicas, or our primary when we are a replica.
+            if st.followed or side is not None:
+                log.log(log.NOTICE, f"Replication state does not match the AOF (state written "
+                                    f"at {st.aof_pos}, AOF ends at {now}): new replication ID, "
+                                    f"replicas will need a full resync")
             repl.forget_state()
             st = None
-    side = repl.replica
     if side is None:
         if st is not None:
             repl.restore(st)
         return
     if st is not None:
+        repl.followed = st.followed
         # Our data is the stream at st.offset: our primary's, or our own from when we
         # were a primary (psync2: the new primary may have been our replica).
         repl.replid, repl.offset = st.replid, st.offset

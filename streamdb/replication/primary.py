@@ -110,6 +110,9 @@ class Replication:
         self.sync_partial_err = 0
         self.replica = None              # replica.ReplicaSide while following a primary
         self.saved: SavedState | None = None     # what replication.state holds (state.py)
+        # Another server shares this stream: a replica synced from us, or we from a
+        # primary (state.py's ``followed``; restored with the state at start-up).
+        self.followed = False
         self.cached_state: SavedState | None = None  # read at start-up, checked after loading
 
     # -- the stream ---------------------------------------------------------------
@@ -232,7 +235,7 @@ class Replication:
         if pos is None:
             return
         st = SavedState(self.replid, self.offset, db, pos[0], pos[1], self.replid2,
-                        self.second_offset)
+                        self.second_offset, self.followed)
         if st != self.saved and state.save(self.core.config, st):
             self.saved = st
 
@@ -251,6 +254,7 @@ class Replication:
         belong to a new id.  The backlog starts empty at the restored offset.
         """
         self.replid, self.offset = st.replid, st.offset
+        self.followed = st.followed
         self.backlog_start = st.offset
         self.create_backlog()
         log.log(log.NOTICE, f"Replication ID and offset restored from the AOF: "
@@ -318,6 +322,7 @@ class Replication:
         reason = self._refuse_partial(rid, psync_offset)
         client.kind = "replica"
         link = ReplicaLink(client, ip, port)
+        self.followed = True
         if reason is None:
             data = self.backlog_from(pos)
             link.ack_offset = pos

@@ -282,17 +282,20 @@ class ReplicaSide:
         else:
             raise ReplError(f"Unexpected reply to PSYNC from master: {r.decode('latin-1')}")
         self.state = "connected"
+        repl.followed = True
         self.read_offset = repl.offset
         self.parser = RequestParser(max_bulk_len=1 << 62)
         self.raw = bytearray()
         self.save_state()
         self.send_ack()
         ack_task = asyncio.get_running_loop().create_task(self._ack_loop())
+        stats = self.repl.core.stats
         try:
             while True:
                 data = await asyncio.wait_for(reader.read(1 << 16), timeout)
                 if not data:
                     raise EOFError("connection closed by the master")
+                stats.reads_processed += 1      # (Redis counts its master's link too)
                 self.apply(data)
         finally:
             ack_task.cancel()

@@ -1,13 +1,17 @@
 """The replication state saved next to the data: ``<dir>/replication.state``.
 
-One line: ``replid offset db segment size replid2 second_offset``.
+One line: ``replid offset db segment size replid2 second_offset followed``.
 
 * ``replid offset`` -- the stream this server's data is at: a primary's own id and
   offset, or, on a replica, its primary's id and the offset it has applied;
 * ``db`` -- the db the stream is in at that offset (a primary's ``cur_db``, -1 when
   its next batch SELECTs anyway; a replica's applying client's db);
 * ``segment size`` -- where the AOF ended when that was true;
-* ``replid2 second_offset`` -- the psync2 secondary id (a promoted replica).
+* ``replid2 second_offset`` -- the psync2 secondary id (a promoted replica);
+* ``followed`` -- 1 once another server shares the stream (a replica synced from
+  this server, or this server from a primary), 0 while it is this server's alone.
+  Only then is losing the state worth telling the operator: no other server holds
+  a position in a stream nobody followed.  (A line without it counts as followed.)
 
 At start-up the state is trusted only if the loaded AOF ends exactly at
 ``segment size``: then the data is the data at ``offset`` of ``replid``, and a
@@ -38,6 +42,7 @@ class SavedState(NamedTuple):
     size: int
     replid2: str = NO_ID
     second_offset: int = -1
+    followed: bool = True
 
     @property
     def aof_pos(self) -> tuple[str, int]:
@@ -54,7 +59,8 @@ def load(cfg) -> SavedState | None:
         with open(state_path(cfg), encoding="ascii") as f:
             parts = f.read().split()
         st = SavedState(parts[0], int(parts[1]), int(parts[2]), parts[3], int(parts[4]),
-                        *((parts[5], int(parts[6])) if len(parts) >= 7 else ()))
+                        *((parts[5], int(parts[6])) if len(parts) >= 7 else ()),
+                        *((parts[7] == "1",) if len(parts) >= 8 else ()))
     except (OSError, ValueError, IndexError, UnicodeDecodeError):
         return None
     if len(st.replid) != 40 or len(st.replid2) != 40 or st.offset < 0 \
@@ -68,7 +74,7 @@ def save(cfg, st: SavedState) -> bool:
     tmp = path + ".tmp"
     try:
         with open(tmp, "w", encoding="ascii") as f:
-            f.write("%s %d %d %s %d %s %d\n" % st)
+            f.write("%s %d %d %s %d %s %d %d\n" % st)
         os.replace(tmp, path)
         return True
     except OSError as e:

@@ -43,7 +43,7 @@ from ..security.acl import Acl
 from ..security.enforce import command_denied, reset_to_default
 from .client import Client
 
-__all__ = ["Core", "BLOCKED", "Stats"]
+__all__ = ["Core", "BLOCKED", "DROP", "Stats"]
 
 
 class _Blocked:
@@ -52,6 +52,32 @@ class _Blocked:
 
 
 BLOCKED = _Blocked()
+
+
+class _Drop:
+    def __repr__(self) -> str:
+        return "DROP"
+
+
+# execute's answer when the connection must be closed at once: no reply, the
+# replies still queued for it dropped, nothing more of what it sent run (Redis's
+# freeClientAsync).
+DROP = _Drop()
+
+# Not commands: the first words of an HTTP request ("POST / HTTP/1.1", a "Host:"
+# header).  A web page can make a browser send one to a local server and have it
+# run the body as commands ("cross protocol scripting"); Redis closes such a
+# connection at once, checking before anything else (processCommand).  They are
+# not in the command table, as in Redis 7 (COMMAND INFO post is nil), so the check
+# costs nothing on the way to a real command: execute's unknown-command branch.
+_CROSS_PROTOCOL_NAMES = frozenset((b"post", b"host:"))
+CROSS_PROTOCOL_WARNING = (
+    "Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: "
+    "commands to Redis. This is likely due to an attacker attempting to use Cross Protocol "
+    "Scripting to compromise your Redis instance. Connection aborted.")
+# As Redis, the warning is logged at most once a minute: a hostile page could
+# otherwise fill the log.
+_CROSS_PROTOCOL_LOG_INTERVAL_MS = 60_000
 
 # Commands allowed before AUTH when a password is set.
 _NO_AUTH_OK = {"auth", "hello", "quit", "reset"}
@@ -89,6 +115,10 @@ class Stats:
         self.net_output_bytes = 0
         self.keyspace_hits = 0
         self.keyspace_misses = 0
+        # Redis's total_reads_processed / total_writes_processed: reads from client
+        # sockets that returned data, writes of replies to them.
+        self.reads_processed = 0
+        self.writes_processed = 0
 
 
 class Core:
@@ -121,6 +151,8 @@ class Core:
         self.acl = Acl(self.config["requirepass"])
         # SLOWLOG, LATENCY, MONITOR and latencystats, fed once per command by _call.
         self.observe = Observer(self)
+        # When CROSS_PROTOCOL_WARNING was last logged (None: never).
+        self._cross_protocol_logged_ms: int | None = None
 
     # -- clock ----------------------------------------------------------------
 
@@ -148,11 +180,14 @@ class Core:
     # -- dispatch -------------------------------------------------------------
 
     def execute(self, client: Client, argv: list[bytes]):
-        """Run one request.  Returns the reply, or BLOCKED (reply comes via client.deliver)."""
+        """Run one request.  Returns the reply, BLOCKED (reply comes via client.deliver),
+        or DROP (close the connection now, without a reply)."""
         spec = registry.lookup(argv)
         now = int(self.clock() * 1000)   # self.now_ms(), inlined: this runs per request
         client.last_ms = now
         if spec is None:
+            if argv[0].lower() in _CROSS_PROTOCOL_NAMES and client.kind not in _REPLAY_KINDS:
+                return self._cross_protocol_attack(now)
             err = _unknown_command(argv)
             if client.in_multi:
                 client.multi_error = True
@@ -239,6 +274,15 @@ class Core:
         if self.ready_keys:
             self.serve_ready_keys()
         return reply
+
+    def _cross_protocol_attack(self, now: int) -> _Drop:
+        """An HTTP request line or header arrived as a command: log it (at most once a
+        minute) and drop the connection; nothing is counted, as in Redis."""
+        last = self._cross_protocol_logged_ms
+        if last is None or abs(now - last) > _CROSS_PROTOCOL_LOG_INTERVAL_MS:
+            log.log(log.WARNING, CROSS_PROTOCOL_WARNING)
+            self._cross_protocol_logged_ms = now
+        return DROP
 
     def _call(self, client: Client, spec, argv, now: int, in_exec: bool = False):
         """Run a handler; returns (reply, effects, db index).  Errors become replies."""

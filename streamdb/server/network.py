@@ -23,7 +23,7 @@ from ..protocol.reply import encode_reply
 from ..protocol.request import ProtocolError, RequestParser
 from ..security import protected
 from . import tls
-from .core import BLOCKED, Core
+from .core import BLOCKED, DROP, Core
 from .limits import output_limit_reached
 
 __all__ = ["Server", "Connection", "allowed_while_loading"]
@@ -93,7 +93,9 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        self.core.stats.net_input_bytes += len(data)
+        stats = self.core.stats
+        stats.net_input_bytes += len(data)
+        stats.reads_processed += 1
         self.parser.feed(data)
         if self.parser.buffered() > self.core.config.values["client-query-buffer-limit"]:
             log.log(log.WARNING, f"Closing client that reached max query buffer length: id={self.client.id} addr={self.client.addr}")
@@ -156,6 +158,9 @@ class Connection(asyncio.Protocol):
         reply = core.execute(client, argv)
         self.parser.authenticated = client.authenticated
         if reply is BLOCKED:
+            return False
+        if reply is DROP:
+            self.drop()
             return False
         self.out.append(encode_reply(reply, client.resp == 3))
         if client.close_after_reply:
@@ -225,7 +230,9 @@ class Connection(asyncio.Protocol):
         if self.out:
             data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
             self.out.clear()
-            self.core.stats.net_output_bytes += len(data)
+            stats = self.core.stats
+            stats.net_output_bytes += len(data)
+            stats.writes_processed += 1
             transport = self.transport
             transport.write(data)
             if not transport.get_write_buffer_size():
@@ -246,6 +253,10 @@ class Connection(asyncio.Protocol):
         log.log(log.WARNING, f"Client {info} scheduled to be closed ASAP for overcoming "
                              "of output buffer limits.")
         self.core.stats.output_buffer_limit_disconnections += 1
+        self.drop()
+
+    def drop(self) -> None:
+        """Close at once: the replies not yet written are dropped, nothing more is read."""
         self.closing = True
         self.out.clear()
         self.transport.abort()

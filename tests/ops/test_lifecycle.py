@@ -173,3 +173,34 @@ def test_lock_is_released_by_kill_9(tmp_path):
     srv.stop()
     with ServerProcess(data, "--appendonly", "yes", "--save", "") as again:
         assert redis.Redis(port=again.port).xlen("orders") == 20
+
+
+def _run_server_with(flags: tuple[str, ...], cwd: Path):
+    """Each flag through the console script (installed next to this interpreter) and
+    through ``python -m streamdb``: the completed processes, checked to exit 0."""
+    for cmd in ([str(Path(sys.executable).parent / "streamdb-server")],
+                [sys.executable, "-m", "streamdb"]):
+        for flag in flags:
+            proc = subprocess.run([*cmd, flag], cwd=cwd, capture_output=True, text=True,
+                                  timeout=30)
+            assert proc.returncode == 0, proc.stderr
+            yield proc
+
+
+def test_help_prints_usage_and_exits_0(tmp_path):
+    for proc in _run_server_with(("--help", "-h"), tmp_path):
+        assert proc.stderr == ""
+        out = proc.stdout
+        assert out.startswith("Usage: streamdb-server [/path/to/streamdb.conf] [--directive value ...]\n")
+        assert "streamdb-server --port 7777 --replicaof 127.0.0.1 6379" in out
+        assert f"\n       {ROOT / 'streamdb.conf'}\n" in out      # where the shipped file is
+        assert "port 6379, bind 127.0.0.1" in out
+        assert not list(tmp_path.iterdir())                      # no server started: no ./data
+
+
+def test_version_prints_one_line_and_exits_0(tmp_path):
+    import platform
+    from streamdb import __version__
+    for proc in _run_server_with(("--version", "-v"), tmp_path):
+        assert proc.stdout == (f"StreamDB server v={__version__} "
+                               f"python={platform.python_version()} bits=64\n")

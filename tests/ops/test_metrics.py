@@ -297,3 +297,23 @@ def test_head_request_and_unknown_method(metrics_server):
     with socket.create_connection(("127.0.0.1", mport), timeout=10) as s:
         s.sendall(b"garbage\r\n\r\n")
         assert s.recv(100).startswith(b"HTTP/1.1 400 ")
+
+
+def test_metrics_port_is_start_up_only_and_says_so(metrics_server):
+    """CONFIG SET refuses it with Redis's words for an immutable directive, the endpoint
+    stays where it started, and the directive's doc and streamdb.conf say so."""
+    from helpers import ROOT
+    from streamdb.config import DIRECTIVES
+    r = redis.Redis(port=metrics_server.port, decode_responses=True)
+    for name, value in (("metrics-port", str(free_port())), ("metrics-bind", "0.0.0.0")):
+        with pytest.raises(redis.ResponseError) as err:
+            r.config_set(name, value)
+        assert str(err.value) == (f"CONFIG SET failed (possibly related to argument '{name}') "
+                                  "- can't set immutable config")
+    assert r.config_get("metrics-port") == {"metrics-port": str(metrics_server.metrics_port)}
+    assert scrape(metrics_server.metrics_port)[1]
+    conf = (ROOT / "streamdb.conf").read_text()
+    for name in ("metrics-port", "metrics-bind"):
+        doc = DIRECTIVES[name].doc
+        assert "Start-up only" in doc
+        assert f"# {doc}\n{name} " in conf

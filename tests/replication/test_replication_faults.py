@@ -278,3 +278,67 @@ def test_slow_replica_dropped_by_output_buffer_limit_then_resyncs(tmp_path):
         read_groups(cp)
         assert_same(cp, cr)
         assert cp.info("stats")["sync_partial_ok"] >= 1 and cp.info("stats")["sync_full"] == 1
+
+
+STATE_MISMATCH = "Replication state does not match the AOF"
+
+
+def _saved_state(srv: ServerProcess) -> list[str]:
+    """replication.state's fields (state.py), [] before the first save."""
+    path = srv.data_dir / "replication.state"
+    return path.read_text().split() if path.exists() else []
+
+
+def _kill9_with_state_behind_the_aof(srv: ServerProcess) -> None:
+    """kill -9 right after a burst of writes, until replication.state (saved by the
+    cron: --hz 1 makes it once a second) is behind the AOF's end, the usual case
+    after a kill -9; the server is down on return."""
+    for _ in range(5):
+        bulk_xadd(srv.port, "burst", 200)
+        srv.kill9()
+        parts = _saved_state(srv)
+        segment, size = srv.data_dir / "appendonlydir" / parts[3], int(parts[4])
+        if segment.stat().st_size != size:
+            return
+        srv.start()
+    pytest.fail("the state file kept up with the AOF through 5 kills")
+
+
+def _restart_log(srv: ServerProcess) -> str:
+    """Start ``srv`` again; what it logged up to and including "Ready"."""
+    before = len(srv.log_text())
+    srv.start()
+    text = srv.log_text()[before:]
+    assert "Ready to accept connections" in text
+    return text
+
+
+def test_kill9_of_a_primary_nobody_followed_says_nothing_of_replication_state(tmp_path):
+    p = ServerProcess(tmp_path / "p", "--save", "", "--hz", "1")
+    with p:
+        client(p).xadd("s", {"a": 1})
+        wait_until(lambda: _saved_state(p), 5, "state saved")
+        _kill9_with_state_behind_the_aof(p)
+        assert STATE_MISMATCH not in _restart_log(p)
+        assert client(p).xlen("burst") >= 200
+
+
+def test_kill9_of_a_followed_primary_notes_the_full_resync_before_ready(tmp_path):
+    p = ServerProcess(tmp_path / "p", "--save", "", "--hz", "1")
+    with p:
+        cp = client(p)
+        cp.xadd("s", {"a": 1})
+        with replica_of(tmp_path / "r", p) as r:
+            cr = client(r)
+            wait_synced(cp, cr)
+            wait_until(lambda: _saved_state(p)[-1:] == ["1"], 5, "state saved as followed")
+            _kill9_with_state_behind_the_aof(p)
+            text = _restart_log(p)
+            lines = text.splitlines()
+            mismatch = [i for i, line in enumerate(lines) if STATE_MISMATCH in line]
+            ready = [i for i, line in enumerate(lines) if "Ready to accept connections" in line]
+            assert len(mismatch) == 1 and mismatch[0] < ready[0], text
+            assert f" * {STATE_MISMATCH}" in lines[mismatch[0]]      # notice level
+            cp = client(p)
+            wait_synced(cp, cr, timeout=30)
+            assert cp.info("stats")["sync_full"] == 1                # what the line announced

@@ -430,3 +430,77 @@ def test_client_list_reports_multi_memory(server, r):
         assert len(mine) == 1
         assert int(mine[0]["multi-mem"]) >= 104 and mine[0]["multi"] == "1"
         assert int(mine[0]["tot-mem"]) >= int(mine[0]["multi-mem"])
+
+
+# -- INFO keyspace_hits / keyspace_misses / total_reads_processed / total_writes_processed --
+
+_COUNTERS = ("keyspace_hits", "keyspace_misses", "total_reads_processed", "total_writes_processed")
+
+# Each command's effect on the counters, compared with redis-server's: a read lookup
+# (lookupKeyRead) is a hit or a miss, a write's lookup neither; XREAD and XREADGROUP
+# look each key up twice, as Redis does.
+_COUNTED_SEQUENCE = [
+    ["XLEN", "s"], ["XLEN", "nope"], ["XRANGE", "s", "-", "+"], ["XRANGE", "nope", "-", "+"],
+    ["XREVRANGE", "s", "+", "-"], ["XREAD", "STREAMS", "s", "0"], ["XREAD", "STREAMS", "nope", "0"],
+    ["XREAD", "STREAMS", "s", "$"], ["XREAD", "COUNT", "1", "STREAMS", "s", "nope", "0", "0"],
+    ["XREAD", "STREAMS", "nope", "s", "0", "bad"],
+    ["XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">"],
+    ["XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", "0"],
+    ["XREADGROUP", "GROUP", "g", "c", "STREAMS", "nope", ">"],
+    ["XINFO", "STREAM", "s"], ["XINFO", "STREAM", "nope"], ["XINFO", "GROUPS", "s"],
+    ["XINFO", "CONSUMERS", "s", "g"], ["XINFO", "STREAM", "s", "FULL"],
+    ["XPENDING", "s", "g"], ["XPENDING", "s", "g", "-", "+", "10"], ["XPENDING", "nope", "g"],
+    ["TYPE", "s"], ["TYPE", "nope"], ["EXISTS", "s", "nope", "s"], ["TTL", "s"], ["PTTL", "nope"],
+    ["EXPIRETIME", "s"], ["DUMP", "s"], ["DUMP", "nope"], ["OBJECT", "ENCODING", "s"],
+    ["OBJECT", "IDLETIME", "nope"], ["MEMORY", "USAGE", "s"], ["COPY", "s", "s2"],
+    ["COPY", "nope", "s3"], ["GET", "k"], ["SET", "k", "v"], ["GET", "k"], ["GET", "s"],
+    ["MGET", "k", "nope"], ["SET", "k", "v2", "GET"], ["SET", "k2", "v", "GET"], ["XLEN", "k"],
+    ["XADD", "s", "*", "a", "1"], ["XACK", "s", "g", "1-1"], ["XCLAIM", "s", "g", "c", "0", "1-1"],
+    ["XAUTOCLAIM", "s", "g", "c", "0", "0"], ["XDEL", "s", "9-9"], ["XTRIM", "s", "MAXLEN", "100"],
+    ["XGROUP", "CREATECONSUMER", "s", "g", "c2"], ["XSETID", "s", "99999999999999-0"],
+    ["EXPIRE", "s2", "100"], ["PERSIST", "s2"], ["RENAME", "s2", "s4"], ["INCR", "n"],
+    ["DEL", "s4"], ["KEYS", "*"], ["SCAN", "0"],
+]
+
+
+def _counters(client) -> tuple[int, ...]:
+    stats = client.info("stats")
+    return tuple(stats[name] for name in _COUNTERS)
+
+
+def _deltas(client, command) -> dict:
+    before = _counters(client)
+    try:
+        client.execute_command(*command)
+    except (redis.ResponseError, IndexError):   # (redis-py's XPENDING parser on the extended form)
+        pass
+    return dict(zip(_COUNTERS, (b - a for a, b in zip(before, _counters(client)))))
+
+
+def test_keyspace_hits_misses_and_io_counts_match_redis(r, theirs):
+    for client in (r, theirs):
+        client.xadd("s", {"a": 1}, id="1-1")
+        client.xgroup_create("s", "g", id="0")
+    for command in _COUNTED_SEQUENCE:
+        ours, redis_ = _deltas(r, command), _deltas(theirs, command)
+        assert ours == redis_, f"{command}: streamdb={ours} redis={redis_}"
+    # A lone hit and a lone miss move exactly their counter; one request is one read
+    # and one write (INFO's own included: the first INFO's write, the second's read).
+    assert _deltas(r, ["XLEN", "s"]) == {"keyspace_hits": 1, "keyspace_misses": 0,
+                                         "total_reads_processed": 2, "total_writes_processed": 2}
+    assert _deltas(r, ["XLEN", "nope"])["keyspace_misses"] == 1
+
+
+def test_a_pipeline_is_one_read_and_one_write_as_in_redis(r, theirs):
+    for client in (r, theirs):
+        before = _counters(client)
+        pipe = client.pipeline(transaction=False)
+        for i in range(20):
+            pipe.xadd("p", {"i": i})
+        pipe.xrange("p")
+        pipe.execute()
+        after = _counters(client)
+        assert after[2] - before[2] == 2 and after[3] - before[3] == 2, (client, before, after)
+    assert all(v > 0 for v in _counters(r))
+    r.config_resetstat()
+    assert _counters(r)[:2] == (0, 0)
