@@ -62,8 +62,9 @@ def test_snapshot_inspector_lists_keys_and_verifies(tmp_path):
         core.execute(c, [b"XADD", b"orders", b"%d-0" % (i + 1), b"item", b"x"])
     core.execute(c, [b"XGROUP", b"CREATE", b"orders", b"billing", b"0"])
     core.execute(c, [b"XREADGROUP", b"GROUP", b"billing", b"w", b"COUNT", b"9", b"STREAMS", b"orders", b">"])
-    write_snapshot(str(tmp_path / "snap"), core.keyspace, None, 7, 0)
+    write_snapshot(str(tmp_path / "snap"), core.keyspace, None, 7, 1767323045678)
     out = _tool("inspect_snapshot.py", str(tmp_path / "snap"), "--verify")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "covers AOF segments up to seq: 7" in out.stdout
+    assert "written at: 2026-01-02T03:04:05.678Z (1767323045678 ms)" in out.stdout
     assert "orders" in out.stdout and "billing (9)" in out.stdout and "verify: OK" in out.stdout
