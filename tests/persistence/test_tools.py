@@ -6,8 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import redis
+
 import streamdb.commands  # noqa: F401
-from streamdb.persistence.aof import Aof
+from helpers import ServerProcess
+from streamdb.persistence.aof import SEGMENT_MAGIC, Aof, read_segment
 from streamdb.persistence.snapshot import write_snapshot
 from streamdb.server.core import Core
 
@@ -47,12 +51,95 @@ def test_check_aof_reports_valid_torn_and_corrupt(tmp_path):
     fixed = _tool("check_aof.py", str(d), "--fix", stdin="y\n")
     assert fixed.returncode == 0 and "Successfully truncated" in fixed.stdout
     assert _tool("check_aof.py", str(d)).returncode == 0
-    bad = bytearray(seg.read_bytes())
-    bad[100] ^= 0xFF
-    seg.write_bytes(bytes(bad))
-    corrupt = _tool("check_aof.py", str(d), "--fix", "--yes")
-    assert corrupt.returncode == 2 and "CORRUPT" in corrupt.stdout
-    assert seg.read_bytes() == bytes(bad)      # never "fixes" corruption in the middle
+
+
+def _frame_offsets(seg: Path) -> list[tuple[int, bytes]]:
+    """(offset, body) of every frame of a valid segment."""
+    out, pos = [], len(SEGMENT_MAGIC)
+    for body in read_segment(seg.read_bytes()).frames:
+        out.append((pos, body))
+        pos += len(b"#F %d %08x\r\n" % (len(body), 0)) + len(body)
+    return out
+
+
+def _corrupt_frame(seg: Path, frame_index: int) -> int:
+    """Flip a byte inside one frame's body; returns the frame's offset."""
+    offset, body = _frame_offsets(seg)[frame_index]
+    data = bytearray(seg.read_bytes())
+    data[offset + len(data[offset:].split(b"\r\n", 1)[0]) + 2 + len(body) // 2] ^= 0x20
+    seg.write_bytes(bytes(data))
+    return offset
+
+
+def _files(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in d.iterdir()}
+
+
+def test_fix_cuts_a_corrupt_segment_at_its_last_valid_frame_after_asking(tmp_path):
+    data_dir = tmp_path / "data"
+    aof_dir = data_dir / "appendonlydir"
+    with ServerProcess(data_dir, "--appendonly", "yes", "--appendfsync", "always", "--save", "") as srv:
+        r = redis.Redis(port=srv.port)
+        for i in range(1, 41):
+            r.xadd("s", {"n": i}, id=f"{i}-1")          # one request, one turn, one frame each
+    seg = next(aof_dir.glob("*.incr.aof"))
+    frames = _frame_offsets(seg)
+    assert len(frames) == 40
+    bad_at = _corrupt_frame(seg, 25)
+    broken = _files(aof_dir)
+
+    refused = ServerProcess(data_dir, "--appendonly", "yes", "--save", "")
+    with pytest.raises(RuntimeError):
+        refused.start()
+    refused.stop()
+    assert f"'streamdb-check-aof --fix {aof_dir}'" in refused.log_text()
+
+    report = _tool("check_aof.py", str(aof_dir))
+    assert report.returncode == 2 and f"CORRUPT" in report.stdout
+    assert f"Run 'streamdb-check-aof --fix {aof_dir}'" in report.stdout
+    declined = _tool("check_aof.py", str(aof_dir), "--fix", stdin="n\n")
+    assert declined.returncode == 2 and "Aborted." in declined.stdout
+    assert f"the bad frame at offset {bad_at} and 14 valid frames (14 commands) after it" in declined.stdout
+    assert f"This will shrink the AOF segment from {len(broken[seg.name])} bytes" in declined.stdout
+    assert _files(aof_dir) == broken
+
+    fixed = _tool("check_aof.py", str(aof_dir), "--fix", "--yes")
+    assert fixed.returncode == 0 and "Successfully truncated" in fixed.stdout, fixed.stdout
+    assert seg.stat().st_size == bad_at
+    backups = list(aof_dir.glob(seg.name + ".corrupt-*"))
+    assert [b.read_bytes() for b in backups] == [broken[seg.name]]
+    assert _tool("check_aof.py", str(aof_dir)).returncode == 0
+    with ServerProcess(data_dir, "--appendonly", "yes", "--save", "") as srv:
+        entries = redis.Redis(port=srv.port).xrange("s")
+    assert [e[0] for e in entries] == [b"%d-1" % i for i in range(1, 26)]
+
+
+def test_fix_retires_the_segments_after_a_hole(tmp_path):
+    data_dir = tmp_path / "data"
+    aof_dir = data_dir / "appendonlydir"
+    core = Core()
+    aof = Aof(core, str(aof_dir), fsync="always")
+    aof.open_for_append()
+    core.effect_sinks.append(aof.append_batch)
+    c = core.new_client()
+    for i in range(1, 51):
+        core.execute(c, [b"XADD", b"s", b"%d-1" % i, b"f", b"v"])
+        aof.flush()
+        if i == 30:
+            aof.rotate()
+    aof.close()
+    first, second = sorted(aof_dir.glob("*.incr.aof"))
+    bad_at = _corrupt_frame(first, 10)
+    fixed = _tool("check_aof.py", str(aof_dir), "--fix", "--yes")
+    assert fixed.returncode == 0, fixed.stdout
+    assert "19 valid frames (19 commands) after it" in fixed.stdout
+    assert f"1 later segment(s) are retired from the manifest too" in fixed.stdout
+    assert f"20 frames (20 commands): {second.name}" in fixed.stdout
+    assert not second.exists() and len(list(aof_dir.glob(second.name + ".retired-*"))) == 1
+    assert first.stat().st_size == bad_at
+    with ServerProcess(data_dir, "--appendonly", "yes", "--save", "") as srv:
+        entries = redis.Redis(port=srv.port).xrange("s")
+    assert [e[0] for e in entries] == [b"%d-1" % i for i in range(1, 11)]
 
 
 def test_snapshot_inspector_lists_keys_and_verifies(tmp_path):
