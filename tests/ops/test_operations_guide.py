@@ -13,7 +13,7 @@ from pathlib import Path
 
 import redis
 
-from helpers import ROOT, ServerProcess
+from helpers import ROOT, ServerProcess, corrupt_aof_frame
 from streamdb.tools.procs import free_port, wait_until_ready
 
 GUIDE = ROOT / "docs" / "OPERATIONS.md"
@@ -58,7 +58,7 @@ def _wait_until(check, timeout: float = 20) -> None:
 
 
 def test_the_guide_marks_the_blocks_this_file_runs():
-    assert set(_blocks()) == {"backup", "restore", "replicate", "promote", "stop"}
+    assert set(_blocks()) == {"backup", "restore", "replicate", "promote", "stop", "repair"}
 
 
 def test_backup_with_bgsave_and_copy_then_restore_on_another_port(tmp_path):
@@ -120,3 +120,24 @@ def test_stop_with_sigterm_exits_0_and_the_data_survives(tmp_path):
     assert not pidfile.exists()
     with ServerProcess(data, "--save", "") as again:
         assert redis.Redis(port=again.port).execute_command("DEBUG", "DIGEST") == digest
+
+
+def test_repair_cuts_a_corrupt_aof_and_the_server_starts_with_what_came_before(tmp_path):
+    data = tmp_path / "data"
+    with ServerProcess(data, "--appendonly", "yes", "--appendfsync", "always", "--save", "") as srv:
+        r = redis.Redis(port=srv.port)
+        for i in range(1, 21):
+            r.xadd("orders", {"n": i}, id=f"{i}-0")
+    corrupt_aof_frame(next((data / "appendonlydir").glob("*.incr.aof")), 12)
+    refused = ServerProcess(data, "--save", "")
+    try:
+        refused.start()
+        raise AssertionError("the server started on a corrupt AOF")
+    except RuntimeError:
+        pass
+    finally:
+        refused.stop()
+    out = _run_block("repair", DATA=data)
+    assert "7 valid frames (7 commands) after it" in out and "Successfully truncated" in out
+    with ServerProcess(data, "--save", "") as again:
+        assert redis.Redis(port=again.port).xlen("orders") == 12

@@ -10,8 +10,8 @@ import pytest
 import redis
 
 import streamdb.commands  # noqa: F401
-from helpers import ServerProcess
-from streamdb.persistence.aof import SEGMENT_MAGIC, Aof, read_segment
+from helpers import ServerProcess, aof_frames, corrupt_aof_frame
+from streamdb.persistence.aof import Aof
 from streamdb.persistence.snapshot import write_snapshot
 from streamdb.server.core import Core
 
@@ -53,24 +53,6 @@ def test_check_aof_reports_valid_torn_and_corrupt(tmp_path):
     assert _tool("check_aof.py", str(d)).returncode == 0
 
 
-def _frame_offsets(seg: Path) -> list[tuple[int, bytes]]:
-    """(offset, body) of every frame of a valid segment."""
-    out, pos = [], len(SEGMENT_MAGIC)
-    for body in read_segment(seg.read_bytes()).frames:
-        out.append((pos, body))
-        pos += len(b"#F %d %08x\r\n" % (len(body), 0)) + len(body)
-    return out
-
-
-def _corrupt_frame(seg: Path, frame_index: int) -> int:
-    """Flip a byte inside one frame's body; returns the frame's offset."""
-    offset, body = _frame_offsets(seg)[frame_index]
-    data = bytearray(seg.read_bytes())
-    data[offset + len(data[offset:].split(b"\r\n", 1)[0]) + 2 + len(body) // 2] ^= 0x20
-    seg.write_bytes(bytes(data))
-    return offset
-
-
 def _files(d: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in d.iterdir()}
 
@@ -83,9 +65,9 @@ def test_fix_cuts_a_corrupt_segment_at_its_last_valid_frame_after_asking(tmp_pat
         for i in range(1, 41):
             r.xadd("s", {"n": i}, id=f"{i}-1")          # one request, one turn, one frame each
     seg = next(aof_dir.glob("*.incr.aof"))
-    frames = _frame_offsets(seg)
+    frames = aof_frames(seg)
     assert len(frames) == 40
-    bad_at = _corrupt_frame(seg, 25)
+    bad_at = corrupt_aof_frame(seg, 25)
     broken = _files(aof_dir)
 
     refused = ServerProcess(data_dir, "--appendonly", "yes", "--save", "")
@@ -129,7 +111,7 @@ def test_fix_retires_the_segments_after_a_hole(tmp_path):
             aof.rotate()
     aof.close()
     first, second = sorted(aof_dir.glob("*.incr.aof"))
-    bad_at = _corrupt_frame(first, 10)
+    bad_at = corrupt_aof_frame(first, 10)
     fixed = _tool("check_aof.py", str(aof_dir), "--fix", "--yes")
     assert fixed.returncode == 0, fixed.stdout
     assert "19 valid frames (19 commands) after it" in fixed.stdout
