@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from streamdb.persistence.aof import SEGMENT_MAGIC, read_segment
+from streamdb.persistence.aof import SEGMENT_MAGIC, frame_size, read_segment
 from streamdb.tools.procs import free_port, wait_until_ready
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,7 +128,7 @@ def aof_frames(seg: Path) -> list[tuple[int, bytes]]:
     out, pos = [], len(SEGMENT_MAGIC)
     for body in read_segment(seg.read_bytes()).frames:
         out.append((pos, body))
-        pos += len(b"#F %d %08x\r\n" % (len(body), 0)) + len(body)
+        pos += frame_size(body)
     return out
 
 
@@ -136,7 +136,6 @@ def corrupt_aof_frame(seg: Path, frame_index: int) -> int:
     """Flip a byte inside one frame's body; returns the frame's offset."""
     offset, body = aof_frames(seg)[frame_index]
     data = bytearray(seg.read_bytes())
-    header = b"#F %d %08x\r\n" % (len(body), 0)       # its length, whatever the checksum
-    data[offset + len(header) + len(body) // 2] ^= 0x20
+    data[offset + frame_size(body) - len(body) // 2] ^= 0x20       # the middle of the body
     seg.write_bytes(bytes(data))
     return offset

@@ -56,8 +56,8 @@ from .. import log
 from .child import fork_child, reap
 from .syncer import ChildGone, Syncer
 
-__all__ = ["Aof", "AofCorruption", "AofError", "encode_command", "encode_commands", "last_select",
-           "read_segment", "Manifest", "FRAME_HEADER_MAX", "state_commands", "write_base"]
+__all__ = ["Aof", "AofCorruption", "AofError", "encode_command", "encode_commands", "frame_size",
+           "last_select", "read_segment", "Manifest", "FRAME_HEADER_MAX", "state_commands", "write_base"]
 
 SEGMENT_MAGIC = b"#SDBAOF 1\r\n"
 _NO_SYNCER = object()       # Aof.syncer when no fsync child can be had
@@ -140,6 +140,11 @@ def segment_seq(name: str) -> int:
 
 def encode_frame(body: bytes) -> bytes:
     return b"#F %d %08x\r\n" % (len(body), zlib.crc32(body)) + body
+
+
+def frame_size(body: bytes) -> int:
+    """Bytes the frame holding ``body`` takes in its segment (header included)."""
+    return len(body) + len(b"#F %d %08x\r\n" % (len(body), 0))     # the checksum is 8 hex digits
 
 
 # ---------------------------------------------------------------------------
@@ -508,7 +513,7 @@ class Aof:
                     if applied // 2000 != before // 2000:
                         self.loaded_bytes = done_bytes
                         yield applied
-                offset += len(body) + len(b"#F %d %08x\r\n" % (len(body), 0))
+                offset += frame_size(body)
                 done_bytes += len(body)
                 self.loaded_perc = 100.0 * done_bytes / total
                 now = time.monotonic()
