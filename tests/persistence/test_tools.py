@@ -18,8 +18,9 @@ from streamdb.server.core import Core
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _tool(name: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "tools" / name), *args], capture_output=True,
+def _tool(module: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """Run an operator tool as its console script does (its module's main)."""
+    return subprocess.run([sys.executable, "-m", f"streamdb.tools.{module}", *args], capture_output=True,
                           text=True, input=stdin, timeout=120, cwd=ROOT)
 
 
@@ -39,18 +40,18 @@ def _aof_dir(tmp_path) -> Path:
 
 def test_check_aof_reports_valid_torn_and_corrupt(tmp_path):
     d = _aof_dir(tmp_path)
-    ok = _tool("check_aof.py", str(d))
+    ok = _tool("aofcheck", str(d))
     assert ok.returncode == 0 and "AOF is valid" in ok.stdout
     seg = next(d.glob("*.incr.aof"))
     data = seg.read_bytes()
     seg.write_bytes(data[:-7])
-    torn = _tool("check_aof.py", str(d))
+    torn = _tool("aofcheck", str(d))
     assert torn.returncode == 1 and "torn tail" in torn.stdout and "ok_up_to=" in torn.stdout
-    declined = _tool("check_aof.py", str(d), "--fix", stdin="n\n")
+    declined = _tool("aofcheck", str(d), "--fix", stdin="n\n")
     assert "Aborted" in declined.stdout and seg.stat().st_size == len(data) - 7
-    fixed = _tool("check_aof.py", str(d), "--fix", stdin="y\n")
+    fixed = _tool("aofcheck", str(d), "--fix", stdin="y\n")
     assert fixed.returncode == 0 and "Successfully truncated" in fixed.stdout
-    assert _tool("check_aof.py", str(d)).returncode == 0
+    assert _tool("aofcheck", str(d)).returncode == 0
 
 
 def _files(d: Path) -> dict[str, bytes]:
@@ -76,21 +77,21 @@ def test_fix_cuts_a_corrupt_segment_at_its_last_valid_frame_after_asking(tmp_pat
     refused.stop()
     assert f"'streamdb-check-aof --fix {aof_dir}'" in refused.log_text()
 
-    report = _tool("check_aof.py", str(aof_dir))
+    report = _tool("aofcheck", str(aof_dir))
     assert report.returncode == 2 and f"CORRUPT" in report.stdout
     assert f"Run 'streamdb-check-aof --fix {aof_dir}'" in report.stdout
-    declined = _tool("check_aof.py", str(aof_dir), "--fix", stdin="n\n")
+    declined = _tool("aofcheck", str(aof_dir), "--fix", stdin="n\n")
     assert declined.returncode == 2 and "Aborted." in declined.stdout
     assert f"the bad frame at offset {bad_at} and 14 valid frames (14 commands) after it" in declined.stdout
     assert f"This will shrink the AOF segment from {len(broken[seg.name])} bytes" in declined.stdout
     assert _files(aof_dir) == broken
 
-    fixed = _tool("check_aof.py", str(aof_dir), "--fix", "--yes")
+    fixed = _tool("aofcheck", str(aof_dir), "--fix", "--yes")
     assert fixed.returncode == 0 and "Successfully truncated" in fixed.stdout, fixed.stdout
     assert seg.stat().st_size == bad_at
     backups = list(aof_dir.glob(seg.name + ".corrupt-*"))
     assert [b.read_bytes() for b in backups] == [broken[seg.name]]
-    assert _tool("check_aof.py", str(aof_dir)).returncode == 0
+    assert _tool("aofcheck", str(aof_dir)).returncode == 0
     with ServerProcess(data_dir, "--appendonly", "yes", "--save", "") as srv:
         entries = redis.Redis(port=srv.port).xrange("s")
     assert [e[0] for e in entries] == [b"%d-1" % i for i in range(1, 26)]
@@ -112,7 +113,7 @@ def test_fix_retires_the_segments_after_a_hole(tmp_path):
     aof.close()
     first, second = sorted(aof_dir.glob("*.incr.aof"))
     bad_at = corrupt_aof_frame(first, 10)
-    fixed = _tool("check_aof.py", str(aof_dir), "--fix", "--yes")
+    fixed = _tool("aofcheck", str(aof_dir), "--fix", "--yes")
     assert fixed.returncode == 0, fixed.stdout
     assert "19 valid frames (19 commands) after it" in fixed.stdout
     assert f"1 later segment(s) are retired from the manifest too" in fixed.stdout
@@ -132,7 +133,7 @@ def test_snapshot_inspector_lists_keys_and_verifies(tmp_path):
     core.execute(c, [b"XGROUP", b"CREATE", b"orders", b"billing", b"0"])
     core.execute(c, [b"XREADGROUP", b"GROUP", b"billing", b"w", b"COUNT", b"9", b"STREAMS", b"orders", b">"])
     write_snapshot(str(tmp_path / "snap"), core.keyspace, None, 7, 1767323045678)
-    out = _tool("inspect_snapshot.py", str(tmp_path / "snap"), "--verify")
+    out = _tool("snapinspect", str(tmp_path / "snap"), "--verify")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "covers AOF segments up to seq: 7" in out.stdout
     assert "written at: 2026-01-02T03:04:05.678Z (1767323045678 ms)" in out.stdout
