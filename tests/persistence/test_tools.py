@@ -24,22 +24,24 @@ def _tool(module: str, *args: str, stdin: str | None = None) -> subprocess.Compl
                           text=True, input=stdin, timeout=120, cwd=ROOT)
 
 
-def _aof_dir(tmp_path) -> Path:
-    d = tmp_path / "aof"
+def _write_aof(d: Path, entries: int = 50, rotate_after: int | None = None) -> Path:
+    """An AOF directory holding XADD s <i>-1 for i = 1..entries, one frame each."""
     core = Core()
     aof = Aof(core, str(d), fsync="always")
     aof.open_for_append()
     core.effect_sinks.append(aof.append_batch)
     c = core.new_client()
-    for i in range(50):
-        core.execute(c, [b"XADD", b"s", b"%d-1" % (i + 1), b"f", b"v"])
+    for i in range(1, entries + 1):
+        core.execute(c, [b"XADD", b"s", b"%d-1" % i, b"f", b"v"])
         aof.flush()
+        if i == rotate_after:       # later entries go to a new segment
+            aof.rotate()
     aof.close()
     return d
 
 
 def test_check_aof_reports_valid_torn_and_corrupt(tmp_path):
-    d = _aof_dir(tmp_path)
+    d = _write_aof(tmp_path / "aof")
     ok = _tool("aofcheck", str(d))
     assert ok.returncode == 0 and "AOF is valid" in ok.stdout
     seg = next(d.glob("*.incr.aof"))
@@ -100,17 +102,7 @@ def test_fix_cuts_a_corrupt_segment_at_its_last_valid_frame_after_asking(tmp_pat
 def test_fix_retires_the_segments_after_a_hole(tmp_path):
     data_dir = tmp_path / "data"
     aof_dir = data_dir / "appendonlydir"
-    core = Core()
-    aof = Aof(core, str(aof_dir), fsync="always")
-    aof.open_for_append()
-    core.effect_sinks.append(aof.append_batch)
-    c = core.new_client()
-    for i in range(1, 51):
-        core.execute(c, [b"XADD", b"s", b"%d-1" % i, b"f", b"v"])
-        aof.flush()
-        if i == 30:
-            aof.rotate()
-    aof.close()
+    _write_aof(aof_dir, rotate_after=30)
     first, second = sorted(aof_dir.glob("*.incr.aof"))
     bad_at = corrupt_aof_frame(first, 10)
     fixed = _tool("aofcheck", str(aof_dir), "--fix", "--yes")
