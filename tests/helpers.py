@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from streamdb.persistence.aof import SEGMENT_MAGIC, frame_size, read_segment
 from streamdb.tools.procs import free_port, wait_until_ready
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,3 +121,21 @@ def raw_exchange(port: int, payload: bytes, timeout: float = 2.0, expect_close: 
                 break
             chunks.append(data)
         return b"".join(chunks)
+
+
+def aof_frames(seg: Path) -> list[tuple[int, bytes]]:
+    """(offset, body) of every frame of a valid segment."""
+    out, pos = [], len(SEGMENT_MAGIC)
+    for body in read_segment(seg.read_bytes()).frames:
+        out.append((pos, body))
+        pos += frame_size(body)
+    return out
+
+
+def corrupt_aof_frame(seg: Path, frame_index: int) -> int:
+    """Flip a byte inside one frame's body; returns the frame's offset."""
+    offset, body = aof_frames(seg)[frame_index]
+    data = bytearray(seg.read_bytes())
+    data[offset + frame_size(body) - len(body) // 2] ^= 0x20       # the middle of the body
+    seg.write_bytes(bytes(data))
+    return offset

@@ -56,8 +56,8 @@ from .. import log
 from .child import fork_child, reap
 from .syncer import ChildGone, Syncer
 
-__all__ = ["Aof", "AofError", "encode_command", "encode_commands", "last_select", "read_segment",
-           "Manifest", "FRAME_HEADER_MAX", "state_commands", "write_base"]
+__all__ = ["Aof", "AofCorruption", "AofError", "encode_command", "encode_commands", "frame_size",
+           "last_select", "read_segment", "Manifest", "FRAME_HEADER_MAX", "state_commands", "write_base"]
 
 SEGMENT_MAGIC = b"#SDBAOF 1\r\n"
 _NO_SYNCER = object()       # Aof.syncer when no fsync child can be had
@@ -67,6 +67,15 @@ FRAME_HEADER_MAX = 64
 
 class AofError(Exception):
     """The AOF cannot be loaded as it is; the message names the file and offset."""
+
+
+class AofCorruption(AofError):
+    """A bad frame with more data after it.  ``scan`` holds the good frames before ``offset``."""
+
+    def __init__(self, message: str, scan: "SegmentScan", offset: int) -> None:
+        super().__init__(message)
+        self.scan = scan
+        self.offset = offset
 
 
 def encode_command(argv: list[bytes]) -> bytes:
@@ -133,6 +142,11 @@ def encode_frame(body: bytes) -> bytes:
     return b"#F %d %08x\r\n" % (len(body), zlib.crc32(body)) + body
 
 
+def frame_size(body: bytes) -> int:
+    """Bytes the frame holding ``body`` takes in its segment (header included)."""
+    return len(body) + len(b"#F %d %08x\r\n" % (len(body), 0))     # the checksum is 8 hex digits
+
+
 # ---------------------------------------------------------------------------
 # Reading
 # ---------------------------------------------------------------------------
@@ -194,9 +208,11 @@ def read_segment(data: bytes, path: str = "") -> SegmentScan:
                     pos = end
                     scan.valid_end = pos
                     continue
-        raise AofError(f"{path}: {bad} at offset {pos} of {n} (corruption in the middle of the "
-                       f"file: the server will not start on it; inspect it with "
-                       f"'streamdb-check-aof {path}')")
+        raise AofCorruption(f"{path}: {bad} at offset {pos} of {n} (corruption in the middle of "
+                            f"the file: the server will not start on it; "
+                            f"'streamdb-check-aof --fix {os.path.dirname(path) or '.'}' cuts the log "
+                            f"at the last valid frame, after saying what that loses and asking)",
+                            scan, pos)
     return scan
 
 
@@ -461,7 +477,9 @@ class Aof:
             if scan.torn_at is not None:
                 if i != len(paths) - 1:
                     raise AofError(f"{p}: {scan.torn_reason} at offset {scan.torn_at} in a segment "
-                                   f"that is not the last one")
+                                   f"that is not the last one (a hole in the log: "
+                                   f"'streamdb-check-aof --fix {self.dir}' cuts the log there, "
+                                   f"after saying what that loses and asking)")
                 if not self.load_truncated:
                     raise AofError(f"{p}: {scan.torn_reason} at offset {scan.torn_at} "
                                    f"(aof-load-truncated is no; run the AOF checker with --fix)")
@@ -495,7 +513,7 @@ class Aof:
                     if applied // 2000 != before // 2000:
                         self.loaded_bytes = done_bytes
                         yield applied
-                offset += len(body) + len(b"#F %d %08x\r\n" % (len(body), 0))
+                offset += frame_size(body)
                 done_bytes += len(body)
                 self.loaded_perc = 100.0 * done_bytes / total
                 now = time.monotonic()

@@ -1,4 +1,4 @@
-"""A SparkSession for the pipelines in tools/ (and tests): local by default, our formats registered."""
+"""A SparkSession for the pipelines (streamdb-spark) and benchmarks: local by default, our formats registered."""
 
 from __future__ import annotations
 
@@ -7,10 +7,20 @@ import sys
 
 
 def local_session(master: str = "local[2]", app: str = "streamdb", quiet: bool = True, **conf):
-    """Build (or reuse) a SparkSession whose Python workers run this interpreter."""
+    """Build (or reuse) a SparkSession whose Python workers run this interpreter.
+
+    Exits with a one-line message (not a traceback) when pyspark is missing: it
+    is an optional dependency.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    # Spark's driver binds to the host's first non-loopback address unless told;
+    # a local session has no business on the network.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise SystemExit("pyspark is not installed: pip install -e '.[spark]'") from None
     from . import register
     b = (SparkSession.builder.master(master).appName(app)
          .config("spark.ui.enabled", "false")

@@ -1,1 +1,1 @@
-"""Operator tools (also installed as console scripts; thin wrappers live in tools/)."""
+"""Operator tools, each installed as a console script (pyproject.toml [project.scripts])."""

@@ -5,7 +5,16 @@ Subcommands:
                 replicas, top streams by length and by consumer-group lag
   groups        the groups and consumers of one stream: lag, pending, idle times
   dead-letter   move entries delivered more than N times to a dead-letter stream
-  claim-idle    keep claiming entries idle longer than a threshold (XAUTOCLAIM loop)
+  claim-idle    hand entries idle longer than a threshold to a live processor
+                (XAUTOCLAIM ... JUSTID loop)
+
+Who processes what: claim-idle only moves ownership.  It claims idle entries
+FOR the consumer named by --consumer, a live worker of the group that reads its
+own pending entries (XREADGROUP ... STREAMS key 0) and processes and XACKs
+them.  It claims with JUSTID, which does not count as a delivery, so an
+entry's delivery count grows only when a processor actually reads it, and
+dead-letter --max-deliveries N moves only entries that processors were given
+more than N times.  Running both tools together is safe.
 
 Only standard Redis commands are used, so every subcommand works against
 redis-server as well as StreamDB.
@@ -20,6 +29,8 @@ import threading
 import time
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -51,9 +62,12 @@ def _next_id(entry_id: bytes) -> str:
 
 
 def connect(args) -> redis.Redis:
+    # No client-side retries: redis-py's default waits out about 7 s of
+    # back-off before a refused connection surfaces.  A one-shot subcommand
+    # fails at once; claim-idle's loop retries on its own, visibly.
     return redis.Redis(host=args.host, port=args.port, password=args.password or None,
                        username=args.user or None, protocol=2, socket_timeout=10,
-                       socket_connect_timeout=5)
+                       socket_connect_timeout=5, retry=Retry(NoBackoff(), 0))
 
 
 # ---------------------------------------------------------------------------
@@ -266,15 +280,22 @@ class StopFlag:
 
 
 def claim_pass(r: redis.Redis, args, console: Console, stop: StopFlag) -> int:
-    """One walk of the whole PEL with XAUTOCLAIM; returns the number of entries claimed."""
+    """One walk of the whole PEL with XAUTOCLAIM; returns the number of entries claimed.
+
+    JUSTID: claiming is not a delivery (Redis leaves the delivery count alone),
+    so passes over entries the processor has not read yet do not push them
+    towards dead-letter's --max-deliveries.  The processor's own read of its
+    pending entries counts the delivery.
+    """
     cursor, claimed = "0-0", 0
     while not stop.stopped:
-        reply = r.xautoclaim(args.key, args.group, args.consumer, args.min_idle, cursor, count=args.count)
-        cursor, entries = reply[0], reply[1]
+        reply = r.execute_command("XAUTOCLAIM", args.key, args.group, args.consumer, args.min_idle,
+                                  cursor, "COUNT", args.count, "JUSTID")
+        cursor, ids = reply[0], reply[1]
         deleted = reply[2] if len(reply) > 2 else []
-        if entries:
-            claimed += len(entries)
-            console.print(f"claimed {len(entries)}: " + " ".join(_text(e[0]) for e in entries), highlight=False)
+        if ids:
+            claimed += len(ids)
+            console.print(f"claimed {len(ids)}: " + " ".join(_text(i) for i in ids), highlight=False)
         if deleted:
             console.print(f"dropped {len(deleted)} deleted entries from the PEL: "
                           + " ".join(_text(d) for d in deleted), highlight=False)
@@ -286,6 +307,9 @@ def claim_pass(r: redis.Redis, args, console: Console, stop: StopFlag) -> int:
 def cmd_claim_idle(r: redis.Redis, args, console: Console) -> int:
     stop = StopFlag()
     stop.install()
+    # redis-py's xautoclaim(justid=True) keeps only the claimed ids of the
+    # reply; claim_pass needs the cursor and the deleted ids too.
+    r.set_response_callback("XAUTOCLAIM", lambda reply, **options: reply)
     backoff = 0.0
     passes = 0
     console.print(f"claiming entries of {args.key} / {args.group} idle for {args.min_idle} ms "
@@ -296,6 +320,8 @@ def cmd_claim_idle(r: redis.Redis, args, console: Console) -> int:
             backoff = 0.0
             passes += 1
         except (redis.ConnectionError, redis.TimeoutError) as e:
+            if args.once:
+                raise       # one pass means one attempt: main reports it and exits 2
             backoff = min(max(backoff * 2, 0.5), args.max_backoff)
             console.print(f"connection lost ({e}); retrying in {backoff:.1f}s", highlight=False)
             r.connection_pool.disconnect()
@@ -341,7 +367,10 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--help", action="help", help="show this help and exit")
 
     ap = argparse.ArgumentParser(prog="streamdb-admin", description=__doc__.split("\n")[0],
-                                 add_help=False, parents=[common])
+                                 add_help=False, parents=[common],
+                                 epilog="-h is the host, as in redis-cli: help is --help (also after a "
+                                        "subcommand).  Exit status: 0 done, 1 the server refused a "
+                                        "command (e.g. NOGROUP), 2 the server cannot be reached.")
     sub = ap.add_subparsers(dest="command", required=True)
 
     st = sub.add_parser("status", add_help=False, parents=[common], help="one-screen summary")
@@ -355,7 +384,11 @@ def build_parser() -> argparse.ArgumentParser:
     gr.set_defaults(run=cmd_groups)
 
     dl = sub.add_parser("dead-letter", add_help=False, parents=[common],
-                        help="move over-delivered pending entries to a dead-letter stream")
+                        help="move over-delivered pending entries to a dead-letter stream",
+                        description="Move pending entries delivered more than --max-deliveries times "
+                                    "to a dead-letter stream (XADD + XACK in one MULTI).  The delivery "
+                                    "count counts reads by consumers (XREADGROUP), not claim-idle's "
+                                    "claims, which use JUSTID: both tools can run together.")
     dl.add_argument("key")
     dl.add_argument("group")
     dl.add_argument("--max-deliveries", type=int, required=True,
@@ -367,13 +400,23 @@ def build_parser() -> argparse.ArgumentParser:
     dl.set_defaults(run=cmd_dead_letter)
 
     ci = sub.add_parser("claim-idle", add_help=False, parents=[common],
-                        help="XAUTOCLAIM idle entries into a consumer, in a loop")
+                        help="hand idle entries to a live processor (XAUTOCLAIM JUSTID), in a loop",
+                        description="Claim pending entries idle for --min-idle ms or more FOR the "
+                                    "consumer --consumer: a live worker of the group that reads its "
+                                    "own pending entries (XREADGROUP GROUP g <consumer> STREAMS key 0), "
+                                    "processes and XACKs them.  This tool only moves ownership; it "
+                                    "claims with JUSTID, which does not count as a delivery, so passes "
+                                    "over entries not yet processed do not raise their delivery count "
+                                    "and dead-letter --max-deliveries stays a count of real deliveries.  "
+                                    "--once makes one pass and exits (2 if the server cannot be reached); "
+                                    "the loop retries a lost connection with back-off, one line per retry.")
     ci.add_argument("key")
     ci.add_argument("group")
     ci.add_argument("--min-idle", type=int, required=True, help="milliseconds")
-    ci.add_argument("--consumer", required=True)
+    ci.add_argument("--consumer", required=True, help="the live consumer that processes what is claimed")
     ci.add_argument("--interval", type=float, default=5.0, help="seconds between passes (default 5)")
-    ci.add_argument("--once", action="store_true", help="one pass over the PEL, then exit")
+    ci.add_argument("--once", action="store_true",
+                    help="one pass over the PEL, then exit; no retry if the server cannot be reached")
     ci.add_argument("--count", type=int, default=100, help="XAUTOCLAIM COUNT (default 100)")
     ci.add_argument("--max-backoff", type=float, default=10.0,
                     help="longest wait between reconnection attempts (default 10 s)")
@@ -392,10 +435,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(r, args, console)
     except redis.ResponseError as e:
-        Console(stderr=True).print(f"error: {e}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(f"error: {e}", highlight=False)
         return 1
     except (redis.ConnectionError, redis.TimeoutError) as e:
-        Console(stderr=True).print(f"error: cannot talk to {args.host}:{args.port}: {e}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(f"error: cannot talk to {args.host}:{args.port}: {e}", highlight=False)
         return 2
     finally:
         r.close()

@@ -329,7 +329,7 @@ def table(results: dict[str, Result]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="streamdb-loadtest", description=__doc__.split("\n\n")[0])
     d = Workload()
     ap.add_argument("--connections", type=int, default=d.connections)
     ap.add_argument("--consumers", type=int, default=d.consumers)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import struct
+from datetime import datetime, timezone
 import sys
 
 import lmdb
@@ -18,6 +19,14 @@ import msgpack
 
 from ..persistence.snapshot import SnapshotError, _node_prefix, _open, _uncrc, snapshot_info
 from .progress import Progress
+
+
+def iso_utc(unix_ms: int | None) -> str:
+    """``2026-01-02T03:04:05.678Z (1767323045678 ms)``: readable, and the raw value for scripts."""
+    if unix_ms is None:
+        return "unknown"
+    moment = datetime.fromtimestamp(unix_ms / 1000, tz=timezone.utc)
+    return f"{moment.isoformat(timespec='milliseconds').replace('+00:00', 'Z')} ({unix_ms} ms)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"snapshot: {args.path}")
     print(f"  covers AOF segments up to seq: {info.get('aof_seq')}")
-    print(f"  written at (unix ms): {info.get('time_ms')}   keys: {info.get('keys')}")
+    print(f"  written at: {iso_utc(info.get('time_ms'))}   keys: {info.get('keys')}")
     env = _open(args.path, readonly=True)
     bad = 0
     try:

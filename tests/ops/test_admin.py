@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from helpers import ROOT, ServerProcess
+from streamdb.tools.procs import free_port
 
 ADMIN = [sys.executable, "-m", "streamdb.tools.admin"]
 
@@ -196,6 +197,47 @@ def test_claim_idle_once_claims_only_idle_entries(sdb):
     assert f"claimed 2: {ids[0].decode()} {ids[1].decode()}" in out.stdout
     owners = {p["message_id"]: p["consumer"] for p in r.xpending_range("tasks", "g", "-", "+", 10)}
     assert owners == {ids[0]: b"rescuer", ids[1]: b"rescuer", ids[2]: b"crashed", ids[3]: b"crashed"}
+
+
+def test_claim_idle_passes_do_not_count_as_deliveries_so_dead_letter_leaves_entries_alone(sdb):
+    r = sdb.client
+    ids = [r.xadd("jobs", {"t": i}) for i in range(3)]
+    r.xgroup_create("jobs", "g", id="0")
+    r.xreadgroup("g", "crashed", {"jobs": ">"})          # delivered once, never processed
+    for _ in range(3):
+        out = run_admin(sdb.port, "claim-idle", "jobs", "g", "--min-idle", "0", "--consumer", "worker",
+                        "--once")
+        assert out.returncode == 0, out.stderr
+        assert f"claimed 3: {' '.join(i.decode() for i in ids)}" in out.stdout
+        rows = r.xpending_range("jobs", "g", "-", "+", 10)
+        assert [(p["consumer"], p["times_delivered"]) for p in rows] == [(b"worker", 1)] * 3
+    out = run_admin(sdb.port, "dead-letter", "jobs", "g", "--max-deliveries", "1", "--to", "jobs:dlq")
+    assert out.returncode == 0 and "0 of 3 pending entries" in out.stdout
+    assert r.xlen("jobs:dlq") == 0
+    # The processor reading its claimed entries is a delivery, which dead-letter counts.
+    r.xreadgroup("g", "worker", {"jobs": "0"})
+    out = run_admin(sdb.port, "dead-letter", "jobs", "g", "--max-deliveries", "1", "--to", "jobs:dlq")
+    assert "3 of 3 pending entries" in out.stdout and r.xlen("jobs:dlq") == 3
+
+
+def test_claim_idle_once_fails_fast_when_the_server_is_down():
+    port = free_port()       # nothing listens there
+    # Without the fix the tool retries forever and the timeout fails the test.
+    out = run_admin(port, "claim-idle", "q", "g", "--min-idle", "1", "--consumer", "w", "--once",
+                    timeout=60)
+    assert out.returncode == 2
+    assert "retrying" not in out.stdout
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()]
+    assert out.stderr.startswith(f"error: cannot talk to 127.0.0.1:{port}")
+
+
+def test_help_is_double_dash_because_dash_h_is_the_host():
+    out = subprocess.run([*ADMIN, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "-h is the host, as in redis-cli" in out.stdout
+    sub = subprocess.run([*ADMIN, "claim-idle", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=30)
+    text = " ".join(sub.stdout.split())      # argparse wraps lines
+    assert sub.returncode == 0 and "JUSTID" in text and "delivery count" in text
 
 
 def test_claim_idle_loop_survives_a_server_restart_and_stops_on_signal(tmp_path):

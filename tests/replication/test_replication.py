@@ -199,7 +199,7 @@ def test_wait_counts_replicas_and_role(pair):
 
 def test_compare_tool_reports_equal(pair):
     p, r = pair
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "compare_replica.py"),
+    out = subprocess.run([sys.executable, "-m", "streamdb.tools.compare_replica",
                           "--primary", f"127.0.0.1:{p.port}", "--replica", f"127.0.0.1:{r.port}"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stdout + out.stderr

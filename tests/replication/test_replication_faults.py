@@ -9,19 +9,17 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 
 import pytest
 import redis
 
-from helpers import ROOT, ServerProcess
+from helpers import ServerProcess
 from linkproxy import LinkProxy
+from streamdb.tools.compare_replica import all_group_detail
 from test_replication import client, info, link_up, populate, replica_of, wait_synced, wait_until
 
-sys.path.insert(0, str(ROOT / "tools"))
-from compare_replica import all_group_detail  # noqa: E402
 
 
 def assert_same(p: redis.Redis, r: redis.Redis) -> None:

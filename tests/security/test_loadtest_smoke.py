@@ -1,4 +1,4 @@
-"""A short run of tools/loadtest.py's workload: it asserts the verification, never the speed."""
+"""A short run of streamdb-loadtest's workload: it asserts the verification, never the speed."""
 
 from __future__ import annotations
 

@@ -1,20 +1,15 @@
-"""The pipelines in tools/ (archive + safe trim, reconciliation, group report), run in-process."""
+"""The streamdb-spark pipelines (archive + safe trim, reconciliation, group report), run in-process."""
 
-import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
 import redis
 
+from streamdb.spark.pipelines.cli import main as streamdb_spark
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _tool(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _client(server):
@@ -33,8 +28,7 @@ def test_archive_is_resumable_and_trims_only_what_groups_acked(spark, server, ur
     ids = [e[0] for e in r.xrange("arc:a")]
     r.xack("arc:a", "g", *ids[:12])                            # ... 12 acknowledged
     out = tmp_path / "archive"
-    archive = _tool("spark_archive")
-    assert archive.main(["--url", url, "--streams", "arc:*", "--out", str(out)]) == 0
+    assert streamdb_spark(["archive", "--url", url, "--streams", "arc:*", "--out", str(out)]) == 0
     dates = sorted(p.name for p in out.glob("date=*"))
     assert dates == ["date=1970-01-01", "date=1970-01-02", "date=1970-01-03"]
     assert spark.read.parquet(str(out)).count() == 30
@@ -50,7 +44,7 @@ def test_archive_is_resumable_and_trims_only_what_groups_acked(spark, server, ur
     (out / "_streamdb_archive.json").write_text(json.dumps(state))
     (out / "date=1970-01-06" / "run=2").mkdir(parents=True)
     (out / "date=1970-01-06" / "run=2" / "part-leftover.parquet").write_bytes(b"junk")
-    assert archive.main(["--url", url, "--streams", "arc:*", "--out", str(out), "--no-trim"]) == 0
+    assert streamdb_spark(["archive", "--url", url, "--streams", "arc:*", "--out", str(out), "--no-trim"]) == 0
     got = sorted(int(x.fields["i"]) for x in spark.read.parquet(str(out)).collect())
     assert got == list(range(1, 36))
     assert "resuming run 2" in capsys.readouterr().out
@@ -63,26 +57,27 @@ def test_reconcile_reports_the_keys_that_differ(spark, server, url, tmp_path, ca
     totals = {f"a{k}": sum(i for i in range(40) if i % 4 == k) for k in range(4)}
     for k, v in totals.items():
         r.set(f"bal:{k}", v)
-    rec = _tool("spark_reconcile")
-    args = ["--url", url, "--streams", "pay:*", "--key-field", "acct", "--amount-field", "cents",
+    args = ["reconcile", "--url", url, "--streams", "pay:*", "--key-field", "acct", "--amount-field", "cents",
             "--table-prefix", "bal:"]
-    assert rec.main(args) == 0
+    assert streamdb_spark(args) == 0
     r.incrby("bal:a2", 5)
     r.set("bal:ghost", 1)
-    assert rec.main(args + ["--out", str(tmp_path / "rep.csv")]) == 1
+    assert streamdb_spark(args + ["--out", str(tmp_path / "rep.csv")]) == 1
     text = capsys.readouterr().out
     assert "5 keys, 3 match, 2 differ" in text and "ghost" in text
     assert (tmp_path / "rep.csv").read_text().count("\n") == 6
 
 
-def test_group_report(spark, server, url, capsys):
+def test_group_report(spark, server, url, capsys, monkeypatch):
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
     r = _client(server)
     for i in range(10):
         r.xadd("rep:1", {"i": str(i)}, id=f"{1000 + i}-0")
     r.xgroup_create("rep:1", "slow", id="0")
     r.xgroup_create("rep:1", "done", id="$")
     r.xreadgroup("slow", "c1", {"rep:1": ">"}, count=4)
-    assert _tool("spark_group_report").main(["--url", url, "--streams", "rep:*"]) == 0
+    assert streamdb_spark(["group-report", "--url", url, "--streams", "rep:*"]) == 0
+    assert os.environ["SPARK_LOCAL_IP"] == "127.0.0.1"      # a session Spark would start binds to loopback
     lines = capsys.readouterr().out.splitlines()
     slow = next(line for line in lines if " slow " in line).split()
     done = next(line for line in lines if " done " in line).split()

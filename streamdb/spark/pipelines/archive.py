@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Archive stream history to Parquet (partitioned by date), then trim what is safe to trim.
 
-    .venv/bin/python tools/spark_archive.py --url redis://127.0.0.1:6379 --streams 'orders:*' \
+    streamdb-spark archive --url redis://127.0.0.1:6379 --streams 'orders:*' \
         --out /data/archive [--no-trim] [--master local[2]]
 
 Each run archives, for every stream, the entries after what the previous run
@@ -29,13 +28,10 @@ import json
 import os
 import shutil
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from streamdb.spark.common import (Codec, connect, expand_streams, format_id, parse_id,  # noqa: E402
+from ..common import (Codec, connect, expand_streams, format_id, parse_id,
                                    raw)
-from streamdb.spark.session import local_session, print_table  # noqa: E402
+from ..session import local_session, print_table
 
 STATE = "_streamdb_archive.json"
 
@@ -89,7 +85,7 @@ def safe_trim(client, key: bytes, archived: str | None, dry_run: bool):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="streamdb-spark archive", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 2)[2])
     ap.add_argument("--url", default="redis://127.0.0.1:6379")

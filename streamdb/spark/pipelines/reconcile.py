@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Reconciliation: recompute per-key totals from the full stream and compare with the consumers' table.
 
-    .venv/bin/python tools/spark_reconcile.py --url redis://127.0.0.1:6379 --streams 'payments:*' \
+    streamdb-spark reconcile --url redis://127.0.0.1:6379 --streams 'payments:*' \
         --key-field account --amount-field cents --table-prefix balance: [--out report.csv]
 
 The nightly job of a unified-log design: the stream is the source of truth, the
@@ -24,12 +23,9 @@ import csv
 import json
 import sys
 from decimal import Decimal
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from streamdb.spark.common import Codec, connect, expand_streams, raw  # noqa: E402
-from streamdb.spark.session import local_session, print_table  # noqa: E402
+from ..common import Codec, connect, expand_streams, raw
+from ..session import local_session, print_table
 
 
 def table_from_server(client, prefix: str) -> dict[str, Decimal]:
@@ -74,7 +70,7 @@ def acked_ranges(client, codec, streams, group):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="streamdb-spark reconcile", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 2)[2])
     ap.add_argument("--url", default="redis://127.0.0.1:6379")

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Compare a primary and a replica: DEBUG DIGEST, per-stream detail when they differ, lag.
 
-    python tools/compare_replica.py --primary 127.0.0.1:6379 --replica 127.0.0.1:6380
+    streamdb-compare-replica --primary 127.0.0.1:6379 --replica 127.0.0.1:6380
 
 Lag in bytes is the primary's master_repl_offset minus the replica's
 slave_repl_offset.  Lag in seconds is measured: the time until the replica's
@@ -126,7 +125,7 @@ def compare_detail(p: redis.Redis, rep: redis.Redis) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="streamdb-compare-replica", description=__doc__.split("\n\n")[0])
     ap.add_argument("--primary", required=True, help="host:port")
     ap.add_argument("--replica", required=True, help="host:port")
     ap.add_argument("--password", default=None)

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Consumer-group report: lag, pending entries and the oldest pending entry's age, per group.
 
-    .venv/bin/python tools/spark_group_report.py --url redis://127.0.0.1:6379 --streams '*' \
+    streamdb-spark group-report --url redis://127.0.0.1:6379 --streams '*' \
         [--out report.parquet] [--master local[2]]
 
 Spark spreads the streams over its tasks (each task asks XINFO GROUPS and
@@ -17,12 +16,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from streamdb.spark.common import Codec, connect, expand_streams  # noqa: E402
-from streamdb.spark.session import local_session, print_table  # noqa: E402
+from ..common import Codec, connect, expand_streams
+from ..session import local_session, print_table
 
 SCHEMA = ("stream string, group string, consumers long, pending long, lag long, "
           "last_delivered string, oldest_pending string, oldest_age_s double, oldest_idle_s double")
@@ -30,7 +26,7 @@ SCHEMA = ("stream string, group string, consumers long, pending long, lag long, 
 
 def report_rows(url: str, streams):
     """Rows of SCHEMA for some streams (runs inside a Spark task)."""
-    from streamdb.spark.common import raw
+    from ..common import raw
     client = connect(url)
     try:
         sec, usec = raw(client, "TIME")
@@ -59,7 +55,7 @@ def report_rows(url: str, streams):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="streamdb-spark group-report", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 2)[2])
     ap.add_argument("--url", default="redis://127.0.0.1:6379")
