@@ -407,3 +407,38 @@ def test_always_fsyncs_through_a_child_that_can_die_and_never_outlives_the_serve
         assert _gone_within(child[0], 5), "the fsync child outlived its server"
     finally:
         srv.stop()
+
+
+def test_swapdb_replays_from_the_aof_and_reaches_an_incremental_snapshot(tmp_path):
+    """SWAPDB is logged as it is: a restart from the AOF alone, and one from a snapshot
+    taken after the swap (incremental before it), reproduce the swapped databases."""
+    d = tmp_path / "data"
+    args = ("--appendonly", "yes", "--appendfsync", "always", "--save", "")
+    srv = ServerProcess(d, *args).start()
+    try:
+        r0, r3 = redis.Redis(port=srv.port), redis.Redis(port=srv.port, db=3)
+        r0.xadd("s", {"f": "zero"}, id="1-1")
+        r0.set("plain", "x")
+        r3.xadd("s", {"f": "three"}, id="2-1")
+        r3.xgroup_create("s", "g", id="0")
+        r0.swapdb(0, 3)
+        r0.xadd("s", {"f": "after"}, id="3-1")
+        assert r0.xrange("s") == [(b"2-1", {b"f": b"three"}), (b"3-1", {b"f": b"after"})]
+        assert r3.get("plain") == b"x"
+        digest = r0.execute_command("DEBUG", "DIGEST")
+        srv.kill9()
+        srv = ServerProcess(d, *args).start()
+        r0, r3 = redis.Redis(port=srv.port), redis.Redis(port=srv.port, db=3)
+        assert r0.execute_command("DEBUG", "DIGEST") == digest
+        r0.save()                        # from here snapshots are incremental
+        r3.xadd("s", {"f": "late"}, id="4-1")
+        r0.swapdb(3, 0)
+        r0.save()                        # covers every segment: the swap must be in it
+        digest = r0.execute_command("DEBUG", "DIGEST")
+        srv.kill9()
+        srv = ServerProcess(d, *args).start()
+        r0 = redis.Redis(port=srv.port)
+        assert r0.execute_command("DEBUG", "DIGEST") == digest
+        assert r0.xrange("s") == [(b"1-1", {b"f": b"zero"}), (b"4-1", {b"f": b"late"})]
+    finally:
+        srv.stop()
