@@ -460,7 +460,7 @@ class Core:
         at = 0
         for (c, run), ok in zip(runs, taken):
             if ok:
-                c.woff = last.woff
+                c.woff, c.aof_woff = last.woff, last.aof_woff
                 k = len(run)
                 replies.append(encode_bulks(ids[at:at + k]) if first_id is None
                                else encode_id_replies(first_id + at, k))
