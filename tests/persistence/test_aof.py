@@ -442,3 +442,22 @@ def test_swapdb_replays_from_the_aof_and_reaches_an_incremental_snapshot(tmp_pat
         assert r0.xrange("s") == [(b"1-1", {b"f": b"zero"}), (b"4-1", {b"f": b"late"})]
     finally:
         srv.stop()
+
+
+def test_a_clients_aof_mark_is_fsynced_only_once_its_frame_is(tmp_path):
+    """WAITAOF's local test (Aof.fsynced): a write's mark is covered by an fsync of its
+    frame, not by one of the frames before it, and not by a failed fsync."""
+    core, aof = _core_with_aof(tmp_path / "aof", fsync="always")
+    a, b = core.new_client(), core.new_client()
+    assert aof.fsynced(a.aof_woff)                    # nothing written: covered
+    _run(core, aof, a, "XADD", "s", "1-1", "f", "v")   # no loop: fsynced in flush
+    assert aof.fsynced(a.aof_woff)
+    core.execute(b, [b"XADD", b"s", b"2-1", b"f", b"v"])
+    assert aof.fsynced(a.aof_woff) and not aof.fsynced(b.aof_woff)   # still in the buffer
+    aof.inject_fsync_failures = 1
+    assert not aof.flush()                            # written, the fsync failed
+    assert not aof.fsynced(b.aof_woff)
+    core.execute(a, [b"XADD", b"s", b"3-1", b"f", b"v"])   # queued behind the retried frame
+    assert aof.flush()
+    assert aof.fsynced(b.aof_woff) and aof.fsynced(a.aof_woff)
+    aof.close()

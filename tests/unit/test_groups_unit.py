@@ -363,6 +363,23 @@ def test_blocked_xreadgroup_runs_again_when_key_or_group_goes():
     assert (stats.calls, stats.failed) == (3, 3)
 
 
+def test_rename_onto_a_blocked_xreadgroup_key_serves_or_answers_nogroup():
+    """What the stream renamed over the key holds decides, as for a re-run command."""
+    e = Env()
+    e.run("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
+    e.run("XGROUP", "CREATE", "t", "g", "$", "MKSTREAM")
+    _blocked_reader(e, "s")
+    _blocked_reader(e, "t")
+    e.run("XGROUP", "CREATE", "with-group", "g", "$", "MKSTREAM")
+    e.run("XADD", "with-group", "100-0", "f1", "v1")
+    e.run("XADD", "no-group", "100-0", "f1", "v1")
+    e.run("RENAME", "with-group", "s")
+    e.run("RENAME", "no-group", "t")
+    assert encode_reply(e.delivered[0], False) == \
+        encode_reply([[b"s", [[b"100-0", [b"f1", b"v1"]]]]], False)
+    assert e.delivered[1].message == _nogroup("t")
+
+
 @pytest.mark.parametrize("flush", [("FLUSHDB",), ("FLUSHALL",), ("FLUSHALL", "ASYNC")])
 def test_blocked_xreadgroup_answers_nogroup_after_a_flush(flush):
     e = Env()
