@@ -429,18 +429,26 @@ def _serve_new_or_claim(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup,
     return out if out else None
 
 
+def _read_group(ctx: Ctx, key: bytes, group: bytes) -> tuple[Stream, ConsumerGroup]:
+    """The stream at ``key`` and its ``group`` as XREADGROUP finds them (WRONGTYPE, NOGROUP)."""
+    s = ctx.lookup_stream(key, read=True)
+    g = _group_of(s, group)
+    if g is None:
+        raise _nogroup(key, group, " in XREADGROUP with GROUP option")
+    return s, g
+
+
 def _blocked_serve(keys: list[bytes], group: bytes, consumer_name: bytes, count: int,
                    noack: bool, min_idle: int | None):
-    """The closure a blocked XREADGROUP uses: re-read with the group's current last id."""
+    """The closure a blocked XREADGROUP uses: the command run again, as Redis (>= 7.2)
+    re-executes it when a key it waits on changes: a key that is gone, holds another
+    type or lost the group answers what the command would answer now (NOGROUP,
+    WRONGTYPE) rather than Redis 7.0's "UNBLOCKED the stream key no longer exists";
+    nothing to serve keeps waiting, with the original timeout."""
     def serve(ctx: Ctx):
         for key in keys:
-            s = ctx.db.data.get(key)
-            if type(s) is not Stream:
-                raise CommandError("UNBLOCKED the stream key no longer exists")
-            if _group_of(s, group) is None:
-                raise CommandError("NOGROUP the consumer group this client was blocked on "
-                                   "no longer exists")
-            check_pel_room(ctx, s, s.groups[group], noack)
+            s, g = _read_group(ctx, key, group)
+            check_pel_room(ctx, s, g, noack)
         items = []
         for key in keys:
             s = ctx.db.data[key]
@@ -461,10 +469,7 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
     groups: list[ConsumerGroup] = []
     after: list[int] = []
     for key, raw in zip(a.keys, a.raw_ids):
-        s = ctx.lookup_stream(key, read=True)
-        g = _group_of(s, a.group)
-        if g is None:
-            raise _nogroup(key, a.group, " in XREADGROUP with GROUP option")
+        s, g = _read_group(ctx, key, a.group)
         streams.append(s)
         groups.append(g)
         if raw == b"$":

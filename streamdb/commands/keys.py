@@ -201,6 +201,31 @@ def flushall(ctx: Ctx, argv):
     return OK
 
 
+def _swapdb_index(raw: bytes, error: str) -> int:
+    """An index as Redis's getIntFromObjectOrReply takes it: a 32-bit integer."""
+    v = parse_int(raw, error)
+    if not -(1 << 31) <= v < (1 << 31):
+        raise CommandError(error)
+    return v
+
+
+@command("swapdb", 3, "write fast", group="server", since="4.0.0",
+         categories=("@keyspace", "@write", "@fast", "@dangerous"))
+def swapdb(ctx: Ctx, argv):
+    """SWAPDB index1 index2"""
+    first = _swapdb_index(argv[1], "ERR invalid first DB index")
+    second = _swapdb_index(argv[2], "ERR invalid second DB index")
+    keyspace = ctx.core.keyspace
+    if not (0 <= first < len(keyspace) and 0 <= second < len(keyspace)):
+        raise CommandError("ERR DB index is out of range")
+    if first != second:
+        keyspace.swap(first, second)
+    # Deterministic as it is; the effect path wakes the blocked clients of both
+    # databases (Core._emit), so that each waiting command runs again.
+    ctx.propagate_as_is()
+    return OK
+
+
 @command("rename", 3, "write", keys=(1, 2, 1), since="1.0.0")
 def rename(ctx: Ctx, argv):
     """RENAME key newkey"""

@@ -1,4 +1,4 @@
-"""Replication commands: REPLCONF PSYNC WAIT ROLE REPLICAOF SLAVEOF.
+"""Replication commands: REPLCONF PSYNC WAIT WAITAOF ROLE REPLICAOF SLAVEOF.
 
 The state lives in ``core.extra["replication"]`` (streamdb/replication); a core
 without it (unit tests) behaves as a primary with no replicas.
@@ -7,13 +7,17 @@ without it (unit tests) behaves as a primary with no replicas.
 from __future__ import annotations
 
 from ..protocol.reply import OK, CommandError, Status
-from .args import parse_int
+from ..replication.primary import local_fsynced
+from .args import parse_int, parse_positive
 from .context import Ctx
 from .registry import command
 
 WAIT_ON_REPLICA = ("ERR WAIT cannot be used with replica instances. Please also note that since "
                    "Redis 4.0 if a replica is configured to be writable (which is not the default) "
                    "writes to replicas are just local and are not propagated.")
+
+WAITAOF_ON_REPLICA = ("ERR WAITAOF cannot be used with replica instances. Please also note that "
+                      "writes to replicas are just local and are not propagated.")
 
 
 def _repl(ctx: Ctx):
@@ -53,13 +57,38 @@ def wait(ctx: Ctx, argv):
     if ctx.core.is_replica:
         raise CommandError(WAIT_ON_REPLICA)
     numreplicas = parse_int(argv[1])
-    timeout = parse_int(argv[2], "ERR timeout is not an integer or out of range")
-    if timeout < 0:
-        raise CommandError("ERR timeout is negative")
+    timeout = _parse_timeout(argv[2])
     repl = _repl(ctx)
     if repl is None:
         return 0
     return repl.wait(ctx, numreplicas, timeout)
+
+
+def _parse_timeout(raw: bytes) -> int:
+    """A timeout in milliseconds as WAIT and WAITAOF take it (0: forever)."""
+    timeout = parse_int(raw, "ERR timeout is not an integer or out of range")
+    if timeout < 0:
+        raise CommandError("ERR timeout is negative")
+    return timeout
+
+
+@command("waitaof", 4, "blocking", since="7.2.0")
+def waitaof(ctx: Ctx, argv):
+    """WAITAOF numlocal numreplicas timeout"""
+    numlocal = parse_int(argv[1])
+    if not 0 <= numlocal <= 1:
+        raise CommandError("ERR value is out of range, value must between 0 and 1")
+    numreplicas = parse_positive(argv[2])
+    timeout = _parse_timeout(argv[3])
+    if ctx.core.is_replica:
+        raise CommandError(WAITAOF_ON_REPLICA)
+    if numlocal and not ctx.config["appendonly"]:
+        raise CommandError("ERR WAITAOF cannot be used when numlocal is set but appendonly "
+                           "is disabled.")
+    repl = _repl(ctx)
+    if repl is None:                # (a core without replication: unit tests)
+        return [local_fsynced(ctx.core, ctx.client), 0]
+    return repl.waitaof(ctx, numlocal, numreplicas, timeout)
 
 
 @command("role", 1, "noscript loading stale fast", since="2.8.12")

@@ -55,9 +55,11 @@ class Database:
             for client in w:
                 client.dirty_cas = True
 
-    def touch_all(self) -> None:
+    def touch_all(self, replaced_with: "Database | None" = None) -> None:
+        """Every watched key that exists here, or in ``replaced_with`` (the data
+        this database is about to hold), changes: its transactions are dirty."""
         for key, w in self.watchers.items():
-            if key in self.data:
+            if key in self.data or (replaced_with is not None and key in replaced_with.data):
                 for client in w:
                     client.dirty_cas = True
 
@@ -80,3 +82,14 @@ class Keyspace:
 
     def __len__(self) -> int:
         return len(self.dbs)
+
+    def swap(self, i: int, j: int) -> None:
+        """SWAPDB: databases ``i`` and ``j`` exchange their keys and expiry times.
+
+        WATCHes stay with the numbers, as clients do (SELECT, blocked readers),
+        so a transaction watching a key that exists on either side is dirty."""
+        a, b = self.dbs[i], self.dbs[j]
+        a.touch_all(replaced_with=b)
+        b.touch_all(replaced_with=a)
+        a.data, b.data = b.data, a.data
+        a.expires, b.expires = b.expires, a.expires

@@ -412,6 +412,9 @@ class Aof:
         # whether the server's end of the current turn is still to come.
         self.on_durable = None
         self.turn_pending = None
+        # Also called with each new durable position: WAITAOF's waiters, a
+        # replica's FACK (replication/).
+        self.durable_listeners: list = []
         self.loop = None
         self.loading = False
         self.loaded_perc = 0.0
@@ -597,7 +600,14 @@ class Aof:
         self.manifest.save(self.dir, self.manifest_name)
 
     def append_batch(self, db: int, effects: list[list[bytes]]) -> None:
-        """Effect sink: queue one command's effects for this turn's frame."""
+        """Effect sink: queue one command's effects for this turn's frame.
+
+        The writing client's ``aof_woff`` becomes the mark ``fsynced`` checks:
+        one past where the frame holding these effects will start (every frame
+        kept back is written before it, in one write with it)."""
+        writer = self.core.current_client
+        if writer is not None:
+            writer.aof_woff = self.written_pos + len(self.pending) + 1
         if db != self.cur_db:
             self.buf.append(encode_command([b"SELECT", b"%d" % db]))
             self.cur_db = db
@@ -714,6 +724,13 @@ class Aof:
                     return
             if self.policy == "everysec" and self._dirty_since_fsync:
                 self._sync_everysec()
+
+    def fsynced(self, mark: int) -> bool:
+        """Whether the effects appended when ``aof_woff`` was ``mark`` are durable.
+
+        Durable positions are always the ends of whole writes, so one past the
+        frame's start is reached only once the whole frame is covered."""
+        return mark <= self.durable_pos
 
     def reply_barrier(self) -> int | None:
         """The log position that must be durable before the replies of this turn
@@ -869,6 +886,8 @@ class Aof:
         self.durable_pos = pos
         if self.on_durable is not None:
             self.on_durable(pos)        # replies waiting for this position may go
+        for listener in self.durable_listeners:
+            listener()
         unsynced = self._unsynced
         while unsynced and unsynced[0][0] <= pos:
             unsynced.pop(0)

@@ -278,7 +278,7 @@ class Snapshotter:
                 continue
             if name in (b"multi", b"exec"):
                 continue
-            if name in (b"flushall", b"flushdb"):
+            if name in (b"flushall", b"flushdb", b"swapdb"):
                 self.full = True     # cheaper to rewrite everything than to list the keys
                 continue
             spec = registry.lookup(argv)

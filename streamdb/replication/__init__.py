@@ -54,6 +54,9 @@ def start(repl: Replication) -> None:
     """After the data set is loaded: adopt the saved replication state if the AOF
     proves it (state.py), then start following the primary, if configured."""
     st, repl.cached_state = repl.cached_state, None
+    aof = repl.core.extra.get("aof")
+    if aof is not None:
+        aof.durable_listeners.append(repl.aof_durable)
     side = repl.replica
     if st is not None:
         now = state.aof_position(repl.core)

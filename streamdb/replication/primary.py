@@ -37,13 +37,21 @@ from . import state
 from .fullsync import PayloadTransfer
 from .state import NO_ID, SavedState
 
-__all__ = ["Replication", "ReplicaLink", "new_replid", "WAIT_KEY"]
+__all__ = ["Replication", "ReplicaLink", "new_replid", "local_fsynced", "WAIT_KEY"]
 
-# The pseudo key WAIT blocks on: an ACK signals it, so the core's blocked-client
-# machinery (FIFO, unblock on disconnect) serves WAIT too.
+# The pseudo key WAIT and WAITAOF block on: an ACK (or the local AOF becoming
+# durable further) signals it, so the core's blocked-client machinery (FIFO,
+# unblock on disconnect) serves them too.
 WAIT_KEY = b"\x00streamdb:wait"
 PING_CMD = encode_command([b"PING"])
 GETACK_CMD = encode_command([b"REPLCONF", b"GETACK", b"*"])
+
+
+def local_fsynced(core, client) -> int:
+    """1 when this server's AOF has fsynced ``client``'s writes (its ``aof_woff``), else 0
+    (always 0 without an AOF)."""
+    aof = core.extra.get("aof")
+    return int(aof is not None and aof.fsynced(client.aof_woff))
 
 
 def new_replid() -> str:
@@ -53,13 +61,17 @@ def new_replid() -> str:
 class ReplicaLink:
     """One connected replica, as the primary sees it."""
 
-    __slots__ = ("client", "ip", "port", "ack_offset", "ack_time", "since", "transfer", "held")
+    __slots__ = ("client", "ip", "port", "ack_offset", "aof_offset", "ack_time", "since",
+                 "transfer", "held")
 
     def __init__(self, client, ip: str, port: int) -> None:
         self.client = client
         self.ip = ip
         self.port = port
         self.ack_offset = 0
+        # Up to where the replica's AOF is fsynced (REPLCONF ACK .. FACK <offset>);
+        # a replica without an AOF never sends it.
+        self.aof_offset = 0
         now = time.monotonic()
         self.ack_time = now
         self.since = now
@@ -291,6 +303,15 @@ class Replication:
                     if off > link.ack_offset:
                         link.ack_offset = off
                         self._signal_waiters()
+                    # REPLCONF ACK <offset> FACK <aofoffset> (Redis >= 7.2 replicas)
+                    if i + 3 < len(argv) and argv[i + 2].lower() == b"fack":
+                        try:
+                            fack = int(argv[i + 3])
+                        except ValueError:
+                            return Raw(b"")
+                        if fack > link.aof_offset:
+                            link.aof_offset = fack
+                            self._signal_waiters()
                 return Raw(b"")       # ACKs are never answered
             elif opt == b"getack":
                 return Raw(b"")       # only a replica answers GETACK (on its own link)
@@ -375,38 +396,72 @@ class Replication:
 
     # -- WAIT -------------------------------------------------------------------------
 
-    def count_acks(self, target: int) -> int:
+    def count_acks(self, target: int, fsynced: bool = False) -> int:
+        """Connected replicas that acked ``target`` (``fsynced``: that fsynced it to their AOF)."""
         clients = self.core.clients
+        if fsynced:
+            return sum(1 for link in self.links.values()
+                       if link.ack_offset >= 0 and link.aof_offset >= target
+                       and link.client.id in clients)
         return sum(1 for link in self.links.values()
                    if link.ack_offset >= target and link.client.id in clients)
 
     def wait(self, ctx, numreplicas: int, timeout_ms: int):
+        """WAIT: how many replicas have this client's writes, blocking until
+        ``numreplicas`` do or the timeout."""
         # The offset after this client's own last write, as Redis's c->woff: a
         # client that wrote nothing is covered by every connected replica.
         target = ctx.client.woff
-        n = self.count_acks(target)
-        if n >= numreplicas or ctx.in_exec or ctx.replaying or ctx.client.deliver is None:
-            return n
+        return self._wait_for(ctx, lambda: self.count_acks(target),
+                              lambda n: n >= numreplicas, timeout_ms, "wait")
+
+    def waitaof(self, ctx, numlocal: int, numreplicas: int, timeout_ms: int):
+        """WAITAOF: [whether the local AOF fsynced this client's writes, how many
+        replicas did], blocking until ``numlocal`` and ``numreplicas`` are met or the timeout."""
         client = ctx.client
+        target = client.woff
+        return self._wait_for(
+            ctx, lambda: [local_fsynced(self.core, client), self.count_acks(target, fsynced=True)],
+            lambda got: got[0] >= numlocal and got[1] >= numreplicas, timeout_ms, "waitaof")
+
+    def _wait_for(self, ctx, counts, enough, timeout_ms: int, command: str):
+        """The reply ``counts()`` once ``enough`` of it (or at the timeout), blocking on
+        WAIT_KEY meanwhile; never blocks where a command may not (MULTI, replay)."""
+        got = counts()
+        client = ctx.client
+        if enough(got) or ctx.in_exec or ctx.replaying or client.deliver is None:
+            return got
 
         def serve(_ctx):
-            got = self.count_acks(target)
-            if got >= numreplicas:
+            now = counts()
+            if enough(now):
                 self.waiters.pop(client.id, None)
-                return got
+                return now
             return None
 
-        req = BlockRequest([WAIT_KEY], 0, serve, n, "wait")
+        req = BlockRequest([WAIT_KEY], 0, serve, got, command)
         self.waiters[client.id] = (client, req)
         self.getack_wanted = True
         if timeout_ms > 0 and self.server is not None and self.server.loop is not None:
-            self.server.loop.call_later(timeout_ms / 1000.0, self._wait_timeout, client, req, target)
+            self.server.loop.call_later(timeout_ms / 1000.0, self._wait_timeout, client, req,
+                                        counts)
         return req
 
-    def _wait_timeout(self, client, req, target: int) -> None:
+    def _wait_timeout(self, client, req, counts) -> None:
         self.waiters.pop(client.id, None)
         if client.blocked is req:
-            self.core.unblock(client, self.count_acks(target))
+            self.core.unblock(client, counts())
+
+    def aof_durable(self) -> None:
+        """The local AOF is durable further (Aof.durable_listeners): WAITAOF's
+        waiters may be done; a replica tells its primary (FACK)."""
+        if self.replica is not None:
+            self.replica.fsync_advanced()
+        if self.waiters:
+            self._signal_waiters()
+            if self.core.ready_keys and self.server is not None and self.server.loop is not None:
+                # (possibly in the middle of a command: serve on a turn of its own)
+                self.server.loop.call_soon(self.core.serve_ready_keys)
 
     def _signal_waiters(self) -> None:
         for client, req in list(self.waiters.values()):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 
 from .. import log
 from ..persistence.aof import encode_command
@@ -106,6 +107,10 @@ class _PayloadLoader:
         side.repl.reset_stream(new_id, new_off)
         side.has_cache = True
         side.read_offset = new_off
+        # The loaded data counts as fsynced (FACK) once our AOF has it on disk.
+        side.unsynced_marks.clear()
+        side.fsynced_offset = side.acked_fsynced = 0
+        side.unsynced_marks.append((side.client.aof_woff, new_off))
         side.server.schedule_flush(side.writer_obj)
 
     def close(self) -> None:
@@ -136,6 +141,12 @@ class ReplicaSide:
         self.stopped = False
         self.errors_to_master = 0
         self.writer_obj = _StateWriter(self)
+        # FACK: (AOF mark of the applying client's last write, the primary's offset
+        # once it was applied), oldest first, for the writes not yet fsynced here;
+        # ``fsynced_offset``: the offset up to which everything applied is.
+        self.unsynced_marks: deque[tuple[int, int]] = deque()
+        self.fsynced_offset = 0
+        self.acked_fsynced = 0
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -396,14 +407,50 @@ class ReplicaSide:
         if safe:
             chunk = bytes(raw[:safe])
             del raw[:safe]
+            mark = c.aof_woff
             self.repl.feed_proxied(chunk)        # offset, own backlog, chained replicas
             self.server.schedule_flush(self.writer_obj)
+            marks = self.unsynced_marks
+            if marks and marks[-1][0] == mark:   # one turn's writes share a mark
+                marks[-1] = (mark, self.repl.offset)
+            elif mark > self.fsynced_mark:
+                marks.append((mark, self.repl.offset))
         if ack:
             self.send_ack()
 
+    @property
+    def fsynced_mark(self) -> int:
+        aof = self.core.extra.get("aof")
+        return aof.durable_pos if aof is not None else 0
+
+    def fack_offset(self) -> int | None:
+        """The primary's offset up to which our AOF has fsynced what we applied
+        (Redis's fsynced_reploff), or None without an AOF (no FACK is sent)."""
+        aof = self.core.extra.get("aof")
+        if aof is None:
+            return None
+        marks = self.unsynced_marks
+        while marks and aof.fsynced(marks[0][0]):
+            self.fsynced_offset = marks.popleft()[1]
+        if not marks:
+            self.fsynced_offset = self.repl.offset     # (what came since wrote nothing)
+        return self.fsynced_offset
+
     def send_ack(self) -> None:
         if self.writer is not None and self.state == "connected":
-            self.writer.write(encode_command([b"REPLCONF", b"ACK", b"%d" % self.repl.offset]))
+            ack = [b"REPLCONF", b"ACK", b"%d" % self.repl.offset]
+            fack = self.fack_offset()
+            if fack is not None:
+                ack += [b"FACK", b"%d" % fack]
+                self.acked_fsynced = fack
+            self.writer.write(encode_command(ack))
+
+    def fsync_advanced(self) -> None:
+        """Our AOF is durable further: ack at once when that moves the FACK offset,
+        so that the primary's WAITAOF need not wait for the next periodic ACK."""
+        fack = self.fack_offset()
+        if fack is not None and fack > self.acked_fsynced:
+            self.send_ack()
 
     async def _ack_loop(self) -> None:
         while True:

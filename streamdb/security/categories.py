@@ -29,7 +29,7 @@ _add("@keyspace", "object copy dbsize del dump exists expire expireat expiretime
                   "persist pexpire pexpireat pexpiretime pttl rename renamenx restore scan ttl "
                   "type unlink")
 _add("@string", "decr decrby get incr incrby mget set")
-_add("@connection", "auth command echo hello ping quit reset select wait client")
+_add("@connection", "auth command echo hello ping quit reset select wait waitaof client")
 _add("@transaction", "discard exec multi unwatch watch")
 _add("@scripting", "function script")
 _add("@dangerous", "flushall flushdb info keys restore")

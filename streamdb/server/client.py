@@ -12,7 +12,8 @@ class Client:
                  "created_ms", "last_ms", "last_cmd", "in_multi", "multi_queue",
                  "multi_error", "watched", "dirty_cas", "blocked", "block_timer",
                  "deliver", "close", "lib_name", "lib_ver", "flags", "kind",
-                 "close_after_reply", "query_buffer", "output_size", "woff", "acl_check")
+                 "close_after_reply", "query_buffer", "output_size", "woff", "aof_woff",
+                 "acl_check")
 
     def __init__(self, cid: int, now_ms: int, deliver: Callable | None = None,
                  addr: str = "", laddr: str = "") -> None:
@@ -46,5 +47,6 @@ class Client:
         self.query_buffer = 0
         self.output_size = 0
         self.woff = 0                # replication offset after its last write (WAIT)
+        self.aof_woff = 0            # the AOF mark of its last write (WAITAOF; Aof.fsynced)
         # The client's User when that user is restricted, else None (security/enforce.py).
         self.acl_check = None

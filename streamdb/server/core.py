@@ -504,7 +504,7 @@ class Core:
         at = 0
         for (c, run), ok in zip(runs, taken):
             if ok:
-                c.woff = last.woff
+                c.woff, c.aof_woff = last.woff, last.aof_woff
                 k = len(run)
                 replies.append(encode_bulks(ids[at:at + k]) if first_id is None
                                else encode_id_replies(first_id + at, k))
@@ -542,8 +542,15 @@ class Core:
             if not db.watchers and not self.blocking_keys:
                 continue     # nobody to tell: skip the key extraction (the hot path)
             name = argv[0].lower()
-            if name in (b"flushall", b"flushdb"):
-                continue     # their handlers invalidate watches themselves
+            if name in _WHOLE_DB_CHANGES:
+                # Their handlers invalidate watches themselves; every key blocked
+                # on in the databases they change is ready, so that each waiting
+                # command runs again (Redis >= 7.2: a blocked XREADGROUP whose key
+                # went answers NOGROUP or WRONGTYPE, an XREAD keeps waiting).
+                self._dbs_changed(range(len(self.keyspace)) if name == b"flushall"
+                                  else [int(a) for a in argv[1:]] if name == b"swapdb"
+                                  else [cur])
+                continue
             spec = registry.lookup(argv)
             if spec.subcommands:
                 spec = spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
@@ -560,6 +567,13 @@ class Core:
             db.touch(key)
         if (db_index, key) in self.blocking_keys:
             self.ready_keys[(db_index, key)] = None
+
+    def _dbs_changed(self, db_indexes) -> None:
+        """Whole databases changed (FLUSHDB, FLUSHALL, SWAPDB): every key blocked on in them is ready."""
+        wanted = set(db_indexes)
+        for dbi, key in self.blocking_keys:
+            if dbi in wanted:
+                self.ready_keys[(dbi, key)] = None
 
     def signal_key(self, db_index: int, key: bytes) -> None:
         """Wake clients blocked on a key without an effect (e.g. a lazily deleted key)."""
@@ -622,6 +636,7 @@ class Core:
                         reply = req.serve(ctx)
                     except CommandError as e:
                         self._count_error(e)
+                        self.stats.commands[req.command].failed += 1
                         reply = e
                     if ctx.effects:
                         self._emit(dbi, ctx.effects)
@@ -667,6 +682,8 @@ class Core:
 
 
 _XADD_SPEC = registry.lookup([b"xadd"])
+# Effects that change whole databases rather than named keys.
+_WHOLE_DB_CHANGES = frozenset((b"flushall", b"flushdb", b"swapdb"))
 
 OOM_MESSAGE = "command not allowed when used memory > 'maxmemory'."
 # Inside MULTI every command is refused when out of memory (queueing costs memory)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from .resp import Err, Null, NullArray, RawClient
+from .resp import Err, Null, NullArray, RawClient, Status
 
 pytestmark = pytest.mark.differential
 
@@ -233,3 +233,40 @@ def test_command_subcommand_arity_and_getkeys_errors(servers):
         Err("ERR syntax error"),
         Err("ERR wrong number of arguments for 'command|help' command"),
         [b"a", b"b"]]
+
+
+# -- SWAPDB --------------------------------------------------------------------
+
+
+def test_swapdb_errors(servers):
+    replies = run(servers, "SWAPDB a 1", "SWAPDB 1 b", "SWAPDB 01 1", "SWAPDB +1 1",
+                  "SWAPDB 2147483648 1", "SWAPDB 1 -2147483649", "SWAPDB 0 16",
+                  "SWAPDB -1 0", "SWAPDB 3 3", "SWAPDB 1", "SWAPDB 1 2 3")
+    assert replies[0] == Err("ERR invalid first DB index")
+    assert replies[1] == Err("ERR invalid second DB index")
+    assert replies[6] == replies[7] == Err("ERR DB index is out of range")
+    assert replies[8] == Status("OK")
+    # Flags come back as a set (in no order); the ACL categories in Redis's order.
+    sdb_info, redis_info = (c.call("COMMAND", "INFO", "swapdb")[0] for c in servers)
+    assert sdb_info[:2] == redis_info[:2] and sdb_info[3:] == redis_info[3:]
+    assert sorted(sdb_info[2]) == sorted(redis_info[2])
+
+
+def test_swapdb_exchanges_keys_and_expiry_times(servers):
+    replies = run(servers, "XADD s 1-1 f zero", "SET only0 x", "PEXPIRE only0 100000",
+                  "SELECT 2", "XADD s 5-1 f two", "XGROUP CREATE s g 0", "SWAPDB 2 0",
+                  "XRANGE s - +", "EXISTS only0", "PTTL only0", "XINFO GROUPS s", "SELECT 0",
+                  "XRANGE s - +", "XINFO GROUPS s", "DBSIZE", "TYPE only0", "SWAPDB 0 2",
+                  "XRANGE s - +", "SELECT 0")
+    assert replies[7] == [[b"1-1", [b"f", b"zero"]]]
+    assert replies[8] == 1 and 0 < replies[9] <= 100000
+    assert replies[12] == [[b"5-1", [b"f", b"two"]]]
+    assert replies[14] == 1
+    assert replies[17] == [[b"1-1", [b"f", b"zero"]]]
+
+
+@pytest.mark.parametrize("watched, dirty", [("here", True), ("there", True), ("nowhere", False)])
+def test_swapdb_invalidates_watches_on_keys_existing_on_either_side(servers, watched, dirty):
+    replies = run(servers, "SET here 1", "SELECT 1", "SET there 1", "SELECT 0",
+                  f"WATCH {watched}", "SWAPDB 0 1", "MULTI", "PING", "EXEC")
+    assert replies[-1] == (NullArray if dirty else [Status("PONG")])

@@ -407,3 +407,57 @@ def test_always_fsyncs_through_a_child_that_can_die_and_never_outlives_the_serve
         assert _gone_within(child[0], 5), "the fsync child outlived its server"
     finally:
         srv.stop()
+
+
+def test_swapdb_replays_from_the_aof_and_reaches_an_incremental_snapshot(tmp_path):
+    """SWAPDB is logged as it is: a restart from the AOF alone, and one from a snapshot
+    taken after the swap (incremental before it), reproduce the swapped databases."""
+    d = tmp_path / "data"
+    args = ("--appendonly", "yes", "--appendfsync", "always", "--save", "")
+    srv = ServerProcess(d, *args).start()
+    try:
+        r0, r3 = redis.Redis(port=srv.port), redis.Redis(port=srv.port, db=3)
+        r0.xadd("s", {"f": "zero"}, id="1-1")
+        r0.set("plain", "x")
+        r3.xadd("s", {"f": "three"}, id="2-1")
+        r3.xgroup_create("s", "g", id="0")
+        r0.swapdb(0, 3)
+        r0.xadd("s", {"f": "after"}, id="3-1")
+        assert r0.xrange("s") == [(b"2-1", {b"f": b"three"}), (b"3-1", {b"f": b"after"})]
+        assert r3.get("plain") == b"x"
+        digest = r0.execute_command("DEBUG", "DIGEST")
+        srv.kill9()
+        srv = ServerProcess(d, *args).start()
+        r0, r3 = redis.Redis(port=srv.port), redis.Redis(port=srv.port, db=3)
+        assert r0.execute_command("DEBUG", "DIGEST") == digest
+        r0.save()                        # from here snapshots are incremental
+        r3.xadd("s", {"f": "late"}, id="4-1")
+        r0.swapdb(3, 0)
+        r0.save()                        # covers every segment: the swap must be in it
+        digest = r0.execute_command("DEBUG", "DIGEST")
+        srv.kill9()
+        srv = ServerProcess(d, *args).start()
+        r0 = redis.Redis(port=srv.port)
+        assert r0.execute_command("DEBUG", "DIGEST") == digest
+        assert r0.xrange("s") == [(b"1-1", {b"f": b"zero"}), (b"4-1", {b"f": b"late"})]
+    finally:
+        srv.stop()
+
+
+def test_a_clients_aof_mark_is_fsynced_only_once_its_frame_is(tmp_path):
+    """WAITAOF's local test (Aof.fsynced): a write's mark is covered by an fsync of its
+    frame, not by one of the frames before it, and not by a failed fsync."""
+    core, aof = _core_with_aof(tmp_path / "aof", fsync="always")
+    a, b = core.new_client(), core.new_client()
+    assert aof.fsynced(a.aof_woff)                    # nothing written: covered
+    _run(core, aof, a, "XADD", "s", "1-1", "f", "v")   # no loop: fsynced in flush
+    assert aof.fsynced(a.aof_woff)
+    core.execute(b, [b"XADD", b"s", b"2-1", b"f", b"v"])
+    assert aof.fsynced(a.aof_woff) and not aof.fsynced(b.aof_woff)   # still in the buffer
+    aof.inject_fsync_failures = 1
+    assert not aof.flush()                            # written, the fsync failed
+    assert not aof.fsynced(b.aof_woff)
+    core.execute(a, [b"XADD", b"s", b"3-1", b"f", b"v"])   # queued behind the retried frame
+    assert aof.flush()
+    assert aof.fsynced(b.aof_woff) and aof.fsynced(a.aof_woff)
+    aof.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -327,19 +328,115 @@ def test_blocked_xreadgroup_served_by_xadd_and_replayed():
     assert group_state(fresh)[3] == [(7 << 64, b"w", e.core.now_ms(), 1)]
 
 
-def test_blocked_xreadgroup_errors_when_key_or_group_goes():
+def _blocked_reader(e: "Env", key: str = "s", command: str = "XREADGROUP"):
+    """A client blocked on ``key`` by XREADGROUP GROUP g w (or XREAD $), in db 0."""
+    c = e.core.new_client(deliver=e.delivered.append)
+    if command == "XREAD":
+        assert e.run("XREAD", "BLOCK", "0", "STREAMS", key, "$", client=c) is BLOCKED
+    else:
+        assert e.run("XREADGROUP", "GROUP", "g", "w", "BLOCK", "0", "STREAMS", key, ">",
+                     client=c) is BLOCKED
+    return c
+
+
+def _nogroup(key: str = "s") -> str:
+    return f"NOGROUP No such key '{key}' or consumer group 'g' in XREADGROUP with GROUP option"
+
+
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+
+def test_blocked_xreadgroup_runs_again_when_key_or_group_goes():
+    """Redis >= 7.2 behaviour (7.0 answers 'UNBLOCKED the stream key no longer
+    exists'): the waiting command runs again and answers what it answers now."""
     e = Env()
     e.run("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
     e.run("XGROUP", "CREATE", "t", "g", "$", "MKSTREAM")
-    c1 = e.core.new_client(deliver=e.delivered.append)
-    c2 = e.core.new_client(deliver=e.delivered.append)
-    e.run("XREADGROUP", "GROUP", "g", "w", "BLOCK", "0", "STREAMS", "s", ">", client=c1)
-    e.run("XREADGROUP", "GROUP", "g", "w", "BLOCK", "0", "STREAMS", "t", ">", client=c2)
+    e.run("XGROUP", "CREATE", "u", "g", "$", "MKSTREAM")
+    c1, c2, c3 = _blocked_reader(e, "s"), _blocked_reader(e, "t"), _blocked_reader(e, "u")
     e.run("DEL", "s")
     e.run("XGROUP", "DESTROY", "t", "g")
-    assert [d.message for d in e.delivered] == [
-        "UNBLOCKED the stream key no longer exists",
-        "NOGROUP the consumer group this client was blocked on no longer exists"]
+    e.run("SET", "u", "x")
+    assert [d.message for d in e.delivered] == [_nogroup("s"), _nogroup("t"), WRONGTYPE]
+    assert c1.blocked is c2.blocked is c3.blocked is None
+    stats = e.core.stats.commands["xreadgroup"]
+    assert (stats.calls, stats.failed) == (3, 3)
+
+
+def test_rename_onto_a_blocked_xreadgroup_key_serves_or_answers_nogroup():
+    """What the stream renamed over the key holds decides, as for a re-run command."""
+    e = Env()
+    e.run("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
+    e.run("XGROUP", "CREATE", "t", "g", "$", "MKSTREAM")
+    _blocked_reader(e, "s")
+    _blocked_reader(e, "t")
+    e.run("XGROUP", "CREATE", "with-group", "g", "$", "MKSTREAM")
+    e.run("XADD", "with-group", "100-0", "f1", "v1")
+    e.run("XADD", "no-group", "100-0", "f1", "v1")
+    e.run("RENAME", "with-group", "s")
+    e.run("RENAME", "no-group", "t")
+    assert encode_reply(e.delivered[0], False) == \
+        encode_reply([[b"s", [[b"100-0", [b"f1", b"v1"]]]]], False)
+    assert e.delivered[1].message == _nogroup("t")
+
+
+@pytest.mark.parametrize("flush", [("FLUSHDB",), ("FLUSHALL",), ("FLUSHALL", "ASYNC")])
+def test_blocked_xreadgroup_answers_nogroup_after_a_flush(flush):
+    e = Env()
+    e.run("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
+    c = _blocked_reader(e)
+    reader = _blocked_reader(e, "s", "XREAD")
+    e.run(*flush)
+    assert [d.message for d in e.delivered] == [_nogroup()]
+    assert c.blocked is None
+    assert reader.blocked is not None          # XREAD finds nothing to read: it waits on
+    e.run("XADD", "s", "5-1", "f", "v")
+    assert reader.blocked is None
+
+
+def test_blocked_xreadgroup_after_swapdb():
+    """After SWAPDB the waiting command runs against the database now under its number:
+    served when the stream there has the group and new entries, NOGROUP/WRONGTYPE otherwise."""
+    e = Env()
+    e.run("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
+    e.run("XGROUP", "CREATE", "t", "g", "$", "MKSTREAM")
+    e.run("XGROUP", "CREATE", "u", "g", "$", "MKSTREAM")
+    waiting = [_blocked_reader(e, k) for k in ("s", "t", "u")]
+    e.run("SELECT", "3")
+    e.run("XGROUP", "CREATE", "s", "g", "0", "MKSTREAM")
+    e.run("XADD", "s", "1-1", "f", "v")
+    e.run("SET", "t", "x")
+    e.run("SELECT", "0")
+    assert e.delivered == []
+    e.run("SWAPDB", "0", "3")
+    assert encode_reply(e.delivered[0], False) == \
+        encode_reply([[b"s", [[b"1-1", [b"f", b"v"]]]]], False)
+    assert [d.message for d in e.delivered[1:]] == [WRONGTYPE, _nogroup("u")]
+    assert all(c.blocked is None for c in waiting)
+
+
+def test_swapdb_serves_an_xread_blocked_on_a_key_the_other_database_has():
+    e = Env()
+    c = _blocked_reader(e, "x", "XREAD")
+    e.run("SELECT", "1")
+    e.run("XADD", "x", "3-1", "f", "v")
+    assert c.blocked is not None
+    e.run("SWAPDB", "1", "0")
+    assert e.delivered == [[[b"x", [[b"3-1", [b"f", b"v"]]]]]]
+    assert e.effects()[-1] == [b"SWAPDB", b"1", b"0"]
+
+
+def test_blocked_xread_keeps_waiting_when_its_key_goes():
+    """XREAD re-run finds no stream and waits on; the $ it blocked with stays."""
+    e = Env()
+    e.run("XADD", "s", "666-0", "f", "v")
+    c = _blocked_reader(e, "s", "XREAD")
+    e.run("DEL", "s")
+    e.run("SET", "s", "x")
+    e.run("DEL", "s")
+    assert c.blocked is not None and e.delivered == []
+    e.run("XADD", "s", "667-0", "f", "v")
+    assert e.delivered == [[[b"s", [[b"667-0", [b"f", b"v"]]]]]]
 
 
 # ---------------------------------------------------------------------------
