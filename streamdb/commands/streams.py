@@ -782,7 +782,7 @@ LAST_ENTRY = -2        # the "+" id of XREAD (last entry of the stream)
 
 class ReadArgs:
     __slots__ = ("timeout", "count", "keys", "raw_ids", "group", "consumer", "noack",
-                 "claim_min_idle")
+                 "claim_min_idle", "maxcount", "maxsize")
 
     def __init__(self) -> None:
         self.timeout = -1          # -1 = no BLOCK
@@ -793,6 +793,70 @@ class ReadArgs:
         self.consumer: bytes | None = None
         self.noack = False
         self.claim_min_idle: int | None = None
+        self.maxcount = 0          # MAXCOUNT: entries of the whole reply; 0 = no cap
+        self.maxsize = 0           # MAXSIZE: bytes of the whole reply's entries; 0 = no cap
+
+    def budget(self) -> "ReadBudget | None":
+        """A fresh budget for one serving of the read (None without MAXCOUNT/MAXSIZE)."""
+        if not (self.maxcount or self.maxsize):
+            return None
+        return ReadBudget(self.maxcount, self.maxsize)
+
+
+class ReadBudget:
+    """MAXCOUNT/MAXSIZE of one XREAD/XREADGROUP reply, across all its streams.
+
+    An entry's size is its RESP as the reply carries it (``*2 id *n f v ..``, or
+    the four elements of a CLAIM read); the stream names and the reply's own
+    framing are not counted.  The first entry of a reply is always taken, however
+    big, so that a reader always makes progress.  Readers ask before they change
+    anything (PEL, last-delivered id, effects), so an entry left out is untouched.
+    """
+
+    __slots__ = ("entries_left", "bytes_left", "taken")
+
+    def __init__(self, maxcount: int, maxsize: int) -> None:
+        self.entries_left = maxcount or None
+        self.bytes_left = maxsize or None
+        self.taken = 0
+
+    @property
+    def sized(self) -> bool:
+        return self.bytes_left is not None
+
+    def exhausted(self) -> bool:
+        return self.entries_left == 0 or (self.bytes_left is not None and self.taken
+                                          and self.bytes_left <= 0)
+
+    def cap(self, count: int) -> int:
+        """A stream's COUNT (0 = all) cut to what MAXCOUNT leaves."""
+        left = self.entries_left
+        if left is None:
+            return count
+        return min(count, left) if count else left
+
+    def take(self, size: int) -> bool:
+        """Whether one more entry of ``size`` bytes fits; if it does, it is counted."""
+        if self.entries_left == 0:
+            return False
+        if self.bytes_left is not None:
+            if size > self.bytes_left and self.taken:
+                self.bytes_left = 0
+                return False
+            self.bytes_left -= size
+        if self.entries_left is not None:
+            self.entries_left -= 1
+        self.taken += 1
+        return True
+
+    def fit(self, sizes) -> int:
+        """How many of the leading entries with these sizes fit (each counted)."""
+        n = 0
+        for size in sizes:
+            if not self.take(size):
+                break
+            n += 1
+        return n
 
 
 def parse_timeout_ms(raw: bytes) -> int:
@@ -800,6 +864,13 @@ def parse_timeout_ms(raw: bytes) -> int:
     if t < 0:
         raise CommandError("ERR timeout is negative")
     return t
+
+
+def _parse_read_cap(raw: bytes, name: str) -> int:
+    n = parse_int(raw)
+    if n < 1:
+        raise CommandError(f"ERR {name} must be a positive integer")
+    return n
 
 
 def parse_read_args(argv: list[bytes], group_cmd: bool) -> ReadArgs:
@@ -815,6 +886,12 @@ def parse_read_args(argv: list[bytes], group_cmd: bool) -> ReadArgs:
             i += 2
         elif lo == b"count" and more:
             a.count = max(parse_int(argv[i + 1]), 0)
+            i += 2
+        elif lo == b"maxcount" and more:
+            a.maxcount = _parse_read_cap(argv[i + 1], "MAXCOUNT")
+            i += 2
+        elif lo == b"maxsize" and more:
+            a.maxsize = _parse_read_cap(argv[i + 1], "MAXSIZE")
             i += 2
         elif lo == b"streams" and more:
             streams_arg = i + 1
@@ -861,17 +938,33 @@ def xread_reply(ctx: Ctx, items: list) -> object:
     return [[k, v] for k, v in items]
 
 
-def _xread_serve(keys: list[bytes], after: list[int], count: int):
+def _read_after(s: Stream, gt: int, count: int, budget: ReadBudget | None) -> list:
+    """XREAD's entries of ``s`` after ``gt`` (at most ``count``, 0 = all), as the
+    reply carries them, within ``budget``."""
+    if budget is None:
+        return entries_reply(s.range(gt + 1, MAX_ID, count))
+    got = s.range(gt + 1, MAX_ID, budget.cap(count))
+    if budget.sized:
+        got = got[:budget.fit(len(render_entry(sid, fv)) for sid, fv in got)]
+    else:
+        got = got[:budget.fit(repeat(0, len(got)))]
+    return entries_reply(got)
+
+
+def _xread_serve(keys: list[bytes], after: list[int], count: int, a: ReadArgs):
     """The closure a blocked XREAD uses: reply when some key has entries past its id."""
     def serve(ctx: Ctx):
         items = []
+        budget = a.budget()
         for key, gt in zip(keys, after):
             s = ctx.db.data.get(key)
             if type(s) is not Stream or not s.length or s.last_id <= gt:
                 continue
-            got = s.range(gt + 1, MAX_ID, count)
+            if budget is not None and budget.exhausted():
+                break
+            got = _read_after(s, gt, count, budget)
             if got:
-                items.append((key, entries_reply(got)))
+                items.append((key, got))
         return xread_reply(ctx, items) if items else None
     return serve
 
@@ -879,7 +972,7 @@ def _xread_serve(keys: list[bytes], after: list[int], count: int):
 @command("xread", -4, "readonly blocking", group="stream", since="5.0.0",
          key_finder=lambda argv: _stream_key_positions(argv))
 def xread(ctx: Ctx, argv: list[bytes]):
-    """XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]"""
+    """XREAD [COUNT count] [MAXCOUNT maxcount] [MAXSIZE maxsize] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]"""
     a = parse_read_args(argv, group_cmd=False)
     after: list[int] = []
     streams: list[Stream | None] = []
@@ -896,18 +989,22 @@ def xread(ctx: Ctx, argv: list[bytes]):
         else:
             after.append(parse_strict_stream_id(raw))
     items = []
+    budget = a.budget()
     for key, s, gt in zip(a.keys, streams, after):
         if s is None or not s.length:
             continue
+        if budget is not None and budget.exhausted():
+            break
         if gt == LAST_ENTRY:
             last = s.last_entry()
-            items.append((key, [entry_reply(*last)]))
+            if budget is None or budget.take(len(render_entry(*last)) if budget.sized else 0):
+                items.append((key, [entry_reply(*last)]))
             continue
         if s.last_id <= gt:
             continue
-        got = s.range(gt + 1, MAX_ID, a.count)
+        got = _read_after(s, gt, a.count, budget)
         if got:
-            items.append((key, entries_reply(got)))
+            items.append((key, got))
     if items:
         return xread_reply(ctx, items)
     if a.timeout == -1:
@@ -916,7 +1013,8 @@ def xread(ctx: Ctx, argv: list[bytes]):
     after = [(s.last_id if s is not None else MIN_ID) if gt == LAST_ENTRY else gt
              for s, gt in zip(streams, after)]
     return BlockRequest(list(a.keys), a.timeout,
-                        _xread_serve(list(a.keys), after, a.count or XREAD_BLOCKED_DEFAULT_COUNT),
+                        _xread_serve(list(a.keys), after, a.count or XREAD_BLOCKED_DEFAULT_COUNT,
+                                     a),
                         NULL_ARRAY, "xread")
 
 
@@ -1020,6 +1118,21 @@ def delete_with_policy(s: Stream, ids, policy: bytes, changed: list | None = Non
     return codes
 
 
+def parse_ids_block(argv: list[bytes], i: int) -> tuple[list[bytes], int]:
+    """The ``numids id [id ...]`` after an IDS at ``argv[i - 1]`` (XDELEX, XACKDEL,
+    XNACK): the raw ids and the index after them."""
+    try:
+        numids = parse_int(argv[i])
+    except CommandError:
+        numids = 0
+    if numids < 1:
+        raise CommandError("ERR Number of IDs must be a positive integer")
+    start = i + 1
+    if numids > len(argv) - start:
+        raise CommandError("ERR The `numids` parameter must match the number of arguments")
+    return argv[start:start + numids], start + numids
+
+
 def parse_policy_ids(argv: list[bytes], pos: int) -> tuple[bytes, list[int]]:
     """``[KEEPREF|DELREF|ACKED] IDS numids id [id ...]`` from ``argv[pos:]``, as
     XDELEX and XACKDEL take it.  Returns (policy, ids)."""
@@ -1030,17 +1143,7 @@ def parse_policy_ids(argv: list[bytes], pos: int) -> tuple[bytes, list[int]]:
     while i < n:
         lo = argv[i].lower()
         if lo == b"ids" and i + 1 < n:
-            try:
-                numids = parse_int(argv[i + 1])
-            except CommandError:
-                numids = 0
-            if numids < 1:
-                raise CommandError("ERR Number of IDs must be a positive integer")
-            start = i + 2
-            if numids > n - start:
-                raise CommandError("ERR The `numids` parameter must match the number of arguments")
-            ids = argv[start:start + numids]
-            i = start + numids
+            ids, i = parse_ids_block(argv, i + 1)
         elif policy is None and lo in (TRIM_KEEPREF, TRIM_DELREF, TRIM_ACKED):
             policy = lo
             i += 1

@@ -37,11 +37,16 @@ def check_invariants(g: ConsumerGroup) -> None:
             assert sid not in owned, "an id is pending for two consumers"
             owned[sid] = c
     assert list(g.pel.keys()) == sorted(g.pel.keys())
-    assert set(owned) == set(g.pel.keys())
+    nacked = {sid for sid, pe in g.pel.items() if pe.consumer is None}
+    assert set(owned) | nacked == set(g.pel.keys()) and not set(owned) & nacked
+    assert g.nacked_count() == len(nacked)
     for sid, pe in g.pel.items():
+        assert pe.delivery_count >= 0
+        if pe.consumer is None:         # NACKed: unowned, delivery time 0
+            assert pe.delivery_time == 0 and pe.owner_name == b""
+            continue
         assert owned[sid] is pe.consumer
         assert g.consumers.get(pe.consumer.name) is pe.consumer
-        assert pe.delivery_count >= 0
 
 
 NAMES = st.sampled_from([b"a", b"b", b"c", b"d"])
@@ -103,6 +108,15 @@ class PelMachine(RuleBasedStateMachine):
     def create_consumer(self, name):
         self._consumer(name)
 
+    @rule(sid=IDS, count=st.integers(0, 5))
+    def nack(self, sid, count):
+        """XNACK: a pending entry loses its owner; FORCE adds an unowned one."""
+        if sid in self.g.pel:
+            self.g.nack(sid, count)
+        else:
+            self.g.add_nacked(sid, count)
+        self.model[sid] = (None, 0, count)
+
     @rule(start=IDS, end=IDS, count=st.integers(0, 10), name=st.none() | NAMES)
     def pel_range(self, start, end, count, name):
         c = self.g.consumer(name) if name is not None else None
@@ -119,7 +133,8 @@ class PelMachine(RuleBasedStateMachine):
         assert set(self.g.pel) == set(self.model)
         for sid, (owner, when, count) in self.model.items():
             pe = self.g.pel[sid]
-            assert (pe.consumer.name, pe.delivery_time, pe.delivery_count) == (owner, when, count)
+            name = None if pe.consumer is None else pe.consumer.name
+            assert (name, pe.delivery_time, pe.delivery_count) == (owner, when, count)
 
 
 TestPelMachine = PelMachine.TestCase
@@ -162,7 +177,7 @@ def group_state(core: Core, key=b"s", group=b"g"):
     s = core.keyspace[0].data[key]
     g = s.groups[group]
     return (g.last_id, g.entries_read, sorted(g.consumers),
-            [(sid, pe.consumer.name, pe.delivery_time, pe.delivery_count) for sid, pe in g.pel.items()])
+            [(sid, pe.owner_name, pe.delivery_time, pe.delivery_count) for sid, pe in g.pel.items()])
 
 
 # ---------------------------------------------------------------------------
@@ -292,10 +307,11 @@ def test_xreadgroup_claim_effects_and_reply():
     e.clock.t += 1
     e.effects()
     got = e.run("XREADGROUP", "GROUP", "g", "c", "CLAIM", "500", "STREAMS", "s", ">")
-    # longest idle first, with idle ms and the previous delivery count; then new entries
+    # longest idle first, with idle ms and the previous delivery count; then new
+    # entries, in the same four-element shape (idle 0, delivered 0 times before)
     assert encode_reply(got, False) == encode_reply(
         [[b"s", [[b"1-0", [b"f", b"1"], 2000, 1], [b"2-0", [b"f", b"2"], 1000, 1],
-                 [b"3-0", [b"f", b"3"]]]]], False)
+                 [b"3-0", [b"f", b"3"], 0, 0]]]], False)
     st_ = group_state(e.core)
     assert [(p[1], p[3]) for p in st_[3]] == [(b"c", 2), (b"c", 2), (b"c", 1)]
     assert st_[0] == 3 << 64
