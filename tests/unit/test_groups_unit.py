@@ -319,6 +319,53 @@ def test_xreadgroup_claim_effects_and_reply():
     assert group_state(fresh) == group_state(e.core)
 
 
+def test_xnack_effects_set_the_resulting_count_and_replay_exactly():
+    e = Env()
+    for i in range(1, 5):
+        e.run("XADD", "s", f"{i}-0", "f", str(i))
+    e.run("XGROUP", "CREATE", "s", "g", "0")
+    e.run("XREADGROUP", "GROUP", "g", "a", "COUNT", "3", "STREAMS", "s", ">")
+    e.effects()
+    assert e.run("XNACK", "s", "g", "SILENT", "IDS", "3", "1-0", "2-0", "9-0") == 2
+    # One effect per resulting count; FAIL + RETRYCOUNT sets it, FORCE recreates.
+    assert e.effects() == [[b"XNACK", b"s", b"g", b"FAIL", b"IDS", b"2", b"1-0", b"2-0",
+                            b"RETRYCOUNT", b"0", b"FORCE"]]
+    assert e.run("XNACK", "s", "g", "FATAL", "IDS", "2", "3-0", "4-0", "FORCE") == 2
+    assert e.effects() == [[b"XNACK", b"s", b"g", b"FAIL", b"IDS", b"2", b"3-0", b"4-0",
+                            b"RETRYCOUNT", b"%d" % ((1 << 63) - 1), b"FORCE"]]
+    assert e.run("XNACK", "s", "g", "FAIL", "IDS", "1", "9-0", "FORCE") == 0
+    assert e.effects() == []
+    pel = group_state(e.core)[3]
+    assert [(p[1], p[2]) for p in pel] == [(b"", 0)] * 4
+    # A claim of a NACKed entry counts one more delivery, saturating at the max.
+    e.run("XCLAIM", "s", "g", "b", "999999", "4-0")
+    assert group_state(e.core)[3][3][1:] == (b"b", e.core.now_ms(), (1 << 63) - 1)
+    fresh = e.replay_into_fresh()
+    assert group_state(fresh) == group_state(e.core)
+    assert digest_keyspace(fresh) == digest_keyspace(e.core)
+
+
+def test_entries_left_out_by_maxcount_or_maxsize_have_no_effect():
+    e = Env()
+    for i in range(1, 4):
+        e.run("XADD", "s", f"{i}-0", "f", "x" * 20)
+    e.run("XGROUP", "CREATE", "s", "g", "0")
+    e.run("XGROUP", "CREATECONSUMER", "s", "g", "a")
+    e.effects()
+    t = b"%d" % e.core.now_ms()
+    e.run("XREADGROUP", "GROUP", "g", "a", "MAXSIZE", "1", "STREAMS", "s", ">")
+    assert e.effects() == [
+        [b"XCLAIM", b"s", b"g", b"a", b"0", b"1-0", b"TIME", t, b"RETRYCOUNT", b"1",
+         b"FORCE", b"JUSTID", b"LASTID", b"1-0"],
+        [b"XGROUP", b"SETID", b"s", b"g", b"1-0", b"ENTRIESREAD", b"1"]]
+    e.run("XREADGROUP", "GROUP", "g", "a", "MAXCOUNT", "1", "STREAMS", "s", ">")
+    assert [a[5] for a in e.effects() if a[0] == b"XCLAIM"] == [b"2-0"]
+    assert group_state(e.core)[:2] == (2 << 64, 2)
+    # MAXCOUNT on a history read: only the first pending entry is delivered again.
+    e.run("XREADGROUP", "GROUP", "g", "a", "MAXCOUNT", "1", "STREAMS", "s", "0")
+    assert [a[5] for a in e.effects()] == [b"1-0"]
+
+
 # ---------------------------------------------------------------------------
 # Blocking in-process
 # ---------------------------------------------------------------------------
