@@ -120,3 +120,14 @@ def raw_exchange(port: int, payload: bytes, timeout: float = 2.0, expect_close: 
                 break
             chunks.append(data)
         return b"".join(chunks)
+
+
+def raw_reply(client, *args):
+    """One command's reply as the server sent it, through a redis-py client but
+    without the response callback that would reshape it."""
+    conn = client.connection_pool.get_connection()
+    try:
+        conn.send_command(*args)
+        return conn.read_response()
+    finally:
+        client.connection_pool.release(conn)

@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from helpers import ServerProcess
+from helpers import raw_reply as _raw
 
 LLONG_MAX = (1 << 63) - 1
 
@@ -27,16 +28,6 @@ def rr(request, server):
     c.flushall()
     yield c
     c.close()
-
-
-def _raw(c: redis.Redis, *args):
-    """A command's reply as the server sent it, without redis-py's reply callbacks."""
-    conn = c.connection_pool.get_connection()
-    try:
-        conn.send_command(*args)
-        return conn.read_response()
-    finally:
-        c.connection_pool.release(conn)
 
 
 def pending(c, key=b"s", group=b"g"):
