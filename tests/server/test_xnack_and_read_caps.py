@@ -145,6 +145,31 @@ def test_nacked_entries_are_claimable_at_once_by_every_claim(rr):
     assert pending(rr)[2][:2] == (b"3-0", b"c3")
 
 
+def test_xnack_wakes_a_blocked_claim_read(server):
+    c = redis.Redis(port=server.port)
+    c.flushall()
+    read_two(c, n=1)
+    out = {}
+
+    def reader():
+        r2 = redis.Redis(port=server.port)
+        out["reply"] = r2.xreadgroup("g", "c2", {"s": ">"}, block=5000,
+                                     claim_min_idle_time=3600000)
+        r2.close()
+
+    t = threading.Thread(target=reader)
+    t.start()
+    deadline = time.monotonic() + 5
+    while c.info("clients")["blocked_clients"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert c.xnack("s", "g", "FAIL", "1-0") == 1
+    t.join(5)
+    got = entries_of(out["reply"])
+    assert [(e[0], e[2], e[3]) for e in got] == [(b"1-0", -1, 1)]
+    assert pending(c)[0][1:2] == (b"c2",) and pending(c)[0][3] == 2
+    c.close()
+
+
 def test_xinfo_stream_full_counts_nacked_entries_per_group(rr):
     read_two(rr)
     rr.xgroup_create("s", "other", id="0")
