@@ -14,9 +14,8 @@ Effects (see docs/ARCHITECTURE.md) are deterministic and self-sufficient:
 * a consumer created on first use becomes ``XGROUP CREATECONSUMER``;
 * a PEL entry dropped because its stream entry is gone becomes ``XACK``;
 * ``XGROUP CREATE ... $`` is recorded with the resolved id and ENTRIESREAD;
-* an XNACK becomes ``XNACK key group FAIL IDS n id .. RETRYCOUNT <count> FORCE``,
-  one per resulting delivery count: replayed it sets exactly that count, and
-  FORCE recreates an entry the primary created with FORCE.
+* an XNACK that releases something is recorded as called, as Redis propagates it
+  (it reads no clock: replayed on the same PEL it does the same).
 
 Entries an XREADGROUP leaves out because of MAXCOUNT/MAXSIZE are looked at before
 anything changes, so they have no effect at all.
@@ -36,7 +35,7 @@ from .args import (eq, parse_int, parse_range_bound, parse_stream_id,
 from .context import BlockRequest, Ctx, syntax_error
 from .registry import command, subcommand
 from .streams import (XREAD_BLOCKED_DEFAULT_COUNT, ReadArgs, ReadBudget, _stream_key_positions,
-                      delete_with_policy, parse_ids_block, parse_policy_ids, parse_read_args,
+                      delete_with_policy, parse_policy_ids, parse_read_args,
                       render_columns, render_entry, xread_reply)
 
 __all__ = ["xclaim_effect", "setid_effect"]
@@ -603,6 +602,7 @@ def xackdel(ctx: Ctx, argv: list[bytes]):
 # ---------------------------------------------------------------------------
 
 _NACK_MODES = (b"silent", b"fail", b"fatal")
+_INT_MAX = (1 << 31) - 1    # XNACK numids is parsed as an int
 
 
 def _nacked_count(mode: bytes, count: int) -> int:
@@ -618,32 +618,45 @@ def _nacked_count(mode: bytes, count: int) -> int:
 @command("xnack", -7, "write fast", keys=(1, 1, 1), group="stream", since="8.8.0")
 def xnack(ctx: Ctx, argv: list[bytes]):
     """XNACK key group <SILENT | FAIL | FATAL> IDS numids id [id ...] [RETRYCOUNT count] [FORCE]"""
-    mode = argv[3].lower()
-    if mode not in _NACK_MODES or not eq(argv[4], b"ids"):
-        raise syntax_error()
-    raw_ids, i = parse_ids_block(argv, 5)
-    retrycount = -1
-    force = False
-    n = len(argv)
-    while i < n:
-        lo = argv[i].lower()
-        if lo == b"retrycount" and i + 1 < n:
-            retrycount = parse_int(argv[i + 1], "ERR Invalid RETRYCOUNT option argument for XNACK")
-            if retrycount < 0:
-                raise CommandError("ERR Invalid RETRYCOUNT option argument for XNACK")
-            i += 2
-        elif lo == b"force":
-            force = True
-            i += 1
-        else:
-            raise syntax_error()
-    ids = [parse_strict_stream_id(raw) for raw in raw_ids]
+    # As Redis's xnackCommand: key and group first, then the mode, then IDS,
+    # RETRYCOUNT and FORCE in any order (a later IDS block replaces an earlier one).
     key = argv[1]
     s = ctx.lookup_stream(key)
     g = _group_of(s, argv[2])
     if g is None:
         raise _nogroup(key, argv[2])
-    by_count: dict[int, list[bytes]] = {}      # resulting count -> ids, for the effects
+    mode = argv[3].lower()
+    if mode not in _NACK_MODES:
+        raise CommandError("ERR mode must be SILENT, FAIL, or FATAL")
+    raw_ids: list[bytes] | None = None
+    retrycount = -1
+    force = False
+    n = len(argv)
+    i = 4
+    while i < n:
+        lo = argv[i].lower()
+        if lo == b"ids" and i + 1 < n:
+            numids = parse_int(argv[i + 1], "ERR numids must be a positive integer")
+            if not 1 <= numids <= _INT_MAX:
+                raise CommandError("ERR numids must be a positive integer")
+            start = i + 2
+            if numids > n - start:
+                raise CommandError("ERR number of IDs doesn't match numids")
+            raw_ids = argv[start:start + numids]
+            i = start + numids
+        elif lo == b"force":
+            force = True
+            i += 1
+        elif lo == b"retrycount" and i + 1 < n:
+            retrycount = parse_int(argv[i + 1])
+            if retrycount < 0:
+                raise CommandError("ERR Invalid RETRYCOUNT value, must be >= 0")
+            i += 2
+        else:
+            raise CommandError(f"ERR Unrecognized XNACK option '{_s(argv[i])}'")
+    if raw_ids is None:
+        raise CommandError("ERR syntax error, expected IDS keyword")
+    ids = [parse_strict_stream_id(raw) for raw in raw_ids]
     released = 0
     for sid in ids:
         pe = g.pel.get(sid)
@@ -657,12 +670,10 @@ def xnack(ctx: Ctx, argv: list[bytes]):
             count = retrycount if retrycount >= 0 else _nacked_count(mode, pe.delivery_count)
             g.nack(sid, count)
         released += 1
-        by_count.setdefault(count, []).append(format_id(sid))
-    for count, texts in by_count.items():
-        # FAIL keeps the count RETRYCOUNT sets; FORCE recreates an entry that a
-        # FORCE created (or that the replica lacks for any reason).
-        ctx.propagate([b"XNACK", key, g.name, b"FAIL", b"IDS", b"%d" % len(texts), *texts,
-                       b"RETRYCOUNT", b"%d" % count, b"FORCE"])
+    if released:
+        # Redis propagates XNACK as it was called: it reads no clock, so replayed
+        # on the same PEL it releases the same entries with the same counts.
+        ctx.propagate_as_is(released)
     return released
 
 

@@ -1118,21 +1118,6 @@ def delete_with_policy(s: Stream, ids, policy: bytes, changed: list | None = Non
     return codes
 
 
-def parse_ids_block(argv: list[bytes], i: int) -> tuple[list[bytes], int]:
-    """The ``numids id [id ...]`` after an IDS at ``argv[i - 1]`` (XDELEX, XACKDEL,
-    XNACK): the raw ids and the index after them."""
-    try:
-        numids = parse_int(argv[i])
-    except CommandError:
-        numids = 0
-    if numids < 1:
-        raise CommandError("ERR Number of IDs must be a positive integer")
-    start = i + 1
-    if numids > len(argv) - start:
-        raise CommandError("ERR The `numids` parameter must match the number of arguments")
-    return argv[start:start + numids], start + numids
-
-
 def parse_policy_ids(argv: list[bytes], pos: int) -> tuple[bytes, list[int]]:
     """``[KEEPREF|DELREF|ACKED] IDS numids id [id ...]`` from ``argv[pos:]``, as
     XDELEX and XACKDEL take it.  Returns (policy, ids)."""
@@ -1143,7 +1128,17 @@ def parse_policy_ids(argv: list[bytes], pos: int) -> tuple[bytes, list[int]]:
     while i < n:
         lo = argv[i].lower()
         if lo == b"ids" and i + 1 < n:
-            ids, i = parse_ids_block(argv, i + 1)
+            try:
+                numids = parse_int(argv[i + 1])
+            except CommandError:
+                numids = 0
+            if numids < 1:
+                raise CommandError("ERR Number of IDs must be a positive integer")
+            start = i + 2
+            if numids > n - start:
+                raise CommandError("ERR The `numids` parameter must match the number of arguments")
+            ids = argv[start:start + numids]
+            i = start + numids
         elif policy is None and lo in (TRIM_KEEPREF, TRIM_DELREF, TRIM_ACKED):
             policy = lo
             i += 1

@@ -110,19 +110,30 @@ def test_xnack_ignores_ids_not_pending_unless_forced(rr):
 
 
 def test_xnack_errors(rr):
+    """Error texts and their order as Redis's xnackCommand (t_stream.c, redis
+    unstable): key and group first, then the mode, then the options."""
     read_two(rr)
     rr.set("str", "x")
     cases = [
-        (["s", "g", "MAYBE", "IDS", "1", "1-0"], "syntax error"),
-        (["s", "g", "FAIL", "ID", "1", "1-0"], "syntax error"),
-        (["s", "g", "FAIL", "IDS", "0", "1-0"], "Number of IDs must be a positive integer"),
-        (["s", "g", "FAIL", "IDS", "3", "1-0"], "must match the number of arguments"),
-        (["s", "g", "FAIL", "IDS", "1", "1-0", "BOGUS"], "syntax error"),
-        (["s", "g", "FAIL", "IDS", "1", "1-0", "RETRYCOUNT", "-1"], "Invalid RETRYCOUNT"),
-        (["s", "g", "FAIL", "IDS", "1", "x"], "Invalid stream ID"),
-        (["s", "nog", "FAIL", "IDS", "1", "1-0"], "NOGROUP No such key 's' or consumer group 'nog'"),
-        (["nokey", "g", "FAIL", "IDS", "1", "1-0"], "NOGROUP"),
-        (["str", "g", "FAIL", "IDS", "1", "1-0"], "WRONGTYPE"),
+        (["s", "g", "MAYBE", "IDS", "1", "1-0"], "^mode must be SILENT, FAIL, or FATAL$"),
+        (["s", "g", "FAIL", "ID", "1", "1-0"], "^Unrecognized XNACK option 'ID'$"),
+        (["s", "g", "FAIL", "FORCE", "RETRYCOUNT", "1"], "^syntax error, expected IDS keyword$"),
+        (["s", "g", "FAIL", "IDS", "0", "1-0"], "^numids must be a positive integer$"),
+        (["s", "g", "FAIL", "IDS", "x", "1-0"], "^numids must be a positive integer$"),
+        (["s", "g", "FAIL", "IDS", "2147483648", "1-0"], "^numids must be a positive integer$"),
+        (["s", "g", "FAIL", "IDS", "3", "1-0"], "^number of IDs doesn't match numids$"),
+        (["s", "g", "FAIL", "IDS", "1", "1-0", "BOGUS"], "^Unrecognized XNACK option 'BOGUS'$"),
+        (["s", "g", "FAIL", "IDS", "1", "1-0", "RETRYCOUNT"],
+         "^Unrecognized XNACK option 'RETRYCOUNT'$"),
+        (["s", "g", "FAIL", "IDS", "1", "1-0", "RETRYCOUNT", "-1"],
+         "^Invalid RETRYCOUNT value, must be >= 0$"),
+        (["s", "g", "FAIL", "IDS", "1", "1-0", "RETRYCOUNT", "x"],
+         "^value is not an integer or out of range$"),
+        (["s", "g", "FAIL", "IDS", "1", "x"], "^Invalid stream ID specified as stream command argument$"),
+        # The key and the group are looked at before anything else is parsed.
+        (["s", "nog", "MAYBE", "IDS", "1", "1-0"], "^NOGROUP No such key 's' or consumer group 'nog'$"),
+        (["nokey", "g", "FAIL", "BOGUS", "1", "1-0"], "^NOGROUP No such key 'nokey' or consumer group 'g'$"),
+        (["str", "g", "MAYBE", "IDS", "1", "1-0"], "^WRONGTYPE Operation against a key holding the wrong kind"),
     ]
     for args, msg in cases:
         with pytest.raises(redis.ResponseError, match=msg):
@@ -130,6 +141,13 @@ def test_xnack_errors(rr):
     with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
         _raw(rr, "XNACK", "s", "g", "FAIL", "IDS", "1")
     assert pending(rr)[0][1] == b"c1"          # nothing changed
+
+
+def test_xnack_options_come_in_any_order_and_a_later_ids_block_wins(rr):
+    read_two(rr)
+    assert _raw(rr, "XNACK", "s", "g", "SILENT", "RETRYCOUNT", "7", "IDS", "1", "9-9",
+                "FORCE", "IDS", "1", "2-0") == 1
+    assert pel_state(rr) == [(b"1-0", b"c1", None, 1), (b"2-0", b"", -1, 7)]
 
 
 def test_nacked_entries_are_claimable_at_once_by_every_claim(rr):
