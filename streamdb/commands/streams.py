@@ -928,6 +928,9 @@ def parse_read_args(argv: list[bytes], group_cmd: bool) -> ReadArgs:
         raise syntax_error()
     if group_cmd and a.group is None:
         raise CommandError("ERR Missing GROUP option for XREADGROUP")
+    if a.maxcount and a.count and a.maxcount < a.count:
+        # MAXCOUNT caps the whole reply, so Redis refuses one below the per-stream COUNT.
+        raise CommandError("ERR MAXCOUNT must be greater than or equal to COUNT")
     return a
 
 

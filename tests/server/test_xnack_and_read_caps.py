@@ -298,6 +298,18 @@ def test_maxcount_and_maxsize_errors(rr):
                 _raw(rr, "XREAD", opt, bad, "STREAMS", "s", "0")
             with pytest.raises(redis.ResponseError, match=msg):
                 _raw(rr, "XREADGROUP", "GROUP", "g", "c", opt, bad, "STREAMS", "s", ">")
+    # MAXCOUNT caps the whole reply, so Redis (xreadCommand, t_stream.c) refuses
+    # one below the per-stream COUNT, before it looks at any key or group.
+    msg = "^MAXCOUNT must be greater than or equal to COUNT$"
+    with pytest.raises(redis.ResponseError, match=msg):
+        _raw(rr, "XREAD", "COUNT", "3", "MAXCOUNT", "2", "STREAMS", "s", "0")
+    with pytest.raises(redis.ResponseError, match=msg):
+        _raw(rr, "XREADGROUP", "GROUP", "nog", "c", "MAXCOUNT", "2", "COUNT", "3",
+             "STREAMS", "nokey", ">")
+    assert len(entries_of(rr.xread({"s": "0"}, count=2, max_count=2), b"s")) == 1
+    # COUNT 0 means no per-stream cap: any MAXCOUNT goes with it.
+    got = rr.execute_command("XREAD", "COUNT", "0", "MAXCOUNT", "1", "STREAMS", "s", "0")
+    assert len(entries_of(got, b"s")) == 1
 
 
 def test_maxcount_is_honoured_when_a_blocked_read_is_served(server):
