@@ -404,7 +404,9 @@ def _claim_idle(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Con
         if fv is None:
             continue      # deleted entry: left for XAUTOCLAIM/XCLAIM to clean up
         previous = pe.delivery_count
-        entry = [format_id(sid), fv, pe.idle(now), previous]
+        # The idle time since the last delivery; a NACKed entry's delivery time is
+        # 0, so Redis reports the current time for it (not XPENDING's -1).
+        entry = [format_id(sid), fv, max(now - pe.delivery_time, 0), previous]
         if budget is not None and not budget.take(
                 _claim_entry_size(ctx, entry) if budget.sized else 0):
             break
