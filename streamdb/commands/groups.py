@@ -470,6 +470,9 @@ def _serve_new_or_claim(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup,
     if not _has_new(s, g) and not _has_idle(s, g, ctx.now_ms, min_idle):
         return None
     consumer = _consumer(ctx, key, g, consumer_name)
+    if budget is not None:
+        written = budget.written
+        budget.open_stream(key)
     out: list = []
     claimed = 0
     if min_idle is not None:
@@ -482,6 +485,13 @@ def _serve_new_or_claim(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup,
         if room is None or room > 0:
             _deliver_new(ctx, key, s, g, consumer, wanted, noack, out,
                          claim_shape=min_idle is not None, budget=budget)
+    if budget is not None:
+        if not out and not budget.exhausted():
+            budget.written = written        # nothing served: the name is not sent
+            return None
+        # Served, even with no entry when the name alone filled MAXSIZE (as Redis).
+        budget.close_stream(len(out))
+        return out
     return out if out else None
 
 
@@ -499,12 +509,12 @@ def _blocked_serve(keys: list[bytes], a: ReadArgs, count: int):
                                    "no longer exists")
             check_pel_room(ctx, s, s.groups[group], a.noack)
         items = []
-        budget = a.budget()
+        budget = a.budget(ctx.resp3)
         for key in keys:
             s = ctx.db.data[key]
             got = _serve_new_or_claim(ctx, key, s, s.groups[group], a.consumer, count,
                                       a.noack, a.claim_min_idle, budget)
-            if got:
+            if got is not None:
                 items.append((key, got))
         return xread_reply(ctx, items) if items else None
     return serve
@@ -538,17 +548,24 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
         if gt == NEW_ONLY:       # before anything is served: an error must change nothing
             check_pel_room(ctx, ctx.db.data[key], g, a.noack)
     items = []
-    budget = a.budget()
+    budget = a.budget(ctx.resp3)
     for key, g, gt in zip(a.keys, groups, after):
+        if budget is not None and budget.exhausted():
+            break                       # as Redis: no further stream is looked at
         s = ctx.db.data[key]
         if gt != NEW_ONLY:
             consumer = _consumer(ctx, key, g, a.consumer)
-            items.append((key, _serve_history(ctx, key, s, g, consumer, gt, a.count, budget)))
+            if budget is not None:
+                budget.open_stream(key)
+            got = _serve_history(ctx, key, s, g, consumer, gt, a.count, budget)
+            if budget is not None:
+                budget.close_stream(len(got))
+            items.append((key, got))
             continue
         # As in Redis 7.0, a ">" read creates the consumer only when it serves something.
         got = _serve_new_or_claim(ctx, key, s, g, a.consumer, a.count, a.noack,
                                   a.claim_min_idle, budget)
-        if got:
+        if got is not None:
             items.append((key, got))
     if items:
         return xread_reply(ctx, items)

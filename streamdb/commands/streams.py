@@ -796,37 +796,53 @@ class ReadArgs:
         self.maxcount = 0          # MAXCOUNT: entries of the whole reply; 0 = no cap
         self.maxsize = 0           # MAXSIZE: bytes of the whole reply's entries; 0 = no cap
 
-    def budget(self) -> "ReadBudget | None":
+    def budget(self, resp3: bool) -> "ReadBudget | None":
         """A fresh budget for one serving of the read (None without MAXCOUNT/MAXSIZE)."""
         if not (self.maxcount or self.maxsize):
             return None
-        return ReadBudget(self.maxcount, self.maxsize)
+        return ReadBudget(self.maxcount, self.maxsize, resp3)
 
 
 class ReadBudget:
     """MAXCOUNT/MAXSIZE of one XREAD/XREADGROUP reply, across all its streams.
 
-    An entry's size is its RESP as the reply carries it (``*2 id *n f v ..``, or
-    the four elements of a CLAIM read); the stream names and the reply's own
-    framing are not counted.  The first entry of a reply is always taken, however
-    big, so that a reader always makes progress.  Readers ask before they change
+    MAXSIZE is kept as Redis's xreadCommand keeps it: against the bytes of the
+    reply written so far (its ``net_output_bytes_curr_cmd``): each served
+    stream's name and framing, its entries as sent (the four elements of a CLAIM
+    read), and the length of its entry list once the stream is done; the reply's
+    own length comes last and never counts.  Before each stream and each entry
+    the read stops if some entry was taken and the bytes written reach MAXSIZE:
+    the entry that crosses the budget is sent, the next one is not, and the
+    first entry is always sent, however big.  Readers ask before they change
     anything (PEL, last-delivered id, effects), so an entry left out is untouched.
     """
 
-    __slots__ = ("entries_left", "bytes_left", "taken")
+    __slots__ = ("entries_left", "maxsize", "written", "taken", "resp3")
 
-    def __init__(self, maxcount: int, maxsize: int) -> None:
+    def __init__(self, maxcount: int, maxsize: int, resp3: bool) -> None:
         self.entries_left = maxcount or None
-        self.bytes_left = maxsize or None
+        self.maxsize = maxsize
+        self.written = 0
         self.taken = 0
+        self.resp3 = resp3
 
     @property
     def sized(self) -> bool:
-        return self.bytes_left is not None
+        return bool(self.maxsize)
 
     def exhausted(self) -> bool:
-        return self.entries_left == 0 or (self.bytes_left is not None and self.taken
-                                          and self.bytes_left <= 0)
+        return self.entries_left == 0 or (bool(self.maxsize) and self.taken > 0
+                                          and self.written >= self.maxsize)
+
+    def open_stream(self, key: bytes) -> None:
+        """A stream is served: its name (in RESP2 inside a two-element array)."""
+        if self.maxsize:
+            self.written += (0 if self.resp3 else 4) + len(b"$%d\r\n\r\n" % len(key)) + len(key)
+
+    def close_stream(self, entries: int) -> None:
+        """The stream's entry list is done: its length header is written."""
+        if self.maxsize:
+            self.written += len(b"*%d\r\n" % entries)
 
     def cap(self, count: int) -> int:
         """A stream's COUNT (0 = all) cut to what MAXCOUNT leaves."""
@@ -836,21 +852,17 @@ class ReadBudget:
         return min(count, left) if count else left
 
     def take(self, size: int) -> bool:
-        """Whether one more entry of ``size`` bytes fits; if it does, it is counted."""
-        if self.entries_left == 0:
+        """Whether one more entry of ``size`` bytes is sent; if it is, it is counted."""
+        if self.exhausted():
             return False
-        if self.bytes_left is not None:
-            if size > self.bytes_left and self.taken:
-                self.bytes_left = 0
-                return False
-            self.bytes_left -= size
+        self.written += size
         if self.entries_left is not None:
             self.entries_left -= 1
         self.taken += 1
         return True
 
     def fit(self, sizes) -> int:
-        """How many of the leading entries with these sizes fit (each counted)."""
+        """How many of the leading entries with these sizes are sent (each counted)."""
         n = 0
         for size in sizes:
             if not self.take(size):
@@ -941,16 +953,23 @@ def xread_reply(ctx: Ctx, items: list) -> object:
     return [[k, v] for k, v in items]
 
 
-def _read_after(s: Stream, gt: int, count: int, budget: ReadBudget | None) -> list:
+def _read_after(key: bytes, s: Stream, gt: int, count: int, budget: ReadBudget | None):
     """XREAD's entries of ``s`` after ``gt`` (at most ``count``, 0 = all), as the
-    reply carries them, within ``budget``."""
+    reply carries them, within ``budget``; None when there is none to serve."""
     if budget is None:
-        return entries_reply(s.range(gt + 1, MAX_ID, count))
+        got = s.range(gt + 1, MAX_ID, count)
+        return entries_reply(got) if got else None
     got = s.range(gt + 1, MAX_ID, budget.cap(count))
+    if not got:
+        return None
+    # Served: the name counts before the entries (so an entry list can end up
+    # empty, as in Redis, when the name alone fills MAXSIZE).
+    budget.open_stream(key)
     if budget.sized:
         got = got[:budget.fit(len(render_entry(sid, fv)) for sid, fv in got)]
     else:
         got = got[:budget.fit(repeat(0, len(got)))]
+    budget.close_stream(len(got))
     return entries_reply(got)
 
 
@@ -958,15 +977,15 @@ def _xread_serve(keys: list[bytes], after: list[int], count: int, a: ReadArgs):
     """The closure a blocked XREAD uses: reply when some key has entries past its id."""
     def serve(ctx: Ctx):
         items = []
-        budget = a.budget()
+        budget = a.budget(ctx.resp3)
         for key, gt in zip(keys, after):
             s = ctx.db.data.get(key)
             if type(s) is not Stream or not s.length or s.last_id <= gt:
                 continue
             if budget is not None and budget.exhausted():
                 break
-            got = _read_after(s, gt, count, budget)
-            if got:
+            got = _read_after(key, s, gt, count, budget)
+            if got is not None:
                 items.append((key, got))
         return xread_reply(ctx, items) if items else None
     return serve
@@ -992,7 +1011,7 @@ def xread(ctx: Ctx, argv: list[bytes]):
         else:
             after.append(parse_strict_stream_id(raw))
     items = []
-    budget = a.budget()
+    budget = a.budget(ctx.resp3)
     for key, s, gt in zip(a.keys, streams, after):
         if s is None or not s.length:
             continue
@@ -1000,13 +1019,16 @@ def xread(ctx: Ctx, argv: list[bytes]):
             break
         if gt == LAST_ENTRY:
             last = s.last_entry()
-            if budget is None or budget.take(len(render_entry(*last)) if budget.sized else 0):
-                items.append((key, [entry_reply(*last)]))
+            if budget is not None:
+                budget.open_stream(key)
+                budget.take(len(render_entry(*last)) if budget.sized else 0)   # not exhausted: sent
+                budget.close_stream(1)
+            items.append((key, [entry_reply(*last)]))
             continue
         if s.last_id <= gt:
             continue
-        got = _read_after(s, gt, a.count, budget)
-        if got:
+        got = _read_after(key, s, gt, a.count, budget)
+        if got is not None:
             items.append((key, got))
     if items:
         return xread_reply(ctx, items)

@@ -270,21 +270,58 @@ def test_maxcount_caps_the_whole_reply_across_streams(rr):
     assert len(entries_of(got, b"a")) == 3 and len(entries_of(got, b"b")) == 1
 
 
-def test_maxsize_always_returns_one_entry_and_leaves_the_rest_untouched(rr):
+def stream_head(c, key=b"s") -> int:
+    """The bytes Redis has written for a served stream before its first entry:
+    its name (in RESP2 inside a two-element array); the entry list's length is
+    written only when the stream is done."""
+    resp3 = c.get_connection_kwargs().get("protocol") == 3
+    return (0 if resp3 else 4) + len(b"$%d\r\n%s\r\n" % (len(key), key))
+
+
+def test_maxsize_stops_once_the_reply_reaches_it_and_leaves_the_rest_untouched(rr):
+    """MAXSIZE as Redis's xreadCommand keeps it (t_stream.c, streamReplyMaxsizeReached):
+    before each entry but the first, stop if the reply written so far (stream
+    name and framing included) has reached MAXSIZE; the entry that crosses it
+    is sent."""
     fill(rr, "s", 4, value=b"x" * 100)
-    entry_bytes = len(b"*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\nf\r\n$100\r\n" + b"x" * 100 + b"\r\n")
-    got = rr.xread({"s": "0"}, max_size=1)
-    assert [e[0] for e in entries_of(got)] == [b"1-0"]           # at least one
-    got = rr.xread({"s": "0"}, max_size=2 * entry_bytes)
-    assert len(entries_of(got)) == 2
-    got = rr.xread({"s": "0"}, max_size=2 * entry_bytes + 1)
-    assert len(entries_of(got)) == 2
+    entry = len(b"*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\nf\r\n$100\r\n" + b"x" * 100 + b"\r\n")
+    head = stream_head(rr)
+    for maxsize, n in ((1, 1),                      # the first entry, however big
+                       (head + entry, 1),           # reached after the first
+                       (head + entry + 1, 2),       # the second crosses it: sent
+                       (head + 2 * entry, 2),
+                       (head + 2 * entry + 1, 3)):
+        got = rr.xread({"s": "0"}, max_size=maxsize)
+        assert len(entries_of(got)) == n, maxsize
     rr.xgroup_create("s", "g", id="0")
-    got = rr.xreadgroup("g", "c", {"s": ">"}, max_size=entry_bytes + 10)
+    got = rr.xreadgroup("g", "c", {"s": ">"}, max_size=head + entry)
     assert [e[0] for e in entries_of(got)] == [b"1-0"]
     info = rr.xinfo_groups("s")[0]
     assert info["pending"] == 1 and info["last-delivered-id"] == b"1-0"
     assert info["entries-read"] == 1
+    # History reads stop the same way.
+    rr.xreadgroup("g", "c", {"s": ">"})
+    got = rr.xreadgroup("g", "c", {"s": "0"}, max_size=head + entry + 1)
+    assert [e[0] for e in entries_of(got)] == [b"1-0", b"2-0"]
+
+
+def test_maxsize_counts_every_stream_served_so_far(rr):
+    fill(rr, "a", 1, value=b"x" * 100)
+    fill(rr, "b", 1, value=b"x" * 100)
+    fill(rr, "c", 1, value=b"x" * 100)
+    entry = len(b"*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\nf\r\n$100\r\n" + b"x" * 100 + b"\r\n")
+    head = stream_head(rr, b"a")
+    done = head + entry + len(b"*1\r\n")          # a finished stream, list length included
+    # Reached after "a": no further stream is looked at.
+    got = rr.xread({"a": "0", "b": "0", "c": "0"}, max_size=done)
+    assert entries_of(got, b"a") and entries_of(got, b"b") is None
+    # Not reached after "a", but reached once "b"'s name is written: Redis still
+    # sends "b", with an empty entry list, and stops there.
+    got = rr.xread({"a": "0", "b": "0", "c": "0"}, max_size=done + 1)
+    assert len(entries_of(got, b"a")) == 1 and entries_of(got, b"b") == []
+    assert entries_of(got, b"c") is None
+    got = rr.xread({"a": "0", "b": "0", "c": "0"}, max_size=done + head + 1)
+    assert len(entries_of(got, b"b")) == 1 and entries_of(got, b"c") is None
 
 
 def test_maxsize_counts_the_claim_shape(rr):
@@ -292,10 +329,14 @@ def test_maxsize_counts_the_claim_shape(rr):
     rr.xgroup_create("s", "g", id="0")
     plain = len(b"*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\nf\r\n$50\r\n" + b"y" * 50 + b"\r\n")
     claimed = plain + len(b":0\r\n:0\r\n")
-    # Room for two plain entries is not room for two CLAIM-shaped ones.
-    got = rr.xreadgroup("g", "c", {"s": ">"}, max_size=2 * plain, claim_min_idle_time=1000)
+    head = stream_head(rr)
+    # A budget a plain entry does not reach, a CLAIM-shaped one does.
+    assert len(entries_of(rr.xread({"s": "0"}, max_size=head + plain + 1))) == 2
+    got = rr.xreadgroup("g", "c", {"s": ">"}, max_size=head + plain + 1,
+                        claim_min_idle_time=1000)
     assert len(entries_of(got)) == 1
-    got = rr.xreadgroup("g", "c", {"s": ">"}, max_size=2 * claimed, claim_min_idle_time=1000)
+    got = rr.xreadgroup("g", "c", {"s": ">"}, max_size=head + claimed + 1,
+                        claim_min_idle_time=1000)
     assert len(entries_of(got)) == 2
 
 
