@@ -35,7 +35,7 @@ from .args import (eq, parse_int, parse_range_bound, parse_stream_id,
 from .context import BlockRequest, Ctx, syntax_error
 from .registry import command, subcommand
 from .streams import (XREAD_BLOCKED_DEFAULT_COUNT, ReadArgs, ReadBudget, _stream_key_positions,
-                      delete_with_policy, parse_policy_ids, parse_read_args,
+                      delete_with_policy, parse_ids_block, parse_policy_ids, parse_read_args,
                       render_columns, render_entry, xread_reply)
 
 __all__ = ["xclaim_effect", "setid_effect"]
@@ -655,14 +655,8 @@ def xnack(ctx: Ctx, argv: list[bytes]):
     while i < n:
         lo = argv[i].lower()
         if lo == b"ids" and i + 1 < n:
-            numids = parse_int(argv[i + 1], "ERR numids must be a positive integer")
-            if not 1 <= numids <= _INT_MAX:
-                raise CommandError("ERR numids must be a positive integer")
-            start = i + 2
-            if numids > n - start:
-                raise CommandError("ERR number of IDs doesn't match numids")
-            raw_ids = argv[start:start + numids]
-            i = start + numids
+            raw_ids, i = parse_ids_block(argv, i + 1, "ERR numids must be a positive integer",
+                                         "ERR number of IDs doesn't match numids", _INT_MAX)
         elif lo == b"force":
             force = True
             i += 1

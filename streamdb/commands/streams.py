@@ -1143,6 +1143,20 @@ def delete_with_policy(s: Stream, ids, policy: bytes, changed: list | None = Non
     return codes
 
 
+def parse_ids_block(argv: list[bytes], i: int, bad: str, mismatch: str,
+                    most: int = (1 << 63) - 1) -> tuple[list[bytes], int]:
+    """The ``numids id [id ...]`` at ``argv[i:]`` (after an IDS): the raw ids and the
+    index after them.  ``bad`` is the error for a numids that is not an integer in
+    1..``most``, ``mismatch`` for one past the arguments (each command has its texts)."""
+    numids = parse_int(argv[i], bad)
+    if not 1 <= numids <= most:
+        raise CommandError(bad)
+    start = i + 1
+    if numids > len(argv) - start:
+        raise CommandError(mismatch)
+    return argv[start:start + numids], start + numids
+
+
 def parse_policy_ids(argv: list[bytes], pos: int) -> tuple[bytes, list[int]]:
     """``[KEEPREF|DELREF|ACKED] IDS numids id [id ...]`` from ``argv[pos:]``, as
     XDELEX and XACKDEL take it.  Returns (policy, ids)."""
@@ -1153,17 +1167,9 @@ def parse_policy_ids(argv: list[bytes], pos: int) -> tuple[bytes, list[int]]:
     while i < n:
         lo = argv[i].lower()
         if lo == b"ids" and i + 1 < n:
-            try:
-                numids = parse_int(argv[i + 1])
-            except CommandError:
-                numids = 0
-            if numids < 1:
-                raise CommandError("ERR Number of IDs must be a positive integer")
-            start = i + 2
-            if numids > n - start:
-                raise CommandError("ERR The `numids` parameter must match the number of arguments")
-            ids = argv[start:start + numids]
-            i = start + numids
+            ids, i = parse_ids_block(argv, i + 1, "ERR Number of IDs must be a positive integer",
+                                     "ERR The `numids` parameter must match the number of "
+                                     "arguments")
         elif policy is None and lo in (TRIM_KEEPREF, TRIM_DELREF, TRIM_ACKED):
             policy = lo
             i += 1

@@ -53,6 +53,16 @@ def entries_of(reply, key=b"s"):
     return None
 
 
+def start_blocked(c, reader) -> threading.Thread:
+    """Run ``reader`` (a blocking read) in a thread until the server has it blocked."""
+    t = threading.Thread(target=reader)
+    t.start()
+    deadline = time.monotonic() + 5
+    while c.info("clients")["blocked_clients"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return t
+
+
 def server_ms(c) -> int:
     """The server's clock in milliseconds (TIME)."""
     sec, usec = c.time()
@@ -181,11 +191,7 @@ def test_xnack_wakes_a_blocked_claim_read(server):
                                      claim_min_idle_time=3600000)
         r2.close()
 
-    t = threading.Thread(target=reader)
-    t.start()
-    deadline = time.monotonic() + 5
-    while c.info("clients")["blocked_clients"] < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    t = start_blocked(c, reader)
     before_ms = server_ms(c)
     assert c.xnack("s", "g", "FAIL", "1-0") == 1
     t.join(5)
@@ -375,11 +381,7 @@ def test_maxcount_is_honoured_when_a_blocked_read_is_served(server):
         out["reply"] = r2.xreadgroup("g", "c", {"s": ">"}, block=5000, max_count=2)
         r2.close()
 
-    t = threading.Thread(target=reader)
-    t.start()
-    deadline = time.monotonic() + 5
-    while c.info("clients")["blocked_clients"] < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    t = start_blocked(c, reader)
     with c.pipeline(transaction=True) as p:
         for i in range(1, 6):
             p.xadd("s", {"f": str(i)}, id=f"{i}-0")
