@@ -139,3 +139,14 @@ def corrupt_aof_frame(seg: Path, frame_index: int) -> int:
     data[offset + frame_size(body) - len(body) // 2] ^= 0x20       # the middle of the body
     seg.write_bytes(bytes(data))
     return offset
+
+
+def raw_reply(client, *args):
+    """One command's reply as the server sent it, through a redis-py client but
+    without the response callback that would reshape it."""
+    conn = client.connection_pool.get_connection()
+    try:
+        conn.send_command(*args)
+        return conn.read_response()
+    finally:
+        client.connection_pool.release(conn)

@@ -1,7 +1,8 @@
-"""Consumer group commands: XGROUP XREADGROUP XACK XACKDEL XPENDING XCLAIM XAUTOCLAIM.
+"""Consumer group commands: XGROUP XREADGROUP XACK XACKDEL XNACK XPENDING XCLAIM XAUTOCLAIM.
 
-Replies and error texts follow Redis 7.0 where 7.0 has the command; XACKDEL
-and XREADGROUP ... CLAIM follow the current Redis documentation.
+Replies and error texts follow Redis 7.0 where 7.0 has the command; XACKDEL,
+XNACK and XREADGROUP's CLAIM/MAXCOUNT/MAXSIZE follow the current Redis
+documentation.
 
 Effects (see docs/ARCHITECTURE.md) are deterministic and self-sufficient:
 
@@ -12,24 +13,30 @@ Effects (see docs/ARCHITECTURE.md) are deterministic and self-sufficient:
   ``XGROUP SETID key group <id> ENTRIESREAD <n>``;
 * a consumer created on first use becomes ``XGROUP CREATECONSUMER``;
 * a PEL entry dropped because its stream entry is gone becomes ``XACK``;
-* ``XGROUP CREATE ... $`` is recorded with the resolved id and ENTRIESREAD.
+* ``XGROUP CREATE ... $`` is recorded with the resolved id and ENTRIESREAD;
+* an XNACK that releases something is recorded as called, as Redis propagates it
+  (it reads no clock: replayed on the same PEL it does the same).
+
+Entries an XREADGROUP leaves out because of MAXCOUNT/MAXSIZE are looked at before
+anything changes, so they have no effect at all.
 """
 
 from __future__ import annotations
 
-from itertools import islice
+from itertools import islice, repeat
 
 from ..engine import MAX_ID, MIN_ID, Stream, format_id
-from ..engine.groups import ENTRIES_READ_INVALID, Consumer, ConsumerGroup, PendingEntry
+from ..engine.groups import (ENTRIES_READ_INVALID, MAX_DELIVERY_COUNT, Consumer,
+                             ConsumerGroup, PendingEntry, next_delivery_count)
 from ..engine.lag import advance_entries_read_many
-from ..protocol.reply import NULL_ARRAY, OK, CommandError, Raw, Status
+from ..protocol.reply import NULL_ARRAY, OK, CommandError, Raw, Status, encode_reply
 from .args import (eq, parse_int, parse_range_bound, parse_stream_id,
                    parse_strict_stream_id)
 from .context import BlockRequest, Ctx, syntax_error
 from .registry import command, subcommand
-from .streams import (XREAD_BLOCKED_DEFAULT_COUNT, _stream_key_positions, delete_with_policy,
-                      parse_policy_ids, parse_read_args, render_columns, render_entry,
-                      xread_reply)
+from .streams import (XREAD_BLOCKED_DEFAULT_COUNT, ReadArgs, ReadBudget, _stream_key_positions,
+                      delete_with_policy, parse_ids_block, parse_policy_ids, parse_read_args,
+                      render_columns, render_entry, xread_reply)
 
 __all__ = ["xclaim_effect", "setid_effect"]
 
@@ -308,59 +315,103 @@ def xgroup_delconsumer(ctx: Ctx, argv: list[bytes]):
 # ---------------------------------------------------------------------------
 
 
+# A MAXSIZE read fetches new entries this many at a time until the budget is spent.
+_SIZED_CHUNK = 128
+# What follows an entry's fields in a CLAIM read's reply when it is new: idle 0,
+# delivered 0 times before.
+_NEW_ENTRY_CLAIM_TAIL = b":0\r\n:0\r\n"
+
+
+def _as_claim_entry(rendered: bytes) -> bytes:
+    """A rendered ``*2 id fields`` entry in the four-element shape of a CLAIM read."""
+    return b"*4" + rendered[2:] + _NEW_ENTRY_CLAIM_TAIL
+
+
 def _deliver_new(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Consumer,
-                 count: int, noack: bool, out: list) -> None:
-    """Serve entries after the group's last id (the ">" id), at most ``count`` (0 = all)."""
+                 count: int, noack: bool, out: list, claim_shape: bool = False,
+                 budget: ReadBudget | None = None) -> None:
+    """Serve entries after the group's last id (the ">" id), at most ``count`` (0 = all)
+    and within ``budget``; with ``claim_shape`` each as a CLAIM read carries it."""
     if not s.length or g.last_id >= MAX_ID:
         return
-    sids: list[int] = []
-    # Entries as XRANGE renders them (memoized per node, shared with XRANGE's
-    # readers), so the reply encoder does not walk [id, [f, v ..]] either.
-    rendered = s.range_rendered(g.last_id + 1, MAX_ID, count, False, render_entry,
-                                render_columns, sids, read_on=True)
-    if not rendered:
-        return
     now = ctx.now_ms
-    advance_entries_read_many(s, g, sids)
-    out += map(Raw, rendered)
-    if not noack:
-        pes = g.add_new_pending(sids, consumer, now)
-        if ctx.core.effects_wanted():
-            for sid, pe in zip(sids, pes):
-                # LASTID: the group's last id right after this entry was read, as
-                # Redis propagates it (its id: every entry here is new to the group).
-                ctx.propagate(xclaim_effect(key, g, sid, pe, sid))
-        else:
-            # Nobody records effects (no AOF, no replica): the XCLAIMs would be
-            # built for nothing; the SETID below still names the changed key.
-            ctx.dirty += len(sids)
-    consumer.active_time = now
-    ctx.propagate(setid_effect(key, g))
+    left = count
+    served = False
+    while g.last_id < MAX_ID:
+        if budget is not None and budget.exhausted():
+            break
+        want = left if budget is None else budget.cap(left)
+        chunked = budget is not None and budget.sized
+        if chunked and (not want or want > _SIZED_CHUNK):
+            want = _SIZED_CHUNK
+        sids: list[int] = []
+        # Entries as XRANGE renders them (memoized per node, shared with XRANGE's
+        # readers), so the reply encoder does not walk [id, [f, v ..]] either.
+        rendered = s.range_rendered(g.last_id + 1, MAX_ID, want, False, render_entry,
+                                    render_columns, sids, read_on=True)
+        if claim_shape:
+            rendered = list(map(_as_claim_entry, rendered))
+        fetched = len(rendered)
+        if budget is not None:
+            # Cut before anything changes: what does not fit has no effect.
+            n = budget.fit(map(len, rendered) if chunked else repeat(0, fetched))
+            del rendered[n:], sids[n:]
+        if not rendered:
+            break
+        served = True
+        advance_entries_read_many(s, g, sids)
+        out += map(Raw, rendered)
+        if not noack:
+            pes = g.add_new_pending(sids, consumer, now)
+            if ctx.core.effects_wanted():
+                for sid, pe in zip(sids, pes):
+                    # LASTID: the group's last id right after this entry was read, as
+                    # Redis propagates it (its id: every entry here is new to the group).
+                    ctx.propagate(xclaim_effect(key, g, sid, pe, sid))
+            else:
+                # Nobody records effects (no AOF, no replica): the XCLAIMs would be
+                # built for nothing; the SETID below still names the changed key.
+                ctx.dirty += len(sids)
+        if left:
+            left -= len(sids)
+        if not chunked or len(sids) < fetched or fetched < want or (count and left <= 0):
+            break
+    if served:
+        consumer.active_time = now
+        ctx.propagate(setid_effect(key, g))
+
+
+def _claim_entry_size(ctx: Ctx, entry: list) -> int:
+    return len(encode_reply(entry, ctx.resp3))
 
 
 def _claim_idle(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Consumer,
-                min_idle: int, count: int, out: list) -> int:
+                min_idle: int, count: int, out: list, budget: ReadBudget | None = None) -> int:
     """XREADGROUP ... CLAIM: take over entries pending for at least ``min_idle`` ms,
-    longest idle first.  Claimed entries carry [id, fields, idle, deliveries]."""
+    NACKed ones first, then the longest idle.  Claimed entries carry [id, fields,
+    idle, deliveries before this one]."""
     if not g.pel:
         return 0
     now = ctx.now_ms
-    idle = [(pe.delivery_time, sid, pe) for sid, pe in g.pel.items()
-            if now - pe.delivery_time >= min_idle]
-    if not idle:
-        return 0
-    idle.sort(key=lambda t: (t[0], t[1]))
+    # NACKed entries (no owner) first, then by delivery time, then by id.
+    idle = sorted((pe.consumer is not None, pe.delivery_time, sid, pe)
+                  for sid, pe in g.pel.items() if pe.claimable(now, min_idle))
     n = 0
-    for when, sid, pe in idle:
+    for _owned, _when, sid, pe in idle:
         if count and n >= count:
             break
         fv = s.get(sid)
         if fv is None:
             continue      # deleted entry: left for XAUTOCLAIM/XCLAIM to clean up
         previous = pe.delivery_count
-        elapsed = max(now - pe.delivery_time, 0)
-        g.add_pending(sid, consumer, now, previous + 1)
-        out.append([format_id(sid), fv, elapsed, previous])
+        # The idle time since the last delivery; a NACKed entry's delivery time is
+        # 0, so Redis reports the current time for it (not XPENDING's -1).
+        entry = [format_id(sid), fv, max(now - pe.delivery_time, 0), previous]
+        if budget is not None and not budget.take(
+                _claim_entry_size(ctx, entry) if budget.sized else 0):
+            break
+        g.add_pending(sid, consumer, now, next_delivery_count(previous))
+        out.append(entry)
         ctx.propagate(xclaim_effect(key, g, sid, pe))
         n += 1
     if n:
@@ -369,7 +420,7 @@ def _claim_idle(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Con
 
 
 def _serve_history(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Consumer,
-                   after: int, count: int) -> list:
+                   after: int, count: int, budget: ReadBudget | None = None) -> list:
     """The consumer's own pending entries with id > ``after`` (deleted ones as [id, nil])."""
     out = []
     now = ctx.now_ms
@@ -378,13 +429,16 @@ def _serve_history(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: 
         if count and len(out) >= count:
             break
         fv = s.get(sid)
+        entry = [format_id(sid), NULL_ARRAY if fv is None else fv]
+        if budget is not None and not budget.take(
+                len(encode_reply(entry, ctx.resp3)) if budget.sized else 0):
+            break
+        out.append(entry)
         if fv is None:
-            out.append([format_id(sid), NULL_ARRAY])
             continue
         pe = g.pel[sid]
         pe.delivery_time = now
-        pe.delivery_count += 1
-        out.append([format_id(sid), fv])
+        pe.delivery_count = next_delivery_count(pe.delivery_count)
         ctx.propagate(xclaim_effect(key, g, sid, pe))
     return out
 
@@ -403,29 +457,41 @@ def _has_new(s: Stream, g: ConsumerGroup) -> bool:
 def _has_idle(s: Stream, g: ConsumerGroup, now: int, min_idle: int | None) -> bool:
     if min_idle is None or not g.pel:
         return False
-    return any(now - pe.delivery_time >= min_idle and s.get(sid) is not None
+    return any(pe.claimable(now, min_idle) and s.get(sid) is not None
                for sid, pe in g.pel.items())
 
 
 def _serve_new_or_claim(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup,
                         consumer_name: bytes, count: int, noack: bool,
-                        min_idle: int | None, consumer: Consumer | None = None):
+                        min_idle: int | None, budget: ReadBudget | None = None):
     """Entries for a ">" read of one key, or None when there is nothing to serve."""
+    if budget is not None and budget.exhausted():
+        return None
     if not _has_new(s, g) and not _has_idle(s, g, ctx.now_ms, min_idle):
         return None
-    if consumer is None:
-        consumer = _consumer(ctx, key, g, consumer_name)
+    consumer = _consumer(ctx, key, g, consumer_name)
+    if budget is not None:
+        written = budget.written
+        budget.open_stream(key)
     out: list = []
     claimed = 0
     if min_idle is not None:
-        claimed = _claim_idle(ctx, key, s, g, consumer, min_idle, count, out)
+        claimed = _claim_idle(ctx, key, s, g, consumer, min_idle, count, out, budget)
     if not count or claimed < count:
         wanted = count - claimed if count else 0          # 0 = all
         room = None if noack else pel_room(ctx, g)
         if room is not None:
             wanted = min(wanted, room) if wanted else room
         if room is None or room > 0:
-            _deliver_new(ctx, key, s, g, consumer, wanted, noack, out)
+            _deliver_new(ctx, key, s, g, consumer, wanted, noack, out,
+                         claim_shape=min_idle is not None, budget=budget)
+    if budget is not None:
+        if not out and not budget.exhausted():
+            budget.written = written        # nothing served: the name is not sent
+            return None
+        # Served, even with no entry when the name alone filled MAXSIZE (as Redis).
+        budget.close_stream(len(out))
+        return out
     return out if out else None
 
 
@@ -438,23 +504,25 @@ def _read_group(ctx: Ctx, key: bytes, group: bytes) -> tuple[Stream, ConsumerGro
     return s, g
 
 
-def _blocked_serve(keys: list[bytes], group: bytes, consumer_name: bytes, count: int,
-                   noack: bool, min_idle: int | None):
+def _blocked_serve(keys: list[bytes], a: ReadArgs, count: int):
     """The closure a blocked XREADGROUP uses: the command run again, as Redis (>= 7.2)
     re-executes it when a key it waits on changes: a key that is gone, holds another
     type or lost the group answers what the command would answer now (NOGROUP,
     WRONGTYPE) rather than Redis 7.0's "UNBLOCKED the stream key no longer exists";
     nothing to serve keeps waiting, with the original timeout."""
+    group = a.group
+
     def serve(ctx: Ctx):
         for key in keys:
             s, g = _read_group(ctx, key, group)
-            check_pel_room(ctx, s, g, noack)
+            check_pel_room(ctx, s, g, a.noack)
         items = []
+        budget = a.budget(ctx.resp3)
         for key in keys:
             s = ctx.db.data[key]
-            got = _serve_new_or_claim(ctx, key, s, s.groups[group], consumer_name, count,
-                                      noack, min_idle)
-            if got:
+            got = _serve_new_or_claim(ctx, key, s, s.groups[group], a.consumer, count,
+                                      a.noack, a.claim_min_idle, budget)
+            if got is not None:
                 items.append((key, got))
         return xread_reply(ctx, items) if items else None
     return serve
@@ -463,7 +531,7 @@ def _blocked_serve(keys: list[bytes], group: bytes, consumer_name: bytes, count:
 @command("xreadgroup", -7, "write blocking", group="stream", since="5.0.0",
          key_finder=lambda argv: _stream_key_positions(argv))
 def xreadgroup(ctx: Ctx, argv: list[bytes]):
-    """XREADGROUP GROUP group consumer [COUNT count] [BLOCK milliseconds] [CLAIM min-idle-time] [NOACK] STREAMS key [key ...] id [id ...]"""
+    """XREADGROUP GROUP group consumer [COUNT count] [MAXCOUNT maxcount] [MAXSIZE maxsize] [BLOCK milliseconds] [CLAIM min-idle-time] [NOACK] STREAMS key [key ...] id [id ...]"""
     a = parse_read_args(argv, group_cmd=True)
     streams: list[Stream] = []
     groups: list[ConsumerGroup] = []
@@ -489,25 +557,31 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
         if gt == NEW_ONLY:       # before anything is served: an error must change nothing
             check_pel_room(ctx, ctx.db.data[key], g, a.noack)
     items = []
+    budget = a.budget(ctx.resp3)
     for key, g, gt in zip(a.keys, groups, after):
+        if budget is not None and budget.exhausted():
+            break                       # as Redis: no further stream is looked at
         s = ctx.db.data[key]
         if gt != NEW_ONLY:
             consumer = _consumer(ctx, key, g, a.consumer)
-            items.append((key, _serve_history(ctx, key, s, g, consumer, gt, a.count)))
+            if budget is not None:
+                budget.open_stream(key)
+            got = _serve_history(ctx, key, s, g, consumer, gt, a.count, budget)
+            if budget is not None:
+                budget.close_stream(len(got))
+            items.append((key, got))
             continue
         # As in Redis 7.0, a ">" read creates the consumer only when it serves something.
         got = _serve_new_or_claim(ctx, key, s, g, a.consumer, a.count, a.noack,
-                                  a.claim_min_idle)
-        if got:
+                                  a.claim_min_idle, budget)
+        if got is not None:
             items.append((key, got))
     if items:
         return xread_reply(ctx, items)
     if a.timeout == -1:
         return NULL_ARRAY
     return BlockRequest(list(a.keys), a.timeout,
-                        _blocked_serve(list(a.keys), a.group, a.consumer,
-                                       a.count or XREAD_BLOCKED_DEFAULT_COUNT, a.noack,
-                                       a.claim_min_idle),
+                        _blocked_serve(list(a.keys), a, a.count or XREAD_BLOCKED_DEFAULT_COUNT),
                         NULL_ARRAY, "xreadgroup")
 
 
@@ -549,6 +623,80 @@ def xackdel(ctx: Ctx, argv: list[bytes]):
     if changed:
         ctx.propagate_as_is(dirty=changed)
     return out
+
+
+# ---------------------------------------------------------------------------
+# XNACK
+# ---------------------------------------------------------------------------
+
+_NACK_MODES = (b"silent", b"fail", b"fatal")
+_INT_MAX = (1 << 31) - 1    # XNACK numids is parsed as an int
+
+
+def _nacked_count(mode: bytes, count: int) -> int:
+    """The delivery count XNACK's mode leaves: SILENT undoes the delivery, FAIL
+    keeps the count, FATAL marks the entry as failed for good."""
+    if mode == b"silent":
+        return max(count - 1, 0)
+    if mode == b"fatal":
+        return MAX_DELIVERY_COUNT
+    return count
+
+
+@command("xnack", -7, "write fast", keys=(1, 1, 1), group="stream", since="8.8.0")
+def xnack(ctx: Ctx, argv: list[bytes]):
+    """XNACK key group <SILENT | FAIL | FATAL> IDS numids id [id ...] [RETRYCOUNT count] [FORCE]"""
+    # As Redis's xnackCommand: key and group first, then the mode, then IDS,
+    # RETRYCOUNT and FORCE in any order (a later IDS block replaces an earlier one).
+    key = argv[1]
+    s = ctx.lookup_stream(key)
+    g = _group_of(s, argv[2])
+    if g is None:
+        raise _nogroup(key, argv[2])
+    mode = argv[3].lower()
+    if mode not in _NACK_MODES:
+        raise CommandError("ERR mode must be SILENT, FAIL, or FATAL")
+    raw_ids: list[bytes] | None = None
+    retrycount = -1
+    force = False
+    n = len(argv)
+    i = 4
+    while i < n:
+        lo = argv[i].lower()
+        if lo == b"ids" and i + 1 < n:
+            raw_ids, i = parse_ids_block(argv, i + 1, "ERR numids must be a positive integer",
+                                         "ERR number of IDs doesn't match numids", _INT_MAX)
+        elif lo == b"force":
+            force = True
+            i += 1
+        elif lo == b"retrycount" and i + 1 < n:
+            retrycount = parse_int(argv[i + 1])
+            if retrycount < 0:
+                raise CommandError("ERR Invalid RETRYCOUNT value, must be >= 0")
+            i += 2
+        else:
+            raise CommandError(f"ERR Unrecognized XNACK option '{_s(argv[i])}'")
+    if raw_ids is None:
+        raise CommandError("ERR syntax error, expected IDS keyword")
+    ids = [parse_strict_stream_id(raw) for raw in raw_ids]
+    released = 0
+    for sid in ids:
+        pe = g.pel.get(sid)
+        if pe is None:
+            # FORCE: a new unowned entry, for an id the stream still holds.
+            if not force or s.get(sid) is None:
+                continue
+            count = retrycount if retrycount >= 0 else _nacked_count(mode, 0)
+            g.add_nacked(sid, count)
+        else:
+            count = retrycount if retrycount >= 0 else _nacked_count(mode, pe.delivery_count)
+            g.nack(sid, count)
+        released += 1
+    if released:
+        # Redis propagates XNACK as it was called: it reads no clock, so replayed
+        # on the same PEL it releases the same entries with the same counts.
+        ctx.propagate_as_is(released)
+    return released
 
 
 # ---------------------------------------------------------------------------
@@ -607,10 +755,9 @@ def xpending(ctx: Ctx, argv: list[bytes]):
         return out
     for sid in source.irange(start, end):
         pe = g.pel[sid]
-        elapsed = now - pe.delivery_time
-        if min_idle and elapsed < min_idle:
+        if min_idle and not pe.claimable(now, min_idle):
             continue
-        out.append([format_id(sid), pe.consumer.name, max(elapsed, 0), pe.delivery_count])
+        out.append([format_id(sid), pe.owner_name, pe.idle(now), pe.delivery_count])
         if len(out) >= count:
             break
     return out
@@ -695,7 +842,7 @@ def xclaim(ctx: Ctx, argv: list[bytes]):
         if pe is None:
             if not force:
                 continue
-        elif min_idle and now - pe.delivery_time < min_idle:
+        elif min_idle and not pe.claimable(now, min_idle):
             continue
         if consumer is None:
             consumer = _claiming_consumer(g, argv[3], now)
@@ -704,7 +851,7 @@ def xclaim(ctx: Ctx, argv: list[bytes]):
         if retrycount >= 0:
             count = retrycount
         elif not justid:
-            count += 1
+            count = next_delivery_count(count)
         pe = g.add_pending(sid, consumer, delivery_time, count)
         consumer.active_time = now
         out.append(format_id(sid) if justid else [format_id(sid), fv])
@@ -774,11 +921,12 @@ def xautoclaim(ctx: Ctx, argv: list[bytes]):
             count -= 1
             continue
         pe = g.pel[sid]
-        if min_idle and now - pe.delivery_time < min_idle:
+        if min_idle and not pe.claimable(now, min_idle):
             continue
         if consumer is None:
             consumer = _claiming_consumer(g, argv[3], now)
-        g.add_pending(sid, consumer, now, pe.delivery_count + (0 if justid else 1))
+        g.add_pending(sid, consumer, now,
+                      pe.delivery_count if justid else next_delivery_count(pe.delivery_count))
         consumer.active_time = now
         claimed.append(format_id(sid) if justid else [format_id(sid), fv])
         count -= 1

@@ -103,7 +103,7 @@ def _stream_full(ctx: Ctx, s: Stream, count: int) -> Map:
         for sid, pe in g.pel.items():
             if count and len(pel) >= count:
                 break
-            pel.append([format_id(sid), pe.consumer.name, pe.delivery_time, pe.delivery_count])
+            pel.append([format_id(sid), pe.owner_name, pe.delivery_time, pe.delivery_count])
         consumers = []
         for c in g.sorted_consumers():
             cpel = []
@@ -125,6 +125,7 @@ def _stream_full(ctx: Ctx, s: Stream, count: int) -> Map:
             (b"entries-read", _entries_read(g)),
             (b"lag", group_lag(s, g)),
             (b"pel-count", len(g.pel)),
+            (b"nacked-count", g.nacked_count()),
             (b"pending", pel),
             (b"consumers", consumers),
         ]))

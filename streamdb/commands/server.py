@@ -280,7 +280,11 @@ def digest_value(key: bytes, value, expire: int | None):
         g = s.groups[name]
         h.update(b"g%d:%s/%d/%d" % (len(name), name, g.last_id, g.entries_read))
         for sid, pe in g.pel.items():
-            h.update(b"p%d/%s/%d/%d" % (sid, pe.consumer.name, pe.delivery_time, pe.delivery_count))
+            if pe.consumer is None:     # NACKed (XNACK): no owner, time 0
+                h.update(b"n%d/%d" % (sid, pe.delivery_count))
+            else:
+                h.update(b"p%d/%s/%d/%d" % (sid, pe.consumer.name, pe.delivery_time,
+                                            pe.delivery_count))
         for cname in sorted(g.consumers):
             c = g.consumers[cname]
             h.update(b"c%d:%s/%d" % (len(cname), cname, len(c.pending)))

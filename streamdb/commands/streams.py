@@ -782,7 +782,7 @@ LAST_ENTRY = -2        # the "+" id of XREAD (last entry of the stream)
 
 class ReadArgs:
     __slots__ = ("timeout", "count", "keys", "raw_ids", "group", "consumer", "noack",
-                 "claim_min_idle")
+                 "claim_min_idle", "maxcount", "maxsize")
 
     def __init__(self) -> None:
         self.timeout = -1          # -1 = no BLOCK
@@ -793,6 +793,82 @@ class ReadArgs:
         self.consumer: bytes | None = None
         self.noack = False
         self.claim_min_idle: int | None = None
+        self.maxcount = 0          # MAXCOUNT: entries of the whole reply; 0 = no cap
+        self.maxsize = 0           # MAXSIZE: bytes of the whole reply's entries; 0 = no cap
+
+    def budget(self, resp3: bool) -> "ReadBudget | None":
+        """A fresh budget for one serving of the read (None without MAXCOUNT/MAXSIZE)."""
+        if not (self.maxcount or self.maxsize):
+            return None
+        return ReadBudget(self.maxcount, self.maxsize, resp3)
+
+
+class ReadBudget:
+    """MAXCOUNT/MAXSIZE of one XREAD/XREADGROUP reply, across all its streams.
+
+    MAXSIZE is kept as Redis's xreadCommand keeps it: against the bytes of the
+    reply written so far (its ``net_output_bytes_curr_cmd``): each served
+    stream's name and framing, its entries as sent (the four elements of a CLAIM
+    read), and the length of its entry list once the stream is done; the reply's
+    own length comes last and never counts.  Before each stream and each entry
+    the read stops if some entry was taken and the bytes written reach MAXSIZE:
+    the entry that crosses the budget is sent, the next one is not, and the
+    first entry is always sent, however big.  Readers ask before they change
+    anything (PEL, last-delivered id, effects), so an entry left out is untouched.
+    """
+
+    __slots__ = ("entries_left", "maxsize", "written", "taken", "resp3")
+
+    def __init__(self, maxcount: int, maxsize: int, resp3: bool) -> None:
+        self.entries_left = maxcount or None
+        self.maxsize = maxsize
+        self.written = 0
+        self.taken = 0
+        self.resp3 = resp3
+
+    @property
+    def sized(self) -> bool:
+        return bool(self.maxsize)
+
+    def exhausted(self) -> bool:
+        return self.entries_left == 0 or (bool(self.maxsize) and self.taken > 0
+                                          and self.written >= self.maxsize)
+
+    def open_stream(self, key: bytes) -> None:
+        """A stream is served: its name (in RESP2 inside a two-element array)."""
+        if self.maxsize:
+            self.written += (0 if self.resp3 else 4) + len(b"$%d\r\n\r\n" % len(key)) + len(key)
+
+    def close_stream(self, entries: int) -> None:
+        """The stream's entry list is done: its length header is written."""
+        if self.maxsize:
+            self.written += len(b"*%d\r\n" % entries)
+
+    def cap(self, count: int) -> int:
+        """A stream's COUNT (0 = all) cut to what MAXCOUNT leaves."""
+        left = self.entries_left
+        if left is None:
+            return count
+        return min(count, left) if count else left
+
+    def take(self, size: int) -> bool:
+        """Whether one more entry of ``size`` bytes is sent; if it is, it is counted."""
+        if self.exhausted():
+            return False
+        self.written += size
+        if self.entries_left is not None:
+            self.entries_left -= 1
+        self.taken += 1
+        return True
+
+    def fit(self, sizes) -> int:
+        """How many of the leading entries with these sizes are sent (each counted)."""
+        n = 0
+        for size in sizes:
+            if not self.take(size):
+                break
+            n += 1
+        return n
 
 
 def parse_timeout_ms(raw: bytes) -> int:
@@ -800,6 +876,13 @@ def parse_timeout_ms(raw: bytes) -> int:
     if t < 0:
         raise CommandError("ERR timeout is negative")
     return t
+
+
+def _parse_read_cap(raw: bytes, name: str) -> int:
+    n = parse_int(raw)
+    if n < 1:
+        raise CommandError(f"ERR {name} must be a positive integer")
+    return n
 
 
 def parse_read_args(argv: list[bytes], group_cmd: bool) -> ReadArgs:
@@ -815,6 +898,12 @@ def parse_read_args(argv: list[bytes], group_cmd: bool) -> ReadArgs:
             i += 2
         elif lo == b"count" and more:
             a.count = max(parse_int(argv[i + 1]), 0)
+            i += 2
+        elif lo == b"maxcount" and more:
+            a.maxcount = _parse_read_cap(argv[i + 1], "MAXCOUNT")
+            i += 2
+        elif lo == b"maxsize" and more:
+            a.maxsize = _parse_read_cap(argv[i + 1], "MAXSIZE")
             i += 2
         elif lo == b"streams" and more:
             streams_arg = i + 1
@@ -851,6 +940,9 @@ def parse_read_args(argv: list[bytes], group_cmd: bool) -> ReadArgs:
         raise syntax_error()
     if group_cmd and a.group is None:
         raise CommandError("ERR Missing GROUP option for XREADGROUP")
+    if a.maxcount and a.count and a.maxcount < a.count:
+        # MAXCOUNT caps the whole reply, so Redis refuses one below the per-stream COUNT.
+        raise CommandError("ERR MAXCOUNT must be greater than or equal to COUNT")
     return a
 
 
@@ -861,17 +953,40 @@ def xread_reply(ctx: Ctx, items: list) -> object:
     return [[k, v] for k, v in items]
 
 
-def _xread_serve(keys: list[bytes], after: list[int], count: int):
+def _read_after(key: bytes, s: Stream, gt: int, count: int, budget: ReadBudget | None):
+    """XREAD's entries of ``s`` after ``gt`` (at most ``count``, 0 = all), as the
+    reply carries them, within ``budget``; None when there is none to serve."""
+    if budget is None:
+        got = s.range(gt + 1, MAX_ID, count)
+        return entries_reply(got) if got else None
+    got = s.range(gt + 1, MAX_ID, budget.cap(count))
+    if not got:
+        return None
+    # Served: the name counts before the entries (so an entry list can end up
+    # empty, as in Redis, when the name alone fills MAXSIZE).
+    budget.open_stream(key)
+    if budget.sized:
+        got = got[:budget.fit(len(render_entry(sid, fv)) for sid, fv in got)]
+    else:
+        got = got[:budget.fit(repeat(0, len(got)))]
+    budget.close_stream(len(got))
+    return entries_reply(got)
+
+
+def _xread_serve(keys: list[bytes], after: list[int], count: int, a: ReadArgs):
     """The closure a blocked XREAD uses: reply when some key has entries past its id."""
     def serve(ctx: Ctx):
         items = []
+        budget = a.budget(ctx.resp3)
         for key, gt in zip(keys, after):
             s = ctx.db.data.get(key)
             if type(s) is not Stream or not s.length or s.last_id <= gt:
                 continue
-            got = s.range(gt + 1, MAX_ID, count)
-            if got:
-                items.append((key, entries_reply(got)))
+            if budget is not None and budget.exhausted():
+                break
+            got = _read_after(key, s, gt, count, budget)
+            if got is not None:
+                items.append((key, got))
         return xread_reply(ctx, items) if items else None
     return serve
 
@@ -879,7 +994,7 @@ def _xread_serve(keys: list[bytes], after: list[int], count: int):
 @command("xread", -4, "readonly blocking", group="stream", since="5.0.0",
          key_finder=lambda argv: _stream_key_positions(argv))
 def xread(ctx: Ctx, argv: list[bytes]):
-    """XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]"""
+    """XREAD [COUNT count] [MAXCOUNT maxcount] [MAXSIZE maxsize] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]"""
     a = parse_read_args(argv, group_cmd=False)
     after: list[int] = []
     streams: list[Stream | None] = []
@@ -898,18 +1013,25 @@ def xread(ctx: Ctx, argv: list[bytes]):
     # Redis looks each key up again to serve it (xreadCommand): INFO counts both.
     ctx.count_lookups_again(streams)
     items = []
+    budget = a.budget(ctx.resp3)
     for key, s, gt in zip(a.keys, streams, after):
         if s is None or not s.length:
             continue
+        if budget is not None and budget.exhausted():
+            break
         if gt == LAST_ENTRY:
             last = s.last_entry()
+            if budget is not None:
+                budget.open_stream(key)
+                budget.take(len(render_entry(*last)) if budget.sized else 0)   # not exhausted: sent
+                budget.close_stream(1)
             items.append((key, [entry_reply(*last)]))
             continue
         if s.last_id <= gt:
             continue
-        got = s.range(gt + 1, MAX_ID, a.count)
-        if got:
-            items.append((key, entries_reply(got)))
+        got = _read_after(key, s, gt, a.count, budget)
+        if got is not None:
+            items.append((key, got))
     if items:
         return xread_reply(ctx, items)
     if a.timeout == -1:
@@ -918,7 +1040,8 @@ def xread(ctx: Ctx, argv: list[bytes]):
     after = [(s.last_id if s is not None else MIN_ID) if gt == LAST_ENTRY else gt
              for s, gt in zip(streams, after)]
     return BlockRequest(list(a.keys), a.timeout,
-                        _xread_serve(list(a.keys), after, a.count or XREAD_BLOCKED_DEFAULT_COUNT),
+                        _xread_serve(list(a.keys), after, a.count or XREAD_BLOCKED_DEFAULT_COUNT,
+                                     a),
                         NULL_ARRAY, "xread")
 
 
@@ -1022,6 +1145,20 @@ def delete_with_policy(s: Stream, ids, policy: bytes, changed: list | None = Non
     return codes
 
 
+def parse_ids_block(argv: list[bytes], i: int, bad: str, mismatch: str,
+                    most: int = (1 << 63) - 1) -> tuple[list[bytes], int]:
+    """The ``numids id [id ...]`` at ``argv[i:]`` (after an IDS): the raw ids and the
+    index after them.  ``bad`` is the error for a numids that is not an integer in
+    1..``most``, ``mismatch`` for one past the arguments (each command has its texts)."""
+    numids = parse_int(argv[i], bad)
+    if not 1 <= numids <= most:
+        raise CommandError(bad)
+    start = i + 1
+    if numids > len(argv) - start:
+        raise CommandError(mismatch)
+    return argv[start:start + numids], start + numids
+
+
 def parse_policy_ids(argv: list[bytes], pos: int) -> tuple[bytes, list[int]]:
     """``[KEEPREF|DELREF|ACKED] IDS numids id [id ...]`` from ``argv[pos:]``, as
     XDELEX and XACKDEL take it.  Returns (policy, ids)."""
@@ -1032,17 +1169,9 @@ def parse_policy_ids(argv: list[bytes], pos: int) -> tuple[bytes, list[int]]:
     while i < n:
         lo = argv[i].lower()
         if lo == b"ids" and i + 1 < n:
-            try:
-                numids = parse_int(argv[i + 1])
-            except CommandError:
-                numids = 0
-            if numids < 1:
-                raise CommandError("ERR Number of IDs must be a positive integer")
-            start = i + 2
-            if numids > n - start:
-                raise CommandError("ERR The `numids` parameter must match the number of arguments")
-            ids = argv[start:start + numids]
-            i = start + numids
+            ids, i = parse_ids_block(argv, i + 1, "ERR Number of IDs must be a positive integer",
+                                     "ERR The `numids` parameter must match the number of "
+                                     "arguments")
         elif policy is None and lo in (TRIM_KEEPREF, TRIM_DELREF, TRIM_ACKED):
             policy = lo
             i += 1

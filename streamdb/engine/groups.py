@@ -5,6 +5,9 @@ Invariants (checked by tests/unit/test_groups.py):
 * every PendingEntry in ``group.pel`` is owned by exactly one consumer, and its
   id is in that consumer's ``pending`` set; a consumer's ``pending`` holds
   nothing else;
+* except a NACKed entry (XNACK): it has no owner (``consumer`` is None), its
+  delivery time is 0 and it is in no consumer's ``pending``; claiming it gives
+  it an owner again;
 * ``pel`` and every ``pending`` are ordered by id (XPENDING ranges, the
   XAUTOCLAIM cursor and history reads walk them in order).
 
@@ -18,21 +21,52 @@ from itertools import repeat
 from .ids import MIN_ID
 from .sortedids import SortedIds
 
-__all__ = ["ConsumerGroup", "Consumer", "PendingEntry", "ENTRIES_READ_INVALID"]
+__all__ = ["ConsumerGroup", "Consumer", "PendingEntry", "ENTRIES_READ_INVALID",
+           "MAX_DELIVERY_COUNT", "next_delivery_count"]
 
 # Redis's SCG_INVALID_ENTRIES_READ: the group's logical read counter is unknown.
 ENTRIES_READ_INVALID = -1
 
+# LLONG_MAX: what XNACK FATAL sets, and where counting deliveries stops (a reply
+# integer cannot hold more).
+MAX_DELIVERY_COUNT = (1 << 63) - 1
+
+
+def next_delivery_count(count: int) -> int:
+    """One more delivery, saturating at MAX_DELIVERY_COUNT (a FATAL-NACKed entry)."""
+    return count + 1 if count < MAX_DELIVERY_COUNT else MAX_DELIVERY_COUNT
+
 
 class PendingEntry:
-    """A delivered, not yet acknowledged entry (Redis's streamNACK)."""
+    """A delivered, not yet acknowledged entry (Redis's streamNACK).
+
+    ``consumer`` is None for an entry released by XNACK: unowned, delivery time 0,
+    claimable by anyone at once."""
 
     __slots__ = ("consumer", "delivery_time", "delivery_count")
 
-    def __init__(self, consumer: "Consumer", delivery_time: int, delivery_count: int = 1) -> None:
+    def __init__(self, consumer: "Consumer | None", delivery_time: int,
+                 delivery_count: int = 1) -> None:
         self.consumer = consumer
         self.delivery_time = delivery_time
         self.delivery_count = delivery_count
+
+    @property
+    def owner_name(self) -> bytes:
+        """The owner's name as XPENDING and XINFO show it: empty when NACKed."""
+        return b"" if self.consumer is None else self.consumer.name
+
+    def idle(self, now_ms: int) -> int:
+        """Milliseconds since the last delivery as replies show it; -1 when NACKed
+        (Redis's XPENDING shows a released entry so)."""
+        if self.consumer is None:
+            return -1
+        return max(now_ms - self.delivery_time, 0)
+
+    def claimable(self, now_ms: int, min_idle: int) -> bool:
+        """Whether a claim asking for ``min_idle`` ms of idleness may take it: a
+        NACKed entry always may."""
+        return self.consumer is None or now_ms - self.delivery_time >= min_idle
 
 
 class Consumer:
@@ -87,7 +121,8 @@ class ConsumerGroup:
             self.pel[sid] = pe
         else:
             if pe.consumer is not consumer:
-                pe.consumer.pending.discard(sid)
+                if pe.consumer is not None:
+                    pe.consumer.pending.discard(sid)
                 pe.consumer = consumer
             pe.delivery_time = now_ms
             pe.delivery_count = count
@@ -115,6 +150,8 @@ class ConsumerGroup:
             if pe is None:
                 continue
             acked += 1
+            if pe.consumer is None:         # NACKed: in no consumer's pending
+                continue
             if pe.consumer is not owner:
                 if mine:
                     owner.pending.pop_many(mine)
@@ -128,8 +165,25 @@ class ConsumerGroup:
         pe = self.pel.pop(sid, None)
         if pe is None:
             return False
-        pe.consumer.pending.discard(sid)
+        if pe.consumer is not None:
+            pe.consumer.pending.discard(sid)
         return True
+
+    def nack(self, sid: int, count: int) -> None:
+        """XNACK of a pending ``sid``: no owner, delivery time 0, ``count`` deliveries."""
+        pe = self.pel[sid]
+        if pe.consumer is not None:
+            pe.consumer.pending.discard(sid)
+            pe.consumer = None
+        pe.delivery_time = 0
+        pe.delivery_count = count
+
+    def add_nacked(self, sid: int, count: int) -> None:
+        """XNACK FORCE of an ``sid`` not pending: a new unowned PEL entry."""
+        self.pel[sid] = PendingEntry(None, 0, count)
+
+    def nacked_count(self) -> int:
+        return sum(1 for _, pe in self.pel.items() if pe.consumer is None)
 
     def pel_range(self, start: int, end: int, count: int, consumer: Consumer | None = None):
         """(id, PendingEntry) pairs with start <= id <= end, ascending, at most ``count``."""

@@ -83,7 +83,10 @@ def _encode_stream(s: Stream, external: list | None, nodes=None) -> dict:
     groups = []
     for g in (s.groups or {}).values():
         consumers = [[c.name, c.seen_time, c.active_time] for c in g.consumers.values()]
-        pel = [[_id(sid), pe.consumer.name, pe.delivery_time, pe.delivery_count]
+        # A NACKed entry's owner is nil (a consumer may be named ""); documents
+        # written before XNACK simply have none, so they load unchanged.
+        pel = [[_id(sid), None if pe.consumer is None else pe.consumer.name,
+                pe.delivery_time, pe.delivery_count]
                for sid, pe in g.pel.items()]
         groups.append([g.name, _id(g.last_id), g.entries_read, consumers, pel])
     if nodes is None:
@@ -234,6 +237,9 @@ def decode_value(raw: bytes, fetch=None):
                 c = g.create_consumer(_bytes(cname), _int(seen))
                 c.active_time = _int(active)
             for sid, owner, dtime, dcount in pel:
+                if owner is None:
+                    g.add_nacked(_sid(sid), _int(dcount))
+                    continue
                 c = g.consumers.get(_bytes(owner))
                 if c is None:
                     raise CodecError("PEL entry owned by an unknown consumer")

@@ -206,7 +206,7 @@ def _stream_metrics(core, out: Exposition, now: float, budget: int) -> None:
                 out.add("streamdb_group_pending", len(group.pel), glabels)
                 if group.pel:
                     oldest = group.pel.peekitem(0)[1]
-                    idle_ms = max(now_ms - oldest.delivery_time, 0)
+                    idle_ms = max(oldest.idle(now_ms), 0)
                     out.add("streamdb_group_oldest_pending_idle_seconds", round(idle_ms / 1000.0, 3), glabels)
                 if group.entries_read != ENTRIES_READ_INVALID:
                     out.add("streamdb_group_entries_read", group.entries_read, glabels)

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from helpers import RedisProcess, ServerProcess
+from helpers import raw_reply as raw
 
 pytestmark = pytest.mark.skipif(not RedisProcess.available(), reason="needs redis-server")
 
@@ -35,16 +36,6 @@ def conns(servers, password=None):
     ours, theirs = servers
     return (redis.Redis(port=ours.port, password=password),
             redis.Redis(port=theirs.port, password=password))
-
-
-def raw(r: redis.Redis, *args):
-    """One command's reply as sent (no redis-py response callback reshaping it)."""
-    conn = r.connection_pool.get_connection()
-    try:
-        conn.send_command(*args)
-        return conn.read_response()
-    finally:
-        r.connection_pool.release(conn)
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,8 @@ times) are masked.  Known, intended differences from 7.0 are tested on their own
 * XINFO CONSUMERS reports "inactive" (Redis 7.2) - covered in test_xinfo.py.
 * A blocked XREADGROUP woken by a change that brings no new entry (XADD + XDEL in
   one MULTI) keeps waiting, as current Redis does; 7.0 replies with an empty list.
-* XREADGROUP ... CLAIM and XACKDEL are newer than 7.0: tested on StreamDB alone.
+* XREADGROUP ... CLAIM/MAXCOUNT/MAXSIZE, XREAD MAXCOUNT/MAXSIZE, XACKDEL and XNACK
+  are newer than 7.0: tested on StreamDB alone, against the Redis documentation.
 * A blocked XREADGROUP whose key is deleted, changes type, loses its group or is
   flushed or swapped away answers what the command answers when run again
   (NOGROUP, WRONGTYPE), as Redis >= 7.2 does; 7.0 answers UNBLOCKED.
@@ -586,17 +587,19 @@ def test_xreadgroup_claim(x):
     x("XGROUP", "CREATE", "s", "g", "0")
     x("XREADGROUP", "GROUP", "g", "a", "COUNT", "2", "STREAMS", "s", ">")
     time.sleep(0.05)
-    # Nothing idle long enough: only new entries, in the 2-element form.
+    # Nothing idle long enough: only new entries, yet in the four-element shape
+    # every entry of a CLAIM read has: idle 0, delivered 0 times before.
     got = x("XREADGROUP", "GROUP", "g", "b", "COUNT", "1", "CLAIM", "100000",
             "STREAMS", "s", ">")
-    assert got == [[b"s", [[b"3-0", [b"f", b"3"]]]]]
+    assert got == [[b"s", [[b"3-0", [b"f", b"3"], 0, 0]]]]
     time.sleep(0.05)
     # Idle entries first (4 elements: id, fields, idle ms, previous deliveries), then new.
     got = x("XREADGROUP", "GROUP", "g", "c", "CLAIM", "20", "STREAMS", "s", ">")
     entries = got[0][1]
     assert [e[0] for e in entries] == [b"1-0", b"2-0", b"3-0", b"4-0"]
-    assert [len(e) for e in entries] == [4, 4, 4, 2]
+    assert [len(e) for e in entries] == [4, 4, 4, 4]
     assert entries[0][2] >= 20 and entries[0][3] == 1
+    assert entries[3][2:] == [0, 0]
     pending = x("XPENDING", "s", "g", "-", "+", "10")
     assert [(p[1], p[3]) for p in pending] == [(b"c", 2), (b"c", 2), (b"c", 2), (b"c", 1)]
     # COUNT covers claimed and new entries together; CLAIM is ignored for history reads.
@@ -630,7 +633,8 @@ def test_blocked_xreadgroup_claim_wakes_for_new_entry(server):
     _wait_blocked(c)
     c.call("XADD", "s", "1-0", "f", "1")
     t.join(5)
-    assert out[0][1][0][1][1] == (b"*", [(b"*", [(b"$", b"1-0"), (b"*", [(b"$", b"f"), (b"$", b"1")])])])
+    assert out[0][1][0][1][1] == (b"*", [(b"*", [(b"$", b"1-0"), (b"*", [(b"$", b"f"), (b"$", b"1")]),
+                                                 (b":", 0), (b":", 0)])])
     c.close()
 
 

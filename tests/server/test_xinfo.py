@@ -7,6 +7,7 @@ The deltas (current Redis fields that 7.0 does not have), each pinned by a test:
   iids-added, iids-duplicates right after recorded-first-entry-id (Redis 8.6).
 * XINFO CONSUMERS: inactive after idle (Redis 7.2).
 * XINFO STREAM FULL consumers: active-time after seen-time (Redis 7.2).
+* XINFO STREAM FULL groups: nacked-count after pel-count (XNACK, Redis 8.8).
 """
 
 from __future__ import annotations
@@ -241,10 +242,17 @@ def test_full_with_groups_is_70_plus_active_time(gpair):
 
 
 def _drop_consumer_active_time(group):
+    """A FULL group without the fields 7.0 lacks: its nacked-count (0 here) and
+    each consumer's active-time."""
     t, items = group
+    keys = [k[1] for k in items[0::2]]
+    assert keys[keys.index(b"pel-count") + 1] == b"nacked-count"
     out = []
     for i in range(0, len(items), 2):
         k, v = items[i], items[i + 1]
+        if k[1] == b"nacked-count":
+            assert v == (b":", 0)
+            continue
         if k[1] == b"consumers":
             for c in v[1]:
                 keys = [kk for kk, _ in as_pairs(c)]
@@ -293,7 +301,7 @@ def test_inprocess_full_group_shape_and_count():
     assert [dict(gr)[b"name"] for gr in groups] == [b"a2", b"g"]       # byte order
     a2, g = (dict(gr) for gr in groups)
     assert [k for k, _ in groups[1]] == [b"name", b"last-delivered-id", b"entries-read", b"lag",
-                                         b"pel-count", b"pending", b"consumers"]
+                                         b"pel-count", b"nacked-count", b"pending", b"consumers"]
     assert a2[b"entries-read"] is None and a2[b"lag"] == 15            # at 0-0, no tombstones
     assert g[b"entries-read"] == 12 and g[b"lag"] == 3
     assert g[b"pel-count"] == 12 and len(g[b"pending"]) == 10         # COUNT default 10

@@ -1,7 +1,7 @@
 """Effects are the whole truth: replaying them into a fresh engine gives the same state.
 
-A long random workload (every write command we have, blocking reads that XADD serves,
-MULTI/EXEC, several databases) runs in-process against a Core; every effect batch the
+A long random workload (every write command we have, XNACK and capped or CLAIM
+reads among them, blocking reads that XADD serves, MULTI/EXEC, several databases) runs in-process against a Core; every effect batch the
 core emits is recorded.  Replaying the batches through a replay client (the path the
 AOF loader and replicas use) into a fresh Core must give an equal DEBUG DIGEST.
 """
@@ -44,7 +44,7 @@ def random_workload(core: Core, clock: FakeClock, rng: random.Random, steps: int
         g = rng.choice(groups)
         who = rng.choice(consumers)
         some_id = rng.choice(seen_ids)
-        op = rng.randrange(22)
+        op = rng.randrange(24)
         if op < 6:
             fields = ["f", rng.randrange(100)] if rng.random() < 0.7 else ["x", 1, "y", rng.randrange(9)]
             trim = []
@@ -63,8 +63,17 @@ def random_workload(core: Core, clock: FakeClock, rng: random.Random, steps: int
         elif op in (9, 10) and "xreadgroup" in have:
             block = ["BLOCK", rng.choice([0, 50])] if rng.random() < 0.3 else []
             noack = ["NOACK"] if rng.random() < 0.1 else []
-            run(c, "XREADGROUP", "GROUP", g, who, "COUNT", rng.randrange(1, 5), *block, *noack,
-                "STREAMS", k, rng.choice([">", ">", "0"]))
+            claim = ["CLAIM", rng.choice([0, 100, 5000])] if rng.random() < 0.3 else []
+            caps = []
+            if rng.random() < 0.3:
+                caps += ["MAXCOUNT", rng.randrange(1, 4)]
+            if rng.random() < 0.3:
+                caps += ["MAXSIZE", rng.choice([1, 40, 120])]
+            other = rng.choice(keys)
+            streams = [k, other] if other != k and rng.random() < 0.3 else [k]
+            run(c, "XREADGROUP", "GROUP", g, who, "COUNT", rng.randrange(1, 5), *caps, *block,
+                *noack, *claim, "STREAMS", *streams,
+                *[rng.choice([">", ">", "0"]) for _ in streams])
         elif op == 11 and "xack" in have:
             run(c, "XACK", k, g, some_id)
         elif op == 12 and "xclaim" in have:
@@ -99,6 +108,13 @@ def random_workload(core: Core, clock: FakeClock, rng: random.Random, steps: int
             run(c, "XSETID", k, "+" if False else rng.choice(seen_ids))
         elif op == 21 and "xdelex" in have:
             run(c, "XDELEX", k, rng.choice(["KEEPREF", "DELREF", "ACKED"]), "IDS", 1, some_id)
+        elif op in (22, 23) and "xnack" in have:
+            ids = rng.sample(seen_ids, min(len(seen_ids), rng.randrange(1, 4)))
+            opts = ["RETRYCOUNT", rng.randrange(0, 4)] if rng.random() < 0.3 else []
+            if rng.random() < 0.3:
+                opts.append("FORCE")
+            run(c, "XNACK", k, g, rng.choice(["SILENT", "FAIL", "FATAL"]), "IDS", len(ids),
+                *ids, *opts)
 
 
 @pytest.mark.parametrize("seed", range(6))

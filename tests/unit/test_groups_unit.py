@@ -38,11 +38,16 @@ def check_invariants(g: ConsumerGroup) -> None:
             assert sid not in owned, "an id is pending for two consumers"
             owned[sid] = c
     assert list(g.pel.keys()) == sorted(g.pel.keys())
-    assert set(owned) == set(g.pel.keys())
+    nacked = {sid for sid, pe in g.pel.items() if pe.consumer is None}
+    assert set(owned) | nacked == set(g.pel.keys()) and not set(owned) & nacked
+    assert g.nacked_count() == len(nacked)
     for sid, pe in g.pel.items():
+        assert pe.delivery_count >= 0
+        if pe.consumer is None:         # NACKed: unowned, delivery time 0
+            assert pe.delivery_time == 0 and pe.owner_name == b""
+            continue
         assert owned[sid] is pe.consumer
         assert g.consumers.get(pe.consumer.name) is pe.consumer
-        assert pe.delivery_count >= 0
 
 
 NAMES = st.sampled_from([b"a", b"b", b"c", b"d"])
@@ -104,6 +109,15 @@ class PelMachine(RuleBasedStateMachine):
     def create_consumer(self, name):
         self._consumer(name)
 
+    @rule(sid=IDS, count=st.integers(0, 5))
+    def nack(self, sid, count):
+        """XNACK: a pending entry loses its owner; FORCE adds an unowned one."""
+        if sid in self.g.pel:
+            self.g.nack(sid, count)
+        else:
+            self.g.add_nacked(sid, count)
+        self.model[sid] = (None, 0, count)
+
     @rule(start=IDS, end=IDS, count=st.integers(0, 10), name=st.none() | NAMES)
     def pel_range(self, start, end, count, name):
         c = self.g.consumer(name) if name is not None else None
@@ -120,7 +134,8 @@ class PelMachine(RuleBasedStateMachine):
         assert set(self.g.pel) == set(self.model)
         for sid, (owner, when, count) in self.model.items():
             pe = self.g.pel[sid]
-            assert (pe.consumer.name, pe.delivery_time, pe.delivery_count) == (owner, when, count)
+            name = None if pe.consumer is None else pe.consumer.name
+            assert (name, pe.delivery_time, pe.delivery_count) == (owner, when, count)
 
 
 TestPelMachine = PelMachine.TestCase
@@ -163,7 +178,7 @@ def group_state(core: Core, key=b"s", group=b"g"):
     s = core.keyspace[0].data[key]
     g = s.groups[group]
     return (g.last_id, g.entries_read, sorted(g.consumers),
-            [(sid, pe.consumer.name, pe.delivery_time, pe.delivery_count) for sid, pe in g.pel.items()])
+            [(sid, pe.owner_name, pe.delivery_time, pe.delivery_count) for sid, pe in g.pel.items()])
 
 
 # ---------------------------------------------------------------------------
@@ -293,15 +308,64 @@ def test_xreadgroup_claim_effects_and_reply():
     e.clock.t += 1
     e.effects()
     got = e.run("XREADGROUP", "GROUP", "g", "c", "CLAIM", "500", "STREAMS", "s", ">")
-    # longest idle first, with idle ms and the previous delivery count; then new entries
+    # longest idle first, with idle ms and the previous delivery count; then new
+    # entries, in the same four-element shape (idle 0, delivered 0 times before)
     assert encode_reply(got, False) == encode_reply(
         [[b"s", [[b"1-0", [b"f", b"1"], 2000, 1], [b"2-0", [b"f", b"2"], 1000, 1],
-                 [b"3-0", [b"f", b"3"]]]]], False)
+                 [b"3-0", [b"f", b"3"], 0, 0]]]], False)
     st_ = group_state(e.core)
     assert [(p[1], p[3]) for p in st_[3]] == [(b"c", 2), (b"c", 2), (b"c", 1)]
     assert st_[0] == 3 << 64
     fresh = e.replay_into_fresh()
     assert group_state(fresh) == group_state(e.core)
+
+
+def test_xnack_is_recorded_as_called_and_replays_exactly():
+    # Redis's xnackCommand neither rewrites nor replaces itself: the call is what
+    # goes to the AOF and the replicas, and only when it released something.
+    e = Env()
+    for i in range(1, 5):
+        e.run("XADD", "s", f"{i}-0", "f", str(i))
+    e.run("XGROUP", "CREATE", "s", "g", "0")
+    e.run("XREADGROUP", "GROUP", "g", "a", "COUNT", "3", "STREAMS", "s", ">")
+    e.effects()
+    assert e.run("XNACK", "s", "g", "SILENT", "IDS", "3", "1-0", "2-0", "9-0") == 2
+    assert e.effects() == [[b"XNACK", b"s", b"g", b"SILENT", b"IDS", b"3", b"1-0", b"2-0",
+                            b"9-0"]]
+    assert e.run("XNACK", "s", "g", "FATAL", "IDS", "2", "3-0", "4-0", "FORCE") == 2
+    assert e.effects() == [[b"XNACK", b"s", b"g", b"FATAL", b"IDS", b"2", b"3-0", b"4-0",
+                            b"FORCE"]]
+    assert e.run("XNACK", "s", "g", "FAIL", "IDS", "1", "9-0", "FORCE") == 0
+    assert e.effects() == []
+    pel = group_state(e.core)[3]
+    assert [(p[1], p[2]) for p in pel] == [(b"", 0)] * 4
+    # A claim of a NACKed entry counts one more delivery, saturating at the max.
+    e.run("XCLAIM", "s", "g", "b", "999999", "4-0")
+    assert group_state(e.core)[3][3][1:] == (b"b", e.core.now_ms(), (1 << 63) - 1)
+    fresh = e.replay_into_fresh()
+    assert group_state(fresh) == group_state(e.core)
+    assert digest_keyspace(fresh) == digest_keyspace(e.core)
+
+
+def test_entries_left_out_by_maxcount_or_maxsize_have_no_effect():
+    e = Env()
+    for i in range(1, 4):
+        e.run("XADD", "s", f"{i}-0", "f", "x" * 20)
+    e.run("XGROUP", "CREATE", "s", "g", "0")
+    e.run("XGROUP", "CREATECONSUMER", "s", "g", "a")
+    e.effects()
+    t = b"%d" % e.core.now_ms()
+    e.run("XREADGROUP", "GROUP", "g", "a", "MAXSIZE", "1", "STREAMS", "s", ">")
+    assert e.effects() == [
+        [b"XCLAIM", b"s", b"g", b"a", b"0", b"1-0", b"TIME", t, b"RETRYCOUNT", b"1",
+         b"FORCE", b"JUSTID", b"LASTID", b"1-0"],
+        [b"XGROUP", b"SETID", b"s", b"g", b"1-0", b"ENTRIESREAD", b"1"]]
+    e.run("XREADGROUP", "GROUP", "g", "a", "MAXCOUNT", "1", "STREAMS", "s", ">")
+    assert [a[5] for a in e.effects() if a[0] == b"XCLAIM"] == [b"2-0"]
+    assert group_state(e.core)[:2] == (2 << 64, 2)
+    # MAXCOUNT on a history read: only the first pending entry is delivered again.
+    e.run("XREADGROUP", "GROUP", "g", "a", "MAXCOUNT", "1", "STREAMS", "s", "0")
+    assert [a[5] for a in e.effects()] == [b"1-0"]
 
 
 # ---------------------------------------------------------------------------
