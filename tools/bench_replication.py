@@ -3,13 +3,15 @@
 primary + replica, side by side.
 
     .venv/bin/python tools/bench_replication.py [--quick] [--only NAME[,NAME...]]
+        [--entries N] [--rounds N] [--write [--docs-root DIR]]
 
 Workloads (names for --only), the targets of the replication issue:
 
   apply     the primary at its max XADD rate (redis-benchmark -c 50 -P 16); a probe
             XADDs a timestamped entry every 10 ms and measures how long the entry
             takes to be readable on the replica (XREAD BLOCK there) after the
-            primary acknowledged it: p99 of that lag        p99 <= 50 ms (absolute)
+            primary acknowledged it: p99 of that lag; median of --rounds
+            alternating rounds, a fresh pair each         p99 <= 50 ms (absolute)
   partial   a 2 s link drop under a steady write load, through a loopback relay
             that cuts the link and refuses it for 2 s: bytes the relay carried to
             the replica after the PSYNC reply, over the bytes the replica had
@@ -20,7 +22,9 @@ Workloads (names for --only), the targets of the replication issue:
             also the longest PING round trip on the primary meanwhile  <= 2x Redis
 
 Redis runs with repl-diskless-sync-delay 0 (its default 5 s wait for more
-replicas would only add a constant).  Timings are never asserted.
+replicas would only add a constant).  ``--write`` replaces the
+``bench_replication.py`` section of docs/PERFORMANCE.md with the table (see
+tools/bench.py).  Timings are never asserted.
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import (REDIS_SERVER, Conn, Row, free_port, preload, print_table,  # noqa: E402
-                   progress, redis_benchmark, resp)
+from bench import (PERFORMANCE_MD, REDIS_SERVER, Conn, Row, RunRecord,  # noqa: E402
+                   add_write_options, alternate, free_port, measured, planned_writes, preload,
+                   progress, redis_benchmark, resp, results_table)
 from bench_persistence import Proc, pinger  # noqa: E402
 
 KINDS = ("redis", "streamdb")
@@ -101,30 +106,34 @@ def _probe_lag(p: Proc, r: Proc, stop: threading.Event, lags: list) -> None:
         rc.close()
 
 
+def _apply_once(kind: str, cfg) -> dict:
+    """A fresh primary + replica; the primary's top XADD rate and the replica's lag meanwhile."""
+    p, r = start_pair(kind, cfg)
+    try:
+        stop, lags = threading.Event(), []
+        t = threading.Thread(target=_probe_lag, args=(p, r, stop, lags))
+        t.start()
+        bench = redis_benchmark(p.port, 50, cfg.n_apply, 16, "XADD", "bench", "*", "f", "v")
+        stop.set()
+        t.join(30)
+        wait_caught_up(p, r)
+        lags.sort()
+        return {"rps": bench["rps"], "p99": lags[int(len(lags) * 0.99)] if lags else float("nan"),
+                "samples": len(lags),
+                "same": p.call(b"DEBUG", b"DIGEST") == r.call(b"DEBUG", b"DIGEST")}
+    finally:
+        stop_all(r, p)
+
+
 def w_apply(cfg) -> list[Row]:
-    res = {}
-    for kind in KINDS:
-        progress(f"apply: {kind}")
-        p, r = start_pair(kind, cfg)
-        try:
-            stop, lags = threading.Event(), []
-            t = threading.Thread(target=_probe_lag, args=(p, r, stop, lags))
-            t.start()
-            bench = redis_benchmark(p.port, 50, cfg.n_apply, 16, "XADD", "bench", "*", "f", "v")
-            stop.set()
-            t.join(30)
-            wait_caught_up(p, r)
-            lags.sort()
-            res[kind] = {"rps": bench["rps"], "p99": lags[int(len(lags) * 0.99)] if lags else None,
-                         "samples": len(lags), "same": p.call(b"DEBUG", b"DIGEST") ==
-                         r.call(b"DEBUG", b"DIGEST")}
-        finally:
-            stop_all(r, p)
-    note = f"{res['streamdb']['samples']} samples; digests equal: {res['streamdb']['same']}"
-    return [Row("primary XADD rate (P16)", "req/s", res["redis"]["rps"], res["streamdb"]["rps"],
-                "info", None),
-            Row("replica lag p99 at that rate", "ms", res["redis"]["p99"], res["streamdb"]["p99"],
-                "abs<=", (50, float("inf")), note)]
+    res = alternate({kind: kind for kind in KINDS}, cfg.rounds, "apply",
+                    lambda kind: _apply_once(kind, cfg))
+    sdb = res["streamdb"]
+    note = (f"{sum(x['samples'] for x in sdb)} samples; digests equal: "
+            f"{all(x['same'] for x in sdb)}")
+    return [measured("primary XADD rate (P16)", "req/s", res, "rps", "info", None),
+            measured("replica lag p99 at that rate", "ms", res, "p99", "abs<=",
+                     (50, float("inf")), note)]
 
 
 # -- partial: a 2 s link drop -----------------------------------------------------------
@@ -298,12 +307,17 @@ WORKLOADS = {"apply": w_apply, "partial": w_partial, "fullsync": w_fullsync}
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small N, about a minute")
     ap.add_argument("--only", default="", help="comma-separated: " + ",".join(WORKLOADS))
     ap.add_argument("--entries", type=int, default=0, help="fullsync entries (default 1M)")
-    ap.add_argument("--rounds", type=int, default=3, help="fullsync: syncs per server (median)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="apply: runs per server, fullsync: syncs per server (median)")
+    add_write_options(ap, "the bench_replication.py section of docs/PERFORMANCE.md")
     args = ap.parse_args(argv)
+    writes = planned_writes(ap, args, {"bench_replication.py": PERFORMANCE_MD})
+    record = RunRecord("bench_replication.py", argv)
     if not os.path.exists(REDIS_SERVER):
         print(f"needs {REDIS_SERVER}", file=sys.stderr)
         return 2
@@ -319,9 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             rows.extend(WORKLOADS[name](cfg))
     progress(f"done in {time.monotonic() - t0:.0f} s", done=True)
-    print(f"StreamDB replication vs redis-server 7.0, {'--quick' if args.quick else 'full'} run, "
-          f"{os.cpu_count()} CPUs")
-    print_table(rows)
+    record.publish(writes, f"median of {cfg.rounds} round(s) per server", results_table(rows))
     return 0
 
 

@@ -4,6 +4,7 @@
     .venv/bin/python tools/bench_spark.py [--entries 2000000] [--repeat 3] [--quick]
         [--master local[2]] [--partitions P] [--batch B] [--rate 100000] [--stream-seconds 300]
         [--no-streaming] [--url redis://HOST:PORT]   (default: a fresh StreamDB on a free port)
+        [--write [--docs-root DIR]]
 
 Measures, on the same data (N entries of ``sensor <id> temperature <t> site <s>``):
 
@@ -22,10 +23,14 @@ Measures, on the same data (N entries of ``sensor <id> temperature <t> site <s>`
 
 Every batch measure runs --repeat times; the table shows the median and the
 range.  A second table splits the CPU of the median run per entry: the server,
-Spark's JVM, the Python workers, this driver.  Session start-up and Python
-worker start are warmed up and not timed.  Timings are printed, never
+Spark's JVM, the Python workers, this driver.  A last table holds the targets:
+the sink with IDMP (exactly once) >= 100k entries/s, the Spark read >= 2x the
+loop and >= 200k entries/s, the streaming lag bounded.  Session start-up and
+Python worker start are warmed up and not timed.  Timings are printed, never
 asserted; they depend on the machine and its load (the load average is printed).
-``--quick``: 200k entries, one run, 45 s of streaming.
+``--quick``: 200k entries, one run, 45 s of streaming.  ``--write`` replaces the
+``bench_spark.py`` section of docs/PERFORMANCE.md with the tables (see
+tools/bench.py).
 """
 
 from __future__ import annotations
@@ -45,10 +50,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
 
+from bench import (PERFORMANCE_MD, RunRecord, add_write_options, markdown_table,  # noqa: E402
+                   planned_writes)
 from streamdb.spark.common import (RespConnection, connect, encode_command,  # noqa: E402
                                    parse_id, stream_state)
-from streamdb.spark.session import local_session, print_table  # noqa: E402
+from streamdb.spark.session import local_session  # noqa: E402
 
 
 def free_port() -> int:
@@ -380,7 +388,29 @@ def run_batch_measures(measure, reader, url, key, tmp, client, spark, a) -> None
     src.unpersist()
 
 
+def targets_table(rates: dict, lag: dict | None) -> str:
+    """The targets, PASS/FAIL: the sink with IDMP, the Spark read against the loop, the
+    streaming lag."""
+    def rate(prefix: str) -> float | None:
+        return next((r for label, r in rates.items() if label.startswith(prefix)), None)
+
+    def verdict(ok: bool | None) -> str:
+        return "n/a" if ok is None else "PASS" if ok else "FAIL"
+    sink, read, loop = rate("sink, XADD IDMP"), rate("read + count"), rate("export to Parquet, redis-py")
+    body = [["sink, XADD IDMP (exactly once)", "-" if sink is None else f"{sink:,.0f} entries/s",
+             ">= 100,000 entries/s", verdict(None if sink is None else sink >= 100_000)]]
+    read_ok = None if read is None or loop is None else read >= 2 * loop and read >= 200_000
+    body.append(["read + count, Spark", "-" if read_ok is None else
+                 f"{read:,.0f} entries/s, {read / loop:.2f}x the loop",
+                 ">= 2x the redis-py loop and >= 200,000 entries/s", verdict(read_ok)])
+    if lag:
+        body.append(["streaming lag", f"{lag['slope']:+.0f} ms/min", "bounded",
+                     verdict(not lag["grows"])])
+    return markdown_table(["measure", "measured", "target", "result"], body)
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
@@ -396,7 +426,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-streaming", action="store_true")
     ap.add_argument("--no-batch", action="store_true", help="the streaming row only")
     ap.add_argument("--url", help="an existing server (its keys bench:* are overwritten)")
+    add_write_options(ap, "the bench_spark.py section of docs/PERFORMANCE.md")
     a = ap.parse_args(argv)
+    writes = planned_writes(ap, a, {"bench_spark.py": PERFORMANCE_MD})
+    record = RunRecord("bench_spark.py", argv)
     if a.quick:
         a.entries = min(a.entries, 200_000)
         a.repeat = 1
@@ -417,7 +450,6 @@ def main(argv=None) -> int:
         load(client, key, 1 if a.no_batch else a.entries)
         print(f"loaded {1 if a.no_batch else a.entries} entries in {time.perf_counter() - t0:.1f}s",
               file=sys.stderr)
-        load_before = os.getloadavg()
 
         spark = local_session(a.master, "streamdb-bench")
         meter = CpuMeter(proc.pid if proc else None, _jvm_pid(spark))
@@ -432,6 +464,7 @@ def main(argv=None) -> int:
             .option("stream", "bench:warm").mode("append").save()
         client.delete("bench:warm")
         rows, cpu_rows = [], []
+        rates = {}          # label -> entries/s of the median run
         plain = None
 
         def measure(label, run, count=None):
@@ -450,6 +483,7 @@ def main(argv=None) -> int:
             if plain is None:
                 plain = dt
             spread = f"{runs[0][0]:.2f}-{runs[-1][0]:.2f}" if len(runs) > 1 else ""
+            rates[label] = n / dt
             rows.append([label, n, f"{dt:.2f}", spread, f"{n / dt:,.0f}",
                          f"{plain / dt:.2f}" if "sink" not in label else ""])
             us = lambda k: f"{cpu[k] / n * 1e6:.2f}" if k in cpu else "-"  # noqa: E731
@@ -467,34 +501,39 @@ def main(argv=None) -> int:
             ceiling = producer_alone(url, client, min(10.0, a.stream_seconds / 3), retain)
             lag = streaming_lag(spark, url, client, min(a.rate, ceiling), a.stream_seconds, retain,
                                 window, tmp, max(1, a.partitions // 2), meter)
-        print(f"StreamDB Spark data source, {a.entries} entries, {os.cpu_count()} CPUs, "
-              f"median of {a.repeat}; load average before {load_before[0]:.2f}, "
-              f"after the batch measures {load_after[0]:.2f}")
+        parts = []
         if rows:
-            print_table(["measure", "entries", "seconds", "range", "entries/s", "vs redis-py loop"], rows)
-            print()
-            print("CPU per entry (microseconds) in the median run; 'cores' = CPU seconds / wall seconds")
-            print_table(["measure", "server", "Spark JVM", "Python workers", "driver", "cores"], cpu_rows)
+            parts += [markdown_table(["measure", "entries", "seconds", "range", "entries/s",
+                                      "vs redis-py loop"], [[str(c) for c in r] for r in rows]),
+                      "CPU per entry (microseconds) in the median run; 'cores' = CPU seconds / "
+                      "wall seconds:",
+                      markdown_table(["measure", "server", "Spark JVM", "Python workers", "driver",
+                                      "cores"], cpu_rows)]
         if lag:
-            print()
-            print(f"streaming: the producer alone (unpaced, nothing else running) reaches {ceiling:,.0f} "
-                  f"entries/s; paced at {min(a.rate, ceiling):,.0f}/s (asked: {a.rate:,.0f}/s) for "
-                  f"{lag['elapsed']:.0f} s (XADD MAXLEN ~ {retain}), readStream -> noop, "
-                  f"{lag['batches']} micro-batches")
             f, l_ = lag["first"], lag["last"]
-            print_table(["window", "produced/s", "read/s", "lag median ms", "lag max ms"],
-                        [[f"first {window:.0f} s", f"{f['produced']:,.0f}", f"{f['read']:,.0f}",
-                          f"{f['median']:.0f}", f"{f['max']:.0f}"],
-                         [f"last {window:.0f} s", f"{l_['produced']:,.0f}", f"{l_['read']:,.0f}",
-                          f"{l_['median']:.0f}", f"{l_['max']:.0f}"]])
-            print(f"lag trend {lag['slope']:+.0f} ms/min: {'GROWS' if lag['grows'] else 'bounded'}")
-            us, cores = lag["cpu_us"], lag["cores"]
-            print("CPU per entry produced (us) / cores: " + ", ".join(
-                f"{k} {us[k]:.2f} / {cores[k]:.2f}" for k in ("server", "jvm", "workers", "producer", "driver")
-                if k in us))
-            if f["produced"] < 0.95 * min(a.rate, ceiling):
-                print(f"note: with the query running the producer reached {f['produced']:,.0f}/s, "
-                      f"below the {min(a.rate, ceiling):,.0f}/s it was paced at")
+            paced = min(a.rate, ceiling)
+            parts += [f"Streaming: the producer alone (unpaced, nothing else running) reaches "
+                      f"{ceiling:,.0f} entries/s; paced at {paced:,.0f}/s (asked: {a.rate:,.0f}/s) for "
+                      f"{lag['elapsed']:.0f} s (XADD MAXLEN ~ {retain}), readStream -> noop, "
+                      f"{lag['batches']} micro-batches:",
+                      markdown_table(["window", "produced/s", "read/s", "lag median ms", "lag max ms"],
+                                     [[f"first {window:.0f} s", f"{f['produced']:,.0f}",
+                                       f"{f['read']:,.0f}", f"{f['median']:.0f}", f"{f['max']:.0f}"],
+                                      [f"last {window:.0f} s", f"{l_['produced']:,.0f}",
+                                       f"{l_['read']:,.0f}", f"{l_['median']:.0f}",
+                                       f"{l_['max']:.0f}"]]),
+                      f"lag trend {lag['slope']:+.0f} ms/min: "
+                      f"{'GROWS' if lag['grows'] else 'bounded'}; CPU per entry produced (us) / cores: "
+                      + ", ".join(f"{k} {lag['cpu_us'][k]:.2f} / {lag['cores'][k]:.2f}"
+                                  for k in ("server", "jvm", "workers", "producer", "driver")
+                                  if k in lag["cpu_us"])]
+            if f["produced"] < 0.95 * paced:
+                parts.append(f"Note: with the query running the producer reached "
+                             f"{f['produced']:,.0f}/s, below the {paced:,.0f}/s it was paced at.")
+        parts.append(targets_table(rates, lag))
+        record.publish(writes, f"{a.entries:,} entries, {a.master}, {a.partitions} partitions "
+                               f"per stream, median of {a.repeat} run(s); load average "
+                               f"{load_after[0]:.2f} after the batch measures", *parts)
         spark.stop()
         client.close()
     finally:
