@@ -85,6 +85,13 @@ def _parse_save(text: str) -> str:
     return " ".join(parts)
 
 
+def _parse_version(text: str) -> str:
+    parts = text.split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise ConfigError("argument must be a version: <major>.<minor>.<patch>")
+    return text
+
+
 def _render_bool(v: bool) -> str:
     return "yes" if v else "no"
 
@@ -178,6 +185,8 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("aclfile", "", _S, "ACL file of users (Redis's format: user <name> <rules>...), loaded at start-up and by ACL LOAD, written by ACL SAVE.", False),
     _d("acllog-max-len", "128", _parse_int(0, 2**63 - 1), "Most entries the ACL LOG keeps."),
     _d("hz", "10", _parse_int(1, 500), "Frequency of background tasks (active expiry, timeouts)."),
+    _d("redis-version-compat", "8.10.0", _parse_version,
+       "Redis version INFO (redis_version) and HELLO (version) report: the newest Redis whose stream commands StreamDB implements in full. Set another for tools that expect it; streamdb_version always tells StreamDB's own."),
     # -- limits
     _d("proto-max-bulk-len", "536870912", _parse_mem(1024 * 1024), "Largest bulk string a client may send.", True),
     _d("client-query-buffer-limit", "1073741824", _parse_mem(1024 * 1024), "Largest query buffer of one client."),

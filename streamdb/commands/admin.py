@@ -464,7 +464,7 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
     mem = used_memory(core)
     sections: dict[str, list[tuple[str, object]]] = {}
     sections["server"] = [
-        ("redis_version", "7.0.15"), ("streamdb_version", __version__),
+        ("redis_version", cfg["redis-version-compat"]), ("streamdb_version", __version__),
         ("redis_git_sha1", "00000000"), ("redis_git_dirty", 0), ("redis_build_id", "streamdb"),
         ("redis_mode", "standalone"), ("os", f"{platform.system()} {platform.release()} {platform.machine()}"),
         ("arch_bits", 64), ("multiplexing_api", "epoll"), ("atomicvar_api", "python"),
@@ -544,15 +544,21 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
     for db in core.keyspace.dbs:
         if db.data:
             ks.append((f"db{db.index}", f"keys={len(db.data)},expires={len(db.expires)},avg_ttl=0"))
+    # A single node: clients and harnesses read cluster_enabled to choose their mode.
+    sections["cluster"] = [("cluster_enabled", 0)]
     sections["keyspace"] = ks
     from .observe import latencystats_fields
     sections["latencystats"] = latencystats_fields(core) if cfg["latency-tracking"] else []
     return sections
 
 
-_DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication",
-                     "cpu", "modules", "errorstats", "keyspace"]
-_ALL_SECTIONS = _DEFAULT_SECTIONS[:-1] + ["commandstats", "latencystats", "keyspace"]
+# Redis's sections, in the order Redis prints them whatever order they are asked in.
+# Redis 8's threads, keysizes and hotkeys sections describe things StreamDB does not
+# have (I/O threads, non-stream types, hot-key sampling) and are not reported.
+_SECTION_ORDER = ["server", "clients", "memory", "persistence", "stats", "replication", "cpu",
+                  "modules", "commandstats", "errorstats", "latencystats", "cluster", "keyspace"]
+_DEFAULT_SECTIONS = [s for s in _SECTION_ORDER if s not in ("commandstats", "latencystats")]
+_ALL_SECTIONS = _SECTION_ORDER
 
 
 _SECTION_TITLES = {"cpu": "CPU"}
@@ -579,8 +585,9 @@ def info(ctx: Ctx, argv):
             names.append(w)
     sections = info_sections(ctx)
     parts = []
-    for name in dict.fromkeys(names):
-        if name not in sections:
+    wanted_names = set(names)
+    for name in _SECTION_ORDER:
+        if name not in wanted_names:
             continue
         lines = [f"# {_SECTION_TITLES.get(name, name.capitalize())}"]
         lines += [f"{k}:{v}" for k, v in sections[name]]

@@ -71,7 +71,7 @@ def auth(ctx: Ctx, argv):
 def hello_map(ctx: Ctx) -> Map:
     return Map([
         ("server", b"redis"),
-        ("version", b"7.0.15"),
+        ("version", ctx.config["redis-version-compat"].encode()),
         ("proto", ctx.client.resp),
         ("id", ctx.client.id),
         ("mode", b"standalone"),
