@@ -8,7 +8,7 @@ import sys
 import time
 
 from .. import __version__, log
-from ..config import ConfigError, DIRECTIVES
+from ..config import ConfigError, directive
 from ..engine import Stream
 from ..protocol.reply import OK, CommandError, Map, RSet, Status, Verbatim
 from ..security.enforce import refresh_clients
@@ -49,7 +49,7 @@ def config_set(ctx: Ctx, argv):
         raise CommandError(f"ERR CONFIG SET failed (possibly related to argument '{names[0]}') - duplicate parameter")
     old = dict(ctx.config.values)
     for name, raw in pairs:
-        d = DIRECTIVES.get(name)
+        d = directive(name)
         if d is None:
             ctx.config.values.update(old)
             raise CommandError(f"ERR Unknown option or number of arguments for CONFIG SET - '{name}'")
@@ -63,7 +63,7 @@ def config_set(ctx: Ctx, argv):
         refresh_clients(ctx.core)
     hook = ctx.core.extra.get("config_changed")
     if hook is not None:
-        hook([n for n, _ in pairs])
+        hook([directive(n).name for n, _ in pairs])
     return OK
 
 
