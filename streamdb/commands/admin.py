@@ -360,6 +360,15 @@ def command_info(spec: CommandSpec) -> list:
     ]
 
 
+def _spec_named(name: str) -> CommandSpec | None:
+    """The spec of "xadd" or of a subcommand named as "xgroup|create"."""
+    parent, _, sub = name.partition("|")
+    spec = COMMANDS.get(parent)
+    if spec is None or not sub:
+        return spec
+    return spec.subcommands.get(sub)
+
+
 def command_docs(spec: CommandSpec) -> Map:
     """COMMAND DOCS of one command (or subcommand), in Redis's field order: the texts of
     docs.DOCS, ``since`` from the table, arguments from the handler's grammar."""
@@ -434,12 +443,12 @@ def command_(ctx: Ctx, argv):
             return [n.encode() for n in COMMANDS if rx.match(n.encode())]
         raise syntax_error()
     if sub == b"info":
-        names = argv[2:] or [n.encode() for n in COMMANDS]
-        return [command_info(COMMANDS[n.decode("latin-1").lower()])
-                if n.decode("latin-1").lower() in COMMANDS else None for n in names]
+        names = [n.decode("latin-1").lower() for n in argv[2:]] or list(COMMANDS)
+        return [None if spec is None else command_info(spec) for spec in map(_spec_named, names)]
     if sub == b"docs":
         names = [n.decode("latin-1").lower() for n in argv[2:]] or list(COMMANDS)
-        return Map([(n.encode(), command_docs(COMMANDS[n])) for n in names if n in COMMANDS])
+        return Map([(n.encode(), command_docs(spec)) for n, spec in zip(names, map(_spec_named, names))
+                    if spec is not None])
     if sub == b"getkeys" and len(argv) >= 3:
         from . import registry
         spec = registry.lookup(argv[2:])

@@ -124,3 +124,21 @@ def test_arguments_of_a_command_read_from_its_grammar(server):
         {b"name": b"min-idle-time", b"type": b"integer"}, {b"name": b"start", b"type": b"string"},
         {b"name": b"count", b"type": b"integer", b"token": b"COUNT", b"flags": [b"optional"]},
         {b"name": b"justid", b"type": b"pure-token", b"token": b"JUSTID", b"flags": [b"optional"]}]
+
+
+def test_info_and_docs_of_a_subcommand_by_its_full_name(server, redis_server):
+    replies = []
+    for port in (server.port, redis_server.port):
+        c = RawClient(port)
+        try:
+            replies.append([c.call("COMMAND", "INFO", "xgroup|create", "xgroup|nosuch"),
+                            plain(c.call("COMMAND", "DOCS", "xgroup|create"))])
+        finally:
+            c.close()
+    ours, theirs = replies
+    mine, ref = ours[0][1][0][1], theirs[0][1][0][1]
+    assert mine[:2] + mine[3:6] == ref[:2] + ref[3:6]          # name, arity, key positions
+    assert sorted(plain(mine[2])) == sorted(plain(ref[2]))     # flags (their order is Redis's)
+    assert ours[0][1][1] == theirs[0][1][1] == (b"$", None)
+    assert ours[1][0] == theirs[1][0] == b"xgroup|create"
+    assert ours[1][1][:10] == theirs[1][1][:10]                # summary ... history
