@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Callable
 
-__all__ = ["Config", "ConfigError", "DIRECTIVES", "Directive", "parse_memory"]
+__all__ = ["ALIASES", "Config", "ConfigError", "DIRECTIVES", "Directive", "directive", "parse_memory"]
 
 
 class ConfigError(ValueError):
@@ -57,6 +57,42 @@ def _parse_int(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
+def _parse_clamped(lo: int, hi: int) -> Callable[[str], int]:
+    """An integer Redis takes whatever its size and brings within [lo, hi] (hz)."""
+    parse_any = _parse_int(-2**63, 2**63 - 1)
+
+    def parse(text: str) -> int:
+        return min(max(parse_any(text), lo), hi)
+    return parse
+
+
+def _parse_percentiles(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(p) for p in text.split())
+    except ValueError:
+        raise ConfigError("latency-tracking-info-percentiles must be a list of numbers") from None
+    if any(not 0.0 <= p <= 100.0 for p in values):
+        raise ConfigError("latency-tracking-info-percentiles parameters should sit between [0.0,100.0]")
+    return values
+
+
+_EVENT_CLASSES = "g$lshzxetd"     # what "A" stands for, in Redis's order
+
+
+def _parse_keyspace_events(text: str) -> str:
+    """notify-keyspace-events in Redis's canonical spelling (what CONFIG GET shows)."""
+    if any(ch not in "Ag$lshzxeKEtmdn" for ch in text):
+        raise ConfigError("Invalid event class character. Use 'Ag$lshzxeKEtmdn'.")
+    chars = set(text.replace("A", _EVENT_CLASSES))
+    classes = "A" if set(_EVENT_CLASSES) <= chars else "".join(
+        ch for ch in _EVENT_CLASSES + "n" if ch in chars)
+    return classes + "".join(ch for ch in "KEm" if ch in chars)
+
+
+def _render_percentiles(values: tuple[float, ...]) -> str:
+    return " ".join(f"{p:g}" for p in values)
+
+
 def _parse_mem(lo: int = 0, hi: int = 2**63 - 1) -> Callable[[str], int]:
     def parse(text: str) -> int:
         v = parse_memory(text)
@@ -83,6 +119,13 @@ def _parse_save(text: str) -> str:
         if not p.isdigit():
             raise ConfigError("Invalid save parameters")
     return " ".join(parts)
+
+
+def _parse_version(text: str) -> str:
+    parts = text.split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise ConfigError("argument must be a version: <major>.<minor>.<patch>")
+    return text
 
 
 def _render_bool(v: bool) -> str:
@@ -177,7 +220,9 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("requirepass", "", _S, "Password of the default user (empty = no password)."),
     _d("aclfile", "", _S, "ACL file of users (Redis's format: user <name> <rules>...), loaded at start-up and by ACL LOAD, written by ACL SAVE.", False),
     _d("acllog-max-len", "128", _parse_int(0, 2**63 - 1), "Most entries the ACL LOG keeps."),
-    _d("hz", "10", _parse_int(1, 500), "Frequency of background tasks (active expiry, timeouts)."),
+    _d("hz", "10", _parse_clamped(1, 500), "Frequency of background tasks (active expiry, timeouts); brought within 1-500 as Redis does."),
+    _d("redis-version-compat", "8.10.0", _parse_version,
+       "Redis version INFO (redis_version) and HELLO (version) report: the newest Redis whose stream commands StreamDB implements in full. Set another for tools that expect it; streamdb_version always tells StreamDB's own."),
     # -- limits
     _d("proto-max-bulk-len", "536870912", _parse_mem(1024 * 1024), "Largest bulk string a client may send.", True),
     _d("client-query-buffer-limit", "1073741824", _parse_mem(1024 * 1024), "Largest query buffer of one client."),
@@ -204,6 +249,7 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("aof-load-truncated", "yes", _parse_bool, "Start after cutting a torn last command off the AOF.", True, _render_bool),
     _d("auto-aof-rewrite-percentage", "100", _parse_int(0, 2**31 - 1), "Rewrite the AOF when it grew by this percentage."),
     _d("auto-aof-rewrite-min-size", "67108864", _parse_mem(), "Minimum AOF size before an automatic rewrite."),
+    _d("aof-use-rdb-preamble", "yes", _parse_bool, "What an AOF rewrite writes as the base segment: yes = each key as a RESTORE of its snapshot (binary) payload, exact and compact; no = the plain commands that rebuild it (XADD with ids, XSETID, XGROUP CREATE, XCLAIM for the PEL, SET), readable, but without PEL entries of deleted entries and IDMP counters, as Redis's command form. Both load whatever the setting.", True, _render_bool),
     _d("aof-record-fsync", "no", _parse_bool, "Crash testing: log each fsync boundary to <appenddirname>/fsync.log.", False, _render_bool),
     _d("save", "3600 1 300 100 60 10000", _parse_save, "Snapshot after <seconds> <changes> pairs."),
     _d("dbfilename", "snapshot.lmdb", _S, "Snapshot directory name (an LMDB environment) under dir.", False),
@@ -211,6 +257,8 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("slowlog-log-slower-than", "10000", _parse_int(-1, 2**63 - 1), "Log commands slower than this many microseconds."),
     _d("slowlog-max-len", "128", _parse_int(0, 2**31 - 1), "Slow log length."),
     _d("latency-tracking", "yes", _parse_bool, "Track per-command latency.", True, _render_bool),
+    _d("latency-tracking-info-percentiles", "50 99 99.9", _parse_percentiles,
+       "Percentiles INFO latencystats reports per command.", True, _render_percentiles),
     _d("latency-monitor-threshold", "0", _parse_int(0, 2**63 - 1), "LATENCY monitor: record events lasting at least this many milliseconds (0 = off)."),
     _d("metrics-port", "0", _parse_int(0, 65535), "Port of the Prometheus HTTP endpoint GET /metrics (0 = off). Start-up only: CONFIG SET refuses it; restart to change it.", False),
     _d("metrics-bind", "127.0.0.1", _S, "Space-separated addresses the metrics endpoint listens on. Start-up only, as metrics-port.", False),
@@ -224,10 +272,97 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("repl-timeout", "60", _parse_int(1, 2**31 - 1), "Seconds before a silent replication link is dropped."),
     _d("repl-ping-replica-period", "10", _parse_int(1, 2**31 - 1), "Seconds between the primary's PINGs to its replicas."),
     _d("replica-priority", "100", _parse_int(0, 2**31 - 1), "Reported as slave_priority (no failover logic uses it)."),
+    # -- accepted for Redis tools and test harnesses (they CONFIG SET these); stored and
+    #    returned by CONFIG GET, with no effect on StreamDB unless the doc says otherwise
+    *(_d(name, default, parse, "No effect in StreamDB: " + why, mutable, render)
+      for name, default, parse, why, mutable, render in [
+        ("lazyfree-lazy-eviction", "no", _parse_bool, "nothing is evicted.", True, _render_bool),
+        ("lazyfree-lazy-expire", "no", _parse_bool, "keys are freed on the loop.", True, _render_bool),
+        ("lazyfree-lazy-server-del", "no", _parse_bool, "keys are freed on the loop.", True, _render_bool),
+        ("lazyfree-lazy-user-del", "no", _parse_bool, "keys are freed on the loop.", True, _render_bool),
+        ("lazyfree-lazy-user-flush", "no", _parse_bool, "keys are freed on the loop.", True, _render_bool),
+        ("replica-lazy-flush", "no", _parse_bool, "keys are freed on the loop.", True, _render_bool),
+        ("activedefrag", "no", _parse_bool, "Python's allocator does not defragment.", True, _render_bool),
+        ("active-defrag-cycle-min", "1", _parse_int(1, 99), "no active defragmentation.", True, str),
+        ("active-defrag-cycle-max", "25", _parse_int(1, 99), "no active defragmentation.", True, str),
+        ("active-defrag-ignore-bytes", "104857600", _parse_mem(1), "no active defragmentation.", True, str),
+        ("active-defrag-threshold-lower", "10", _parse_int(0, 1000), "no active defragmentation.", True, str),
+        ("active-defrag-threshold-upper", "100", _parse_int(0, 1000), "no active defragmentation.", True, str),
+        ("active-defrag-max-scan-fields", "1000", _parse_int(1, 2**63 - 1), "no active defragmentation.", True, str),
+        ("activerehashing", "yes", _parse_bool, "no incremental rehashing.", True, _render_bool),
+        ("active-expire-effort", "1", _parse_int(1, 10), "expiry runs at a fixed effort.", True, str),
+        ("dynamic-hz", "yes", _parse_bool, "hz stays as set.", True, _render_bool),
+        ("list-max-listpack-size", "-2", _parse_int(-2**31, 2**31 - 1), "there are no lists.", True, str),
+        ("list-compress-depth", "0", _parse_int(0, 2**31 - 1), "there are no lists.", True, str),
+        ("set-max-intset-entries", "512", _parse_int(0, 2**31 - 1), "there are no sets.", True, str),
+        ("set-max-listpack-entries", "128", _parse_int(0, 2**63 - 1), "there are no sets.", True, str),
+        ("set-max-listpack-value", "64", _parse_int(0, 2**63 - 1), "there are no sets.", True, str),
+        ("hash-max-listpack-entries", "512", _parse_int(0, 2**63 - 1), "there are no hashes.", True, str),
+        ("hash-max-listpack-value", "64", _parse_int(0, 2**63 - 1), "there are no hashes.", True, str),
+        ("zset-max-listpack-entries", "128", _parse_int(0, 2**63 - 1), "there are no sorted sets.", True, str),
+        ("zset-max-listpack-value", "64", _parse_int(0, 2**63 - 1), "there are no sorted sets.", True, str),
+        ("hll-sparse-max-bytes", "3000", _parse_mem(0), "there are no HyperLogLogs.", True, str),
+        ("notify-keyspace-events", "", _parse_keyspace_events, "no keyspace notifications are published.", True, str),
+        ("busy-reply-threshold", "5000", _parse_int(0, 2**63 - 1), "there are no scripts.", True, str),
+        ("key-load-delay", "0", _parse_int(-2**31, 2**31 - 1), "a test hook of Redis's RDB loader.", True, str),
+        ("rdb-key-save-delay", "0", _parse_int(-2**31, 2**31 - 1), "a test hook of Redis's RDB saver.", True, str),
+        ("loading-process-events-interval-bytes", "2097152", _parse_int(1024, 2**31 - 1), "recovery serves clients between AOF frames.", True, str),
+        ("rdbcompression", "yes", _parse_bool, "snapshot nodes are msgpack, never LZF-compressed.", True, _render_bool),
+        ("rdbchecksum", "yes", _parse_bool, "every snapshot record is always checksummed.", False, _render_bool),
+        ("rdb-save-incremental-fsync", "yes", _parse_bool, "a snapshot is one LMDB transaction.", True, _render_bool),
+        ("aof-rewrite-incremental-fsync", "yes", _parse_bool, "the rewrite child fsyncs its base once.", True, _render_bool),
+        ("aof-timestamp-enabled", "no", _parse_bool, "AOF frames carry no timestamps.", True, _render_bool),
+        ("stop-writes-on-bgsave-error", "yes", _parse_bool, "a failed snapshot leaves the AOF in charge; writes go on.", True, _render_bool),
+        ("repl-diskless-sync", "yes", _parse_bool, "full syncs are always diskless.", True, _render_bool),
+        ("repl-diskless-sync-delay", "5", _parse_int(0, 2**31 - 1), "a full sync starts at once.", True, str),
+        ("repl-diskless-sync-max-replicas", "0", _parse_int(0, 2**31 - 1), "a full sync starts at once.", True, str),
+        ("repl-diskless-load", "disabled", _parse_enum("disabled", "on-empty-db", "swapdb"), "a replica applies a full sync as it arrives.", True, str),
+        ("replica-serve-stale-data", "yes", _parse_bool, "a syncing replica answers LOADING.", True, _render_bool),
+        ("replica-ignore-maxmemory", "yes", _parse_bool, "nothing is evicted.", True, _render_bool),
+        ("min-replicas-to-write", "0", _parse_int(0, 2**31 - 1), "writes are not refused for missing replicas.", True, str),
+        ("min-replicas-max-lag", "10", _parse_int(0, 2**31 - 1), "writes are not refused for missing replicas.", True, str),
+        ("maxmemory-samples", "5", _parse_int(1, 64), "nothing is evicted.", True, str),
+        ("maxmemory-eviction-tenacity", "10", _parse_int(0, 100), "nothing is evicted.", True, str),
+        ("lfu-log-factor", "10", _parse_int(0, 2**31 - 1), "nothing is evicted.", True, str),
+        ("lfu-decay-time", "1", _parse_int(0, 2**31 - 1), "nothing is evicted.", True, str),
+        ("tracking-table-max-keys", "1000000", _parse_int(0, 2**63 - 1), "there is no client-side caching.", True, str),
+        ("set-proc-title", "yes", _parse_bool, "the process title is Python's.", False, _render_bool),
+        ("crash-log-enabled", "yes", _parse_bool, "a crash leaves a Python traceback in the log.", True, _render_bool),
+        ("crash-memcheck-enabled", "yes", _parse_bool, "no memory test after a crash.", True, _render_bool),
+        ("shutdown-timeout", "10", _parse_int(0, 2**31 - 1), "shutdown waits for no replica.", True, str),
+        ("shutdown-on-sigterm", "default", _S, "SIGTERM always shuts down cleanly.", True, str),
+        ("shutdown-on-sigint", "default", _S, "SIGINT always shuts down cleanly.", True, str),
+        ("oom-score-adj", "no", _parse_enum("no", "yes", "relative", "absolute"), "the OOM score is left alone.", True, str),
+        ("oom-score-adj-values", "0 200 800", _S, "the OOM score is left alone.", True, str),
+        ("propagation-error-behavior", "ignore", _parse_enum("ignore", "panic", "panic-on-replicas"), "effects replay through the same checks.", True, str),
+        ("io-threads", "1", _parse_int(1, 128), "one event loop serves every client.", False, str),
+        ("cluster-enabled", "no", _parse_bool, "StreamDB is a single node (INFO cluster_enabled:0).", False, _render_bool),
+    ]),
 ]}
 
-# Names redis-cli, redis-py and monitoring tools ask for that we answer with fixed values.
-_ALIASES = {"slaveof": "replicaof", "hash-max-ziplist-entries": None}
+# Redis's older names of directives: CONFIG GET/SET and the config file take both,
+# and a glob matching an old name lists it too, as redis-server does.
+ALIASES = {
+    "list-max-ziplist-size": "list-max-listpack-size",
+    "hash-max-ziplist-entries": "hash-max-listpack-entries",
+    "hash-max-ziplist-value": "hash-max-listpack-value",
+    "zset-max-ziplist-entries": "zset-max-listpack-entries",
+    "zset-max-ziplist-value": "zset-max-listpack-value",
+    "lua-time-limit": "busy-reply-threshold",
+    "slave-lazy-flush": "replica-lazy-flush",
+    "slave-serve-stale-data": "replica-serve-stale-data",
+    "slave-ignore-maxmemory": "replica-ignore-maxmemory",
+    "slave-read-only": "replica-read-only",
+    "slave-priority": "replica-priority",
+    "min-slaves-to-write": "min-replicas-to-write",
+    "min-slaves-max-lag": "min-replicas-max-lag",
+    "repl-ping-slave-period": "repl-ping-replica-period",
+}
+
+
+def directive(name: str) -> Directive | None:
+    """The directive ``name`` (lower case) names, by its own or an older name."""
+    return DIRECTIVES.get(ALIASES.get(name, name))
 
 
 class Config:
@@ -243,10 +378,10 @@ class Config:
         return self.values[name]
 
     def set(self, name: str, raw: str, startup: bool = False) -> None:
-        name = name.lower()
-        d = DIRECTIVES.get(name)
+        d = directive(name.lower())
         if d is None:
             raise ConfigError(f"Bad directive or wrong number of arguments")
+        name = d.name
         if not startup and not d.mutable:
             raise ConfigError("can't set immutable config")
         value = d.parse(raw)
@@ -259,7 +394,8 @@ class Config:
 
     def matching(self, pattern: str) -> list[tuple[str, str]]:
         pat = pattern.lower()
-        return [(n, self.render(n)) for n in DIRECTIVES if fnmatch.fnmatchcase(n, pat)]
+        return ([(n, self.render(n)) for n in DIRECTIVES if fnmatch.fnmatchcase(n, pat)] +
+                [(old, self.render(n)) for old, n in ALIASES.items() if fnmatch.fnmatchcase(old, pat)])
 
     # -- loading ------------------------------------------------------------------
 

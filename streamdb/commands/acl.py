@@ -34,7 +34,7 @@ def acl(ctx: Ctx, argv):
     """ACL <subcommand>"""
 
 
-@subcommand("acl", "setuser", -3, _ADMIN)
+@subcommand("acl", "setuser", -3, _ADMIN, since="6.0.0")
 def acl_setuser(ctx: Ctx, argv):
     """ACL SETUSER username [rule [rule ...]]"""
     try:
@@ -45,7 +45,7 @@ def acl_setuser(ctx: Ctx, argv):
     return OK
 
 
-@subcommand("acl", "getuser", 3, _ADMIN)
+@subcommand("acl", "getuser", 3, _ADMIN, since="6.0.0")
 def acl_getuser(ctx: Ctx, argv):
     """ACL GETUSER username"""
     user = ctx.core.acl.users.get(_text(argv[2]))
@@ -61,7 +61,7 @@ def acl_getuser(ctx: Ctx, argv):
     ])
 
 
-@subcommand("acl", "deluser", -3, _ADMIN)
+@subcommand("acl", "deluser", -3, _ADMIN, since="6.0.0")
 def acl_deluser(ctx: Ctx, argv):
     """ACL DELUSER username [username ...]"""
     names = [_text(a) for a in argv[2:]]
@@ -77,25 +77,25 @@ def acl_deluser(ctx: Ctx, argv):
     return deleted
 
 
-@subcommand("acl", "list", 2, _ADMIN)
+@subcommand("acl", "list", 2, _ADMIN, since="6.0.0")
 def acl_list(ctx: Ctx, argv):
     """ACL LIST"""
     return [line.encode("utf-8", "surrogateescape") for line in ctx.core.acl.listing()]
 
 
-@subcommand("acl", "users", 2, _ADMIN)
+@subcommand("acl", "users", 2, _ADMIN, since="6.0.0")
 def acl_users(ctx: Ctx, argv):
     """ACL USERS"""
     return [n.encode("utf-8", "surrogateescape") for n in sorted(ctx.core.acl.users)]
 
 
-@subcommand("acl", "whoami", 2, _PLAIN)
+@subcommand("acl", "whoami", 2, _PLAIN, since="6.0.0")
 def acl_whoami(ctx: Ctx, argv):
     """ACL WHOAMI"""
     return ctx.client.user
 
 
-@subcommand("acl", "cat", -2, _PLAIN)
+@subcommand("acl", "cat", -2, _PLAIN, since="6.0.0")
 def acl_cat(ctx: Ctx, argv):
     """ACL CAT [category]"""
     if len(argv) > 3:
@@ -115,7 +115,7 @@ def acl_cat(ctx: Ctx, argv):
     return out
 
 
-@subcommand("acl", "log", -2, _ADMIN)
+@subcommand("acl", "log", -2, _ADMIN, since="6.0.0")
 def acl_log(ctx: Ctx, argv):
     """ACL LOG [count | RESET]"""
     if len(argv) > 3:
@@ -149,7 +149,7 @@ def acl_log(ctx: Ctx, argv):
     return out
 
 
-@subcommand("acl", "genpass", -2, _PLAIN)
+@subcommand("acl", "genpass", -2, _PLAIN, since="6.0.0")
 def acl_genpass(ctx: Ctx, argv):
     """ACL GENPASS [bits]"""
     bits = 256
@@ -164,7 +164,7 @@ def acl_genpass(ctx: Ctx, argv):
     return generate_password(bits).encode()
 
 
-@subcommand("acl", "dryrun", -4, _ADMIN)
+@subcommand("acl", "dryrun", -4, _ADMIN, since="7.0.0")
 def acl_dryrun(ctx: Ctx, argv):
     """ACL DRYRUN username command [arg [arg ...]]"""
     user = ctx.core.acl.users.get(_text(argv[2]))
@@ -182,7 +182,7 @@ def acl_dryrun(ctx: Ctx, argv):
     return OK if denial is None else denial.encode("utf-8", "surrogateescape")
 
 
-@subcommand("acl", "load", 2, _ADMIN)
+@subcommand("acl", "load", 2, _ADMIN, since="6.0.0")
 def acl_load(ctx: Ctx, argv):
     """ACL LOAD"""
     path = ctx.config["aclfile"]
@@ -199,7 +199,7 @@ def acl_load(ctx: Ctx, argv):
     return OK
 
 
-@subcommand("acl", "save", 2, _ADMIN)
+@subcommand("acl", "save", 2, _ADMIN, since="6.0.0")
 def acl_save(ctx: Ctx, argv):
     """ACL SAVE"""
     path = ctx.config["aclfile"]
@@ -247,7 +247,7 @@ _HELP = [
 ]
 
 
-@subcommand("acl", "help", 2, "loading stale")
+@subcommand("acl", "help", 2, "loading stale", since="6.0.0")
 def acl_help(ctx: Ctx, argv):
     """ACL HELP"""
     from ..protocol.reply import Status

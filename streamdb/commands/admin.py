@@ -8,12 +8,13 @@ import sys
 import time
 
 from .. import __version__, log
-from ..config import ConfigError, DIRECTIVES
+from ..config import ConfigError, directive
 from ..engine import Stream
 from ..protocol.reply import OK, CommandError, Map, RSet, Status, Verbatim
 from ..security.enforce import refresh_clients
 from .args import parse_int
 from .context import Ctx, syntax_error
+from .docs import DOCS, GrammarError, grammar_arguments
 from .registry import COMMANDS, CommandSpec, command, subcommand
 
 # ---------------------------------------------------------------------------
@@ -26,7 +27,7 @@ def config(ctx, argv):
     """CONFIG <subcommand>"""
 
 
-@subcommand("config", "get", -3, "admin noscript loading stale")
+@subcommand("config", "get", -3, "admin noscript loading stale", since="2.0.0")
 def config_get(ctx: Ctx, argv):
     """CONFIG GET parameter [parameter ...]"""
     seen: dict[str, str] = {}
@@ -37,7 +38,7 @@ def config_get(ctx: Ctx, argv):
     return Map(pairs)
 
 
-@subcommand("config", "set", -4, "admin noscript loading stale")
+@subcommand("config", "set", -4, "admin noscript loading stale", since="2.0.0")
 def config_set(ctx: Ctx, argv):
     """CONFIG SET parameter value [parameter value ...]"""
     if len(argv) % 2:
@@ -49,7 +50,7 @@ def config_set(ctx: Ctx, argv):
         raise CommandError(f"ERR CONFIG SET failed (possibly related to argument '{names[0]}') - duplicate parameter")
     old = dict(ctx.config.values)
     for name, raw in pairs:
-        d = DIRECTIVES.get(name)
+        d = directive(name)
         if d is None:
             ctx.config.values.update(old)
             raise CommandError(f"ERR Unknown option or number of arguments for CONFIG SET - '{name}'")
@@ -63,18 +64,18 @@ def config_set(ctx: Ctx, argv):
         refresh_clients(ctx.core)
     hook = ctx.core.extra.get("config_changed")
     if hook is not None:
-        hook([n for n, _ in pairs])
+        hook([directive(n).name for n, _ in pairs])
     return OK
 
 
-@subcommand("config", "resetstat", 2, "admin noscript loading stale")
+@subcommand("config", "resetstat", 2, "admin noscript loading stale", since="2.0.0")
 def config_resetstat(ctx: Ctx, argv):
     """CONFIG RESETSTAT"""
     ctx.core.stats.reset()
     return OK
 
 
-@subcommand("config", "rewrite", 2, "admin noscript loading stale")
+@subcommand("config", "rewrite", 2, "admin noscript loading stale", since="2.8.0")
 def config_rewrite(ctx: Ctx, argv):
     """CONFIG REWRITE"""
     if not ctx.config.file:
@@ -89,7 +90,7 @@ def config_rewrite(ctx: Ctx, argv):
     return OK
 
 
-@subcommand("config", "help", 2, "loading stale")
+@subcommand("config", "help", 2, "loading stale", since="5.0.0")
 def config_help(ctx: Ctx, argv):
     """CONFIG HELP"""
     return [b"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -116,13 +117,13 @@ def client_(ctx, argv):
     """CLIENT <subcommand>"""
 
 
-@subcommand("client", "id", 2, "noscript loading stale")
+@subcommand("client", "id", 2, "noscript loading stale", since="5.0.0")
 def client_id(ctx: Ctx, argv):
     """CLIENT ID"""
     return ctx.client.id
 
 
-@subcommand("client", "setname", 3, "noscript loading stale")
+@subcommand("client", "setname", 3, "noscript loading stale", since="2.6.9")
 def client_setname(ctx: Ctx, argv):
     """CLIENT SETNAME connection-name"""
     validate_client_name(argv[2])
@@ -130,13 +131,13 @@ def client_setname(ctx: Ctx, argv):
     return OK
 
 
-@subcommand("client", "getname", 2, "noscript loading stale")
+@subcommand("client", "getname", 2, "noscript loading stale", since="2.6.9")
 def client_getname(ctx: Ctx, argv):
     """CLIENT GETNAME"""
     return ctx.client.name or None
 
 
-@subcommand("client", "setinfo", 4, "noscript loading stale")
+@subcommand("client", "setinfo", 4, "noscript loading stale", since="7.2.0")
 def client_setinfo(ctx: Ctx, argv):
     """CLIENT SETINFO LIB-NAME libname | LIB-VER libver"""
     attr = argv[2].lower()
@@ -194,15 +195,15 @@ def client_info_line(core, c) -> bytes:
     return " ".join(fields).encode()
 
 
-@subcommand("client", "info", 2, "noscript loading stale")
+@subcommand("client", "info", 2, "noscript loading stale", since="6.2.0")
 def client_info(ctx: Ctx, argv):
     """CLIENT INFO"""
     return Verbatim(client_info_line(ctx.core, ctx.client) + b"\n")
 
 
-@subcommand("client", "list", -2, "admin noscript loading stale")
+@subcommand("client", "list", -2, "admin noscript loading stale", since="2.4.0")
 def client_list(ctx: Ctx, argv):
-    """CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id [id ...]]"""
+    """CLIENT LIST [TYPE NORMAL|MASTER|REPLICA|PUBSUB] [ID id [id ...]]"""
     clients = list(ctx.core.clients.values())
     i = 2
     while i < len(argv):
@@ -231,9 +232,9 @@ def client_list(ctx: Ctx, argv):
     return Verbatim(b"".join(client_info_line(ctx.core, c) + b"\n" for c in clients))
 
 
-@subcommand("client", "kill", -3, "admin noscript loading stale")
+@subcommand("client", "kill", -3, "admin noscript loading stale", since="2.4.0")
 def client_kill(ctx: Ctx, argv):
-    """CLIENT KILL ip:port | [ID id] [ADDR ip:port] [LADDR ip:port] [USER name] [SKIPME yes/no]"""
+    """CLIENT KILL ip:port | [ID id] [TYPE NORMAL|MASTER|SLAVE|REPLICA|PUBSUB] [USER name] [ADDR ip:port] [LADDR ip:port] [SKIPME yes/no]"""
     core = ctx.core
     if len(argv) == 3:
         addr = argv[2].decode("utf-8", "replace")
@@ -291,7 +292,7 @@ def _kill(core, c) -> None:
     core.remove_client(c)
 
 
-@subcommand("client", "unblock", -3, "admin noscript loading stale")
+@subcommand("client", "unblock", -3, "admin noscript loading stale", since="5.0.0")
 def client_unblock(ctx: Ctx, argv):
     """CLIENT UNBLOCK client-id [TIMEOUT|ERROR]"""
     try:
@@ -315,7 +316,7 @@ def client_unblock(ctx: Ctx, argv):
     return 1
 
 
-@subcommand("client", "no-evict", 3, "admin noscript loading stale")
+@subcommand("client", "no-evict", 3, "admin noscript loading stale", since="7.0.0")
 def client_no_evict(ctx: Ctx, argv):
     """CLIENT NO-EVICT ON|OFF"""
     if argv[2].lower() not in (b"on", b"off"):
@@ -323,7 +324,7 @@ def client_no_evict(ctx: Ctx, argv):
     return OK
 
 
-@subcommand("client", "no-touch", 3, "noscript loading stale")
+@subcommand("client", "no-touch", 3, "noscript loading stale", since="7.2.0")
 def client_no_touch(ctx: Ctx, argv):
     """CLIENT NO-TOUCH ON|OFF"""
     if argv[2].lower() not in (b"on", b"off"):
@@ -331,7 +332,7 @@ def client_no_touch(ctx: Ctx, argv):
     return OK
 
 
-@subcommand("client", "help", 2, "loading stale")
+@subcommand("client", "help", 2, "loading stale", since="5.0.0")
 def client_help(ctx: Ctx, argv):
     """CLIENT HELP"""
     return [b"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -357,6 +358,55 @@ def command_info(spec: CommandSpec) -> list:
         RSet([Status(c) for c in spec.acl_categories]), [], [],
         [command_info(s) for s in spec.subcommands.values()],
     ]
+
+
+def _spec_named(name: str) -> CommandSpec | None:
+    """The spec of "xadd" or of a subcommand named as "xgroup|create"."""
+    parent, _, sub = name.partition("|")
+    spec = COMMANDS.get(parent)
+    if spec is None or not sub:
+        return spec
+    return spec.subcommands.get(sub)
+
+
+def command_docs(spec: CommandSpec) -> Map:
+    """COMMAND DOCS of one command (or subcommand), in Redis's field order: the texts of
+    docs.DOCS, ``since`` from the table, arguments from the handler's grammar."""
+    doc = DOCS.get(spec.name)
+    fields = [(b"summary", (doc.summary if doc else spec.grammar).encode()),
+              (b"since", spec.since.encode()), (b"group", (doc.group if doc else spec.group).encode())]
+    if doc is not None:
+        if doc.complexity:
+            fields.append((b"complexity", doc.complexity.encode()))
+        if doc.doc_flags:
+            fields.append((b"doc_flags", RSet([Status(f) for f in doc.doc_flags])))
+        if doc.deprecated:
+            fields += [(b"deprecated_since", doc.deprecated[0].encode()),
+                       (b"replaced_by", doc.deprecated[1].encode())]
+        if doc.history:
+            fields.append((b"history", [[v.encode(), text.encode()] for v, text in doc.history]))
+    if spec.subcommands:
+        fields.append((b"subcommands", Map([(s.name.encode(), command_docs(s))
+                                            for s in spec.subcommands.values()])))
+        return Map(fields)
+    try:
+        args = grammar_arguments(spec.grammar, spec.name.count("|") + 1)
+    except GrammarError:
+        args = []          # a grammar line this notation cannot read: no arguments shown
+    if args:
+        fields.append((b"arguments", [_argument_reply(a) for a in args]))
+    return Map(fields)
+
+
+def _argument_reply(arg: dict) -> Map:
+    fields = [(b"name", arg["name"].encode()), (b"type", arg["type"].encode())]
+    if "token" in arg:
+        fields.append((b"token", arg["token"].encode()))
+    if arg.get("flags"):
+        fields.append((b"flags", RSet([Status(f) for f in arg["flags"]])))
+    if "arguments" in arg:
+        fields.append((b"arguments", [_argument_reply(a) for a in arg["arguments"]]))
+    return Map(fields)
 
 
 # Redis 7.0's arities of the COMMAND subcommands (COMMAND is not split into
@@ -393,25 +443,12 @@ def command_(ctx: Ctx, argv):
             return [n.encode() for n in COMMANDS if rx.match(n.encode())]
         raise syntax_error()
     if sub == b"info":
-        names = argv[2:] or [n.encode() for n in COMMANDS]
-        return [command_info(COMMANDS[n.decode("latin-1").lower()])
-                if n.decode("latin-1").lower() in COMMANDS else None for n in names]
+        names = [n.decode("latin-1").lower() for n in argv[2:]] or list(COMMANDS)
+        return [None if spec is None else command_info(spec) for spec in map(_spec_named, names)]
     if sub == b"docs":
         names = [n.decode("latin-1").lower() for n in argv[2:]] or list(COMMANDS)
-        out = []
-        for n in names:
-            spec = COMMANDS.get(n)
-            if spec is None:
-                continue
-            doc = Map([(b"summary", spec.summary.encode()), (b"since", spec.since.encode()),
-                       (b"group", spec.group.encode())])
-            if spec.subcommands:
-                doc.append((b"subcommands", Map([
-                    (s.name.encode(), Map([(b"summary", s.summary.encode()), (b"since", s.since.encode()),
-                                           (b"group", s.group.encode())]))
-                    for s in spec.subcommands.values()])))
-            out.append((n.encode(), doc))
-        return Map(out)
+        return Map([(n.encode(), command_docs(spec)) for n, spec in zip(names, map(_spec_named, names))
+                    if spec is not None])
     if sub == b"getkeys" and len(argv) >= 3:
         from . import registry
         spec = registry.lookup(argv[2:])
@@ -464,7 +501,7 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
     mem = used_memory(core)
     sections: dict[str, list[tuple[str, object]]] = {}
     sections["server"] = [
-        ("redis_version", "7.0.15"), ("streamdb_version", __version__),
+        ("redis_version", cfg["redis-version-compat"]), ("streamdb_version", __version__),
         ("redis_git_sha1", "00000000"), ("redis_git_dirty", 0), ("redis_build_id", "streamdb"),
         ("redis_mode", "standalone"), ("os", f"{platform.system()} {platform.release()} {platform.machine()}"),
         ("arch_bits", 64), ("multiplexing_api", "epoll"), ("atomicvar_api", "python"),
@@ -544,15 +581,21 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
     for db in core.keyspace.dbs:
         if db.data:
             ks.append((f"db{db.index}", f"keys={len(db.data)},expires={len(db.expires)},avg_ttl=0"))
+    # A single node: clients and harnesses read cluster_enabled to choose their mode.
+    sections["cluster"] = [("cluster_enabled", 0)]
     sections["keyspace"] = ks
     from .observe import latencystats_fields
     sections["latencystats"] = latencystats_fields(core) if cfg["latency-tracking"] else []
     return sections
 
 
-_DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication",
-                     "cpu", "modules", "errorstats", "keyspace"]
-_ALL_SECTIONS = _DEFAULT_SECTIONS[:-1] + ["commandstats", "latencystats", "keyspace"]
+# Redis's sections, in the order Redis prints them whatever order they are asked in.
+# Redis 8's threads, keysizes and hotkeys sections describe things StreamDB does not
+# have (I/O threads, non-stream types, hot-key sampling) and are not reported.
+_SECTION_ORDER = ["server", "clients", "memory", "persistence", "stats", "replication", "cpu",
+                  "modules", "commandstats", "errorstats", "latencystats", "cluster", "keyspace"]
+_DEFAULT_SECTIONS = [s for s in _SECTION_ORDER if s not in ("commandstats", "latencystats")]
+_ALL_SECTIONS = _SECTION_ORDER
 
 
 _SECTION_TITLES = {"cpu": "CPU"}
@@ -579,8 +622,9 @@ def info(ctx: Ctx, argv):
             names.append(w)
     sections = info_sections(ctx)
     parts = []
-    for name in dict.fromkeys(names):
-        if name not in sections:
+    wanted_names = set(names)
+    for name in _SECTION_ORDER:
+        if name not in wanted_names:
             continue
         lines = [f"# {_SECTION_TITLES.get(name, name.capitalize())}"]
         lines += [f"{k}:{v}" for k, v in sections[name]]

@@ -28,7 +28,7 @@ from itertools import islice, repeat
 from ..engine import MAX_ID, MIN_ID, Stream, format_id
 from ..engine.groups import (ENTRIES_READ_INVALID, MAX_DELIVERY_COUNT, Consumer,
                              ConsumerGroup, PendingEntry, next_delivery_count)
-from ..engine.lag import advance_entries_read_many
+from ..engine.lag import advance_entries_read_many, clamp_entries_read
 from ..protocol.reply import NULL_ARRAY, OK, CommandError, Raw, Status, encode_reply
 from .args import (eq, parse_int, parse_range_bound, parse_stream_id,
                    parse_strict_stream_id)
@@ -244,6 +244,7 @@ def xgroup_create(ctx: Ctx, argv: list[bytes]):
         raise CommandError("BUSYGROUP Consumer Group name already exists")
     if s.groups is None:
         s.groups = {}
+    entries_read = clamp_entries_read(s, entries_read)
     s.groups[name] = ConsumerGroup(name, sid, entries_read)
     effect = [b"XGROUP", b"CREATE", key, name, format_id(sid),
               b"ENTRIESREAD", b"%d" % entries_read]
@@ -270,7 +271,7 @@ def xgroup_setid(ctx: Ctx, argv: list[bytes]):
     else:
         sid = parse_stream_id(argv[4])
     g.last_id = sid
-    g.entries_read = entries_read
+    g.entries_read = clamp_entries_read(s, entries_read)
     ctx.propagate(setid_effect(argv[2], g))
     return OK
 

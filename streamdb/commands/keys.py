@@ -446,7 +446,7 @@ def mget(ctx, argv):
 
 @command("set", -3, "write denyoom", keys=(1, 1, 1), since="1.0.0")
 def set_(ctx, argv):
-    """SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]"""
+    """SET key value [NX|XX] [GET] [EX seconds | PX milliseconds | EXAT unix-time-seconds | PXAT unix-time-milliseconds | KEEPTTL]"""
     key, value = argv[1], argv[2]
     nx = xx = get_old = keepttl = False
     when = None

@@ -39,8 +39,6 @@ SLOWLOG_ENTRY_MAX_STRING = 128
 LATENCY_TS_LEN = 160
 # Histogram buckets keep this many significant bits of a duration in ns (< 4% error).
 _HIST_BITS = 5
-# Percentiles INFO latencystats reports (Redis's latency-tracking-info-percentiles default).
-_PERCENTILES = (50.0, 99.0, 99.9)
 # Rate samples kept (one per >= 100 ms cron tick, as Redis's STATS_METRIC_SAMPLES).
 _RATE_SAMPLES = 16
 
@@ -167,14 +165,14 @@ class Observer:
 
     # -- latency histograms ---------------------------------------------------------
 
-    def percentiles_usec(self, name: str) -> list[tuple[float, float]]:
+    def percentiles_usec(self, name: str, percentiles) -> list[tuple[float, float]]:
         hist = self.histograms.get(name)
         if not hist:
             return []
         buckets = sorted(hist.items())
         total = sum(n for _, n in buckets)
         out = []
-        for p in _PERCENTILES:
+        for p in percentiles:
             wanted = total * p / 100.0
             seen = 0
             for lower, n in buckets:
@@ -195,7 +193,7 @@ def latencystats_fields(core) -> list[tuple[str, str]]:
     obs = core.observe
     out = []
     for name in sorted(obs.histograms):
-        pct = obs.percentiles_usec(name)
+        pct = obs.percentiles_usec(name, core.config["latency-tracking-info-percentiles"])
         if pct:
             out.append((f"latency_percentiles_usec_{name}",
                         ",".join(f"p{_fmt_pct(p)}={v:.3f}" for p, v in pct)))

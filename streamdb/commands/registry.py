@@ -28,7 +28,7 @@ class CommandSpec:
     key_step: int = 0
     handler: Callable | None = None
     group: str = "generic"
-    summary: str = ""
+    grammar: str = ""              # the docstring's first line: "XLEN key"
     since: str = "1.0.0"
     acl_categories: tuple[str, ...] = ()
     subcommands: dict[str, "CommandSpec"] = field(default_factory=dict)
@@ -78,6 +78,10 @@ def _categories(flags: frozenset[str], group: str, name: str) -> tuple[str, ...]
     return tuple(cats)
 
 
+def _grammar(fn) -> str:
+    return fn.__doc__.strip().splitlines()[0] if fn.__doc__ else ""
+
+
 def command(name: str, arity: int, flags: str = "", keys: tuple[int, int, int] = (0, 0, 0),
             group: str = "generic", since: str = "1.0.0", key_finder=None,
             categories: tuple[str, ...] = ()):
@@ -86,8 +90,7 @@ def command(name: str, arity: int, flags: str = "", keys: tuple[int, int, int] =
         fl = frozenset(flags.split())
         spec = CommandSpec(name=name, arity=arity, flags=fl, first_key=keys[0],
                            last_key=keys[1], key_step=keys[2], handler=fn, group=group,
-                           summary=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
-                           since=since, key_finder=key_finder,
+                           grammar=_grammar(fn), since=since, key_finder=key_finder,
                            acl_categories=categories or _categories(fl, group, name))
         COMMANDS[name] = spec
         _BY_RAW.clear()
@@ -103,8 +106,7 @@ def subcommand(parent: str, name: str, arity: int, flags: str = "",
         fl = frozenset(flags.split())
         spec = CommandSpec(name=f"{parent}|{name}", arity=arity, flags=fl,
                            first_key=keys[0], last_key=keys[1], key_step=keys[2],
-                           handler=fn, group=parent_spec.group, since=since,
-                           summary=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
+                           handler=fn, group=parent_spec.group, since=since, grammar=_grammar(fn),
                            acl_categories=_categories(fl, parent_spec.group, f"{parent}|{name}"))
         parent_spec.subcommands[name] = spec
         return fn

@@ -71,7 +71,7 @@ def auth(ctx: Ctx, argv):
 def hello_map(ctx: Ctx) -> Map:
     return Map([
         ("server", b"redis"),
-        ("version", b"7.0.15"),
+        ("version", ctx.config["redis-version-compat"].encode()),
         ("proto", ctx.client.resp),
         ("id", ctx.client.id),
         ("mode", b"standalone"),
@@ -327,7 +327,7 @@ def function(ctx: Ctx, argv):
     """FUNCTION <subcommand>"""
 
 
-@subcommand("function", "flush", -2, "write noscript")
+@subcommand("function", "flush", -2, "write noscript", since="7.0.0")
 def function_flush(ctx: Ctx, argv):
     """FUNCTION FLUSH [ASYNC|SYNC]"""
     if len(argv) > 3 or (len(argv) == 3 and argv[2].lower() not in (b"async", b"sync")):
@@ -335,13 +335,13 @@ def function_flush(ctx: Ctx, argv):
     return OK
 
 
-@subcommand("function", "list", -2, "noscript")
+@subcommand("function", "list", -2, "noscript", since="7.0.0")
 def function_list(ctx: Ctx, argv):
     """FUNCTION LIST [LIBRARYNAME pattern] [WITHCODE]"""
     return []
 
 
-@subcommand("function", "stats", 2, "noscript allow-busy")
+@subcommand("function", "stats", 2, "noscript allow-busy", since="7.0.0")
 def function_stats(ctx: Ctx, argv):
     """FUNCTION STATS"""
     return Map([(b"running_script", None), (b"engines", Map([]))])
@@ -352,7 +352,7 @@ def script(ctx: Ctx, argv):
     """SCRIPT <subcommand>"""
 
 
-@subcommand("script", "flush", -2, "noscript")
+@subcommand("script", "flush", -2, "noscript", since="2.6.0")
 def script_flush(ctx: Ctx, argv):
     """SCRIPT FLUSH [ASYNC|SYNC]"""
     if len(argv) > 3 or (len(argv) == 3 and argv[2].lower() not in (b"async", b"sync")):
@@ -360,7 +360,7 @@ def script_flush(ctx: Ctx, argv):
     return OK
 
 
-@subcommand("script", "exists", -3, "noscript")
+@subcommand("script", "exists", -3, "noscript", since="2.6.0")
 def script_exists(ctx: Ctx, argv):
     """SCRIPT EXISTS sha1 [sha1 ...]"""
     return [0] * (len(argv) - 2)

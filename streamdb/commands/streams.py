@@ -13,7 +13,7 @@ from operator import and_, itemgetter, rshift
 from ..engine import MAX_ID, MIN_ID, Stream, format_id
 from ..engine.idmp import (DURATION_MAX, DURATION_MIN, MAXSIZE_MAX, MAXSIZE_MIN,
                            IdmpState, auto_iid)
-from ..engine.ids import U64, InvalidID, format_id_range, id_ms, id_seq, make_id, parse_id
+from ..engine.ids import PAST_MAX_ID, U64, InvalidID, format_id_range, id_ms, id_seq, make_id, parse_id
 from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map, Raw, encode_bulks
 from ..protocol.request import encode_request
 from .args import (eq, invalid_id_error, parse_int, parse_range_bound,
@@ -208,9 +208,9 @@ def acked_bound(s: Stream) -> int:
     An entry is safe to delete when every group has read past it and none has
     it pending.  Without groups everything is safe.
     """
-    bound = MAX_ID
+    bound = PAST_MAX_ID
     for g in (s.groups or {}).values():
-        b = g.last_id + 1 if g.last_id < MAX_ID else MAX_ID
+        b = g.last_id + 1
         if g.pel:
             b = min(b, g.pel.peekitem(0)[0])
         bound = min(bound, b)
@@ -229,7 +229,7 @@ def drop_references(s: Stream, ids) -> None:
 
 def apply_trim(s: Stream, a: TrimArgs) -> int:
     """Trim ``s`` per ``a``; returns the number of entries removed."""
-    stop = acked_bound(s) if a.policy == TRIM_ACKED else MAX_ID
+    stop = acked_bound(s) if a.policy == TRIM_ACKED else PAST_MAX_ID
     removed: list | None = [] if (a.policy == TRIM_DELREF and s.groups) else None
     if a.strategy == "maxlen":
         n = s.trim(maxlen=a.maxlen, approx=a.approx, limit=a.limit, stop_id=stop, removed=removed)
@@ -1084,6 +1084,10 @@ def xsetid(ctx: Ctx, argv: list[bytes]):
     s = ctx.lookup_stream(argv[1])
     if s is None:
         raise CommandError("ERR no such key")
+    # Redis >= 7.2 (xsetidCommand): the new last id may not go below an id already
+    # deleted, whatever MAXDELETEDID says; 7.0 accepted it.
+    if sid < s.max_deleted_id:
+        raise CommandError("ERR The ID specified in XSETID is smaller than current max_deleted_entry_id")
     if s.length:
         last = s.last_entry()[0]
         if sid < last:

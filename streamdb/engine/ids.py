@@ -13,9 +13,13 @@ U64 = (1 << 64) - 1
 SEQ_MASK = U64
 MIN_ID = 0
 MAX_ID = (U64 << 64) | U64
+# One past the largest id: an exclusive upper bound that no id reaches.  MAX_ID itself
+# is a real id (a stream may hold 18446744073709551615-18446744073709551615), so it
+# cannot stand for "no bound".
+PAST_MAX_ID = MAX_ID + 1
 
 __all__ = [
-    "U64", "MIN_ID", "MAX_ID", "InvalidID", "make_id", "id_ms", "id_seq",
+    "U64", "MIN_ID", "MAX_ID", "PAST_MAX_ID", "InvalidID", "make_id", "id_ms", "id_seq",
     "format_id", "format_id_range", "parse_u64", "parse_id", "parse_strict_id", "parse_interval_id",
 ]
 

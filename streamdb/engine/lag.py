@@ -15,7 +15,7 @@ from .ids import MAX_ID, MIN_ID
 from .stream import Stream
 
 __all__ = ["range_has_tombstones", "estimate_entries_read", "group_lag", "advance_entries_read",
-           "advance_entries_read_many"]
+           "advance_entries_read_many", "clamp_entries_read"]
 
 
 def range_has_tombstones(s: Stream, start: int | None, end: int | None) -> bool:
@@ -27,6 +27,18 @@ def range_has_tombstones(s: Stream, start: int | None, end: int | None) -> bool:
     lo = MIN_ID if start is None else start
     hi = MAX_ID if end is None else end
     return lo <= s.max_deleted_id <= hi
+
+
+def clamp_entries_read(s: Stream, entries_read: int) -> int:
+    """An ENTRIESREAD given to XGROUP CREATE/SETID, at most the stream's entries-added.
+
+    A group cannot have read more entries than were ever added; current Redis clamps
+    the value when it is set (redis/redis#14257: 7.0 stored it as given, and XINFO
+    GROUPS then showed a negative lag).  -1 (unknown) stays.
+    """
+    if entries_read > s.entries_added:
+        return s.entries_added
+    return entries_read
 
 
 def estimate_entries_read(s: Stream, sid: int) -> int:

@@ -29,7 +29,7 @@ from typing import Iterator
 
 import msgpack
 
-from .ids import MAX_ID, MIN_ID, SEQ_MASK
+from .ids import MAX_ID, MIN_ID, PAST_MAX_ID, SEQ_MASK
 
 __all__ = ["Stream", "Node", "Entry"]
 
@@ -576,7 +576,7 @@ class Stream:
     # -- trimming -------------------------------------------------------------
 
     def trim(self, *, maxlen: int | None = None, minid: int | None = None,
-             approx: bool = False, limit: int = 0, stop_id: int = MAX_ID,
+             approx: bool = False, limit: int = 0, stop_id: int = PAST_MAX_ID,
              removed: list | None = None) -> int:
         """Trim from the head as Redis's streamTrim() does; returns entries removed.
 

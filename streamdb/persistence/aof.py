@@ -967,7 +967,8 @@ class Aof:
         """Compact in the foreground: the state becomes a new base segment (blocks the loop)."""
         covered = self.rotate()
         name = self._base_name(covered)
-        write_base(os.path.join(self.dir, name), self.core.keyspace)
+        write_base(os.path.join(self.dir, name), self.core.keyspace,
+                   self.core.config["aof-use-rdb-preamble"])
         self._rewrite_done(covered, name)
 
     def bgrewrite(self) -> None:
@@ -983,7 +984,8 @@ class Aof:
         covered = self.rotate()
         name = self._base_name(covered)
         path = os.path.join(self.dir, name)
-        pid = fork_child(lambda: write_base(path, self.core.keyspace), "AOF rewrite")
+        snapshot_form = self.core.config["aof-use-rdb-preamble"]
+        pid = fork_child(lambda: write_base(path, self.core.keyspace, snapshot_form), "AOF rewrite")
         self.rewrite_pid = pid
         self._rewrite_pending = (covered, name)
         log.log(log.NOTICE, f"Background append only file rewriting started by pid {pid}")
@@ -1029,13 +1031,15 @@ class Aof:
         log.log(log.NOTICE, f"AOF rewrite complete: base {base_name} ({self.base_size} bytes)")
 
 
-def state_commands(keyspace):
-    """The whole state as RESP commands (SELECT + RESTORE ... REPLACE [ABSTTL]), in chunks.
+def state_commands(keyspace, snapshot_form: bool = True):
+    """The whole state as RESP commands, in chunks: SELECT, then per key either
 
-    RESTORE payloads are the snapshot codec's bytes, so the result is exact,
-    consumer groups included; a big stream comes as several RESTOREs of about a
-    MiB each (``codec.dump_pieces``), so that a reader can apply one while the
-    next is made.  Used for AOF base segments and a replica's full sync.
+    * ``snapshot_form`` (``aof-use-rdb-preamble yes``, and a replica's full sync):
+      RESTORE ... REPLACE [ABSTTL] of the snapshot codec's payload, exact, consumer
+      groups and IDMP state included; a big stream comes as several RESTOREs of
+      about a MiB each (``codec.dump_pieces``), so that a reader can apply one
+      while the next is made;
+    * or the plain commands that rebuild it (``value_commands``).
     """
     from .codec import dump_pieces
     for db in keyspace.dbs:
@@ -1044,19 +1048,73 @@ def state_commands(keyspace):
         yield encode_command([b"SELECT", b"%d" % db.index])
         for key, value in db.data.items():
             when = db.expires.get(key)
+            if not snapshot_form:
+                for argv in value_commands(key, value, when):
+                    yield encode_command(argv)
+                continue
             ttl, opts = (b"%d" % when, [b"REPLACE", b"ABSTTL"]) if when is not None else (b"0", [b"REPLACE"])
             for payload in dump_pieces(value):
                 yield encode_command([b"RESTORE", key, ttl, payload, *opts])
                 ttl, opts = b"0", []       # a further piece only appends to the key
 
 
-def write_base(path: str, keyspace) -> None:
-    """Write a base segment holding the whole state (tmp file, fsync, rename)."""
+def value_commands(key: bytes, value, expire_at_ms: int | None):
+    """The commands a client could send to build ``value`` at ``key``, as Redis's
+    command-form AOF rewrite (rewriteStreamObject) writes them: XADD of each live
+    entry with its id (an empty stream: an entry trimmed away at once), XSETID with
+    entries-added and max-deleted-entry-id, each group with its entries-read, its
+    consumers, and its PEL as XCLAIM ... TIME RETRYCOUNT FORCE JUSTID; then the IDMP
+    settings and the iids whose entries still exist.
+
+    Like Redis's, this form cannot carry what no command sets: PEL entries whose
+    stream entry was deleted (XCLAIM drops them), iids of removed entries, the
+    iids-added/duplicates counters, consumers' seen/active times.
+    """
+    from ..engine.ids import format_id
+    if type(value) is bytes:
+        yield [b"SET", key, value]
+    else:
+        s = value
+        if s.length:
+            for sid, fv in s:
+                yield [b"XADD", key, format_id(sid), *fv]
+        else:
+            yield [b"XADD", key, b"MAXLEN", b"0", b"0-1", b"x", b"y"]
+        yield [b"XSETID", key, format_id(s.last_id), b"ENTRIESADDED", b"%d" % s.entries_added,
+               b"MAXDELETEDID", format_id(s.max_deleted_id)]
+        for name, g in (s.groups or {}).items():
+            yield [b"XGROUP", b"CREATE", key, name, format_id(g.last_id),
+                   b"ENTRIESREAD", b"%d" % g.entries_read]
+            for consumer in g.consumers:
+                yield [b"XGROUP", b"CREATECONSUMER", key, name, consumer]
+            for sid, pe in g.pel.items():
+                yield [b"XCLAIM", key, name, pe.consumer.name, b"0", format_id(sid),
+                       b"TIME", b"%d" % pe.delivery_time, b"RETRYCOUNT", b"%d" % pe.delivery_count,
+                       b"FORCE", b"JUSTID"]
+        st = s.idmp
+        if st is not None:
+            settings = []
+            if st.duration is not None:
+                settings += [b"IDMP-DURATION", b"%d" % st.duration]
+            if st.maxsize is not None:
+                settings += [b"IDMP-MAXSIZE", b"%d" % st.maxsize]
+            if settings:
+                yield [b"XCFGSET", key, *settings]
+            for pid, iid, sid, _ in st.items():
+                if s.get(sid) is not None:
+                    yield [b"XIDMPRECORD", key, pid, iid, format_id(sid)]
+    if expire_at_ms is not None:
+        yield [b"PEXPIREAT", key, b"%d" % expire_at_ms]
+
+
+def write_base(path: str, keyspace, snapshot_form: bool = True) -> None:
+    """Write a base segment holding the whole state (tmp file, fsync, rename);
+    ``snapshot_form`` as in ``state_commands``."""
     with open(path + ".tmp", "wb") as f:
         f.write(SEGMENT_MAGIC)
         body: list[bytes] = []
         size = 0
-        for cmd in state_commands(keyspace):
+        for cmd in state_commands(keyspace, snapshot_form):
             body.append(cmd)
             size += len(cmd)
             if size > 1 << 20:

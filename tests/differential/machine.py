@@ -93,9 +93,25 @@ keys = st.sampled_from(STREAM_KEYS)
 any_key = st.sampled_from(ALL_KEYS)
 
 
+# At and next to both ends of the id space: sentinels and "+1"/"-1" arithmetic
+# break there first (the maximal id is a real entry, 0-0 never is).
+EDGE_IDS = [b"0-1", b"0-2", b"%d-%d" % (U64, U64), b"%d-%d" % (U64, U64 - 1),
+            b"%d-%d" % (U64 - 1, U64), b"%d-0" % U64, b"1-0"]
+
+
 @st.composite
 def full_ids(draw) -> bytes:
+    if draw(st.integers(0, 7)) == 0:
+        return draw(st.sampled_from(EDGE_IDS))
     return b"%d-%d" % (draw(ms_values), draw(seq_values))
+
+
+def _below_max_deleted(redis_reply, streamdb_reply) -> bool:
+    """XSETID below max-deleted-entry-id: 7.0 takes it (or finds it below the top item,
+    a check current Redis makes after this one), current Redis refuses it."""
+    return redis_reply in ("OK", Err("ERR The ID specified in XSETID is smaller than the target "
+                                     "stream top item")) and streamdb_reply == Err(
+        "ERR The ID specified in XSETID is smaller than current max_deleted_entry_id")
 
 
 # IDs as a client may write them, well-formed or not.
@@ -275,11 +291,13 @@ class StreamMachine(RuleBasedStateMachine):
 
     # -- the one place replies are compared -----------------------------------
 
-    def both(self, *args, log: bool = True, auto_id: bool = False):
+    def both(self, *args, log: bool = True, auto_id: bool = False, pinned=None):
         """Send one command to both servers and assert the replies match.
 
         ``auto_id``: the command is an ``XADD ... *``; two IDs in reply are
-        recorded as the same entry before comparing.
+        recorded as the same entry before comparing.  ``pinned(redis, streamdb)``:
+        true for a deliberate difference from 7.0 (pinned by its own test), which
+        the caller then reconciles.
         """
         r_args = [a.redis if isinstance(a, Pair) else a for a in args]
         s_args = [a.streamdb if isinstance(a, Pair) else a for a in args]
@@ -293,11 +311,30 @@ class StreamMachine(RuleBasedStateMachine):
             self.log.append(" ".join(_show(a) for a in r_args))
         nr = normalise(r)
         ns = normalise(_map_ids(s, self.id_map))
-        assert ns == nr, (
+        assert ns == nr or (pinned is not None and pinned(r, s)), (
             f"reply mismatch (RESP{self.resp}) for {' '.join(_show(a) for a in r_args)}\n"
             f"  redis:    {r!r}\n  streamdb: {s!r}\n"
             f"  commands so far:\n    " + "\n    ".join(self.log[-60:]))
         return r, s
+
+    # -- where current Redis and 7.0 differ on purpose --------------------------
+
+    def redis_stream_fields(self, key: bytes) -> dict:
+        """Redis's XINFO STREAM of ``key`` as a dict (not logged), empty if no stream."""
+        r = self.redis.call(b"XINFO", b"STREAM", key)
+        if isinstance(r, RMap):
+            return dict(r)
+        if isinstance(r, list):
+            return dict(zip(r[0::2], r[1::2]))
+        return {}
+
+    def entries_read_in_range(self, key: bytes, er: bytes) -> bytes:
+        """``er``, lowered to the stream's entries-added when above it: current Redis
+        clamps it there and 7.0 does not (test_xinfo.py pins that difference)."""
+        if not er.isdigit() or er.startswith(b"0"):
+            return er
+        added = self.redis_stream_fields(key).get(b"entries-added", 0)
+        return b"%d" % added if int(er) > added else er
 
     # -- a starting state -------------------------------------------------------
 
@@ -398,7 +435,14 @@ class StreamMachine(RuleBasedStateMachine):
             opts += [b"ENTRIESADDED", added]
         if maxdel is not None:
             opts += [b"MAXDELETEDID", maxdel]
-        self.both(b"XSETID", key, sid, *opts)
+        before = self.redis_stream_fields(key)
+        r, s = self.both(b"XSETID", key, sid, *opts, pinned=_below_max_deleted)
+        if r == "OK" and _below_max_deleted(r, s):
+            # Redis >= 7.2 refuses a last id below max-deleted-entry-id, 7.0 takes it
+            # (test_stream_policies.py pins it): undo it on 7.0 so both go on equal.
+            self.redis.call(b"XSETID", key, before[b"last-generated-id"], b"ENTRIESADDED",
+                            b"%d" % before[b"entries-added"], b"MAXDELETEDID",
+                            before[b"max-deleted-entry-id"])
 
     # -- generic and string commands ------------------------------------------------------
 
@@ -426,7 +470,7 @@ class StreamMachine(RuleBasedStateMachine):
     def xgroup_create(self, key, group, sid, mk, er):
         extra = [b"MKSTREAM"] if mk else []
         if er is not None:
-            extra += [b"ENTRIESREAD", er]
+            extra += [b"ENTRIESREAD", self.entries_read_in_range(key, er)]
         self.both(b"XGROUP", b"CREATE", key, group, sid, *extra)
 
     @_enabled("xgroup")
@@ -434,7 +478,7 @@ class StreamMachine(RuleBasedStateMachine):
           sid=st.one_of(st.sampled_from([b"$", b"0"]), full_ids(), ids),
           er=st.one_of(st.none(), small_ints))
     def xgroup_setid(self, key, group, sid, er):
-        extra = [b"ENTRIESREAD", er] if er is not None else []
+        extra = [b"ENTRIESREAD", self.entries_read_in_range(key, er)] if er is not None else []
         self.both(b"XGROUP", b"SETID", key, group, sid, *extra)
 
     @_enabled("xgroup")

@@ -130,6 +130,24 @@ def test_exclusive_ranges_at_the_smallest_and_largest_ids(servers):
     ]
 
 
+def test_trims_and_group_reads_of_a_stream_holding_the_maximal_id(servers):
+    # The maximal id is a real entry: trimming must reach it and a group that has
+    # read it has nothing new (it once served as "no bound" here).
+    top = f"{U64}-{U64}"
+    replies = run(servers, "XADD s 1-1 f v", f"XADD s {top} f v", "XTRIM s MAXLEN = 0", "XLEN s",
+                  *fill("t", 7), f"XADD t {top} f v", "XTRIM t MAXLEN ~ 0", "XLEN t",
+                  *fill("u", 3), f"XADD u {top} f v", "XTRIM u MAXLEN = 1", "XRANGE u - +",
+                  "XTRIM u MINID 1", "XGROUP CREATE u g 0",
+                  "XREADGROUP GROUP g c STREAMS u >", "XREADGROUP GROUP g c STREAMS u >",
+                  "XGROUP CREATE u h $", "XREADGROUP GROUP h c STREAMS u >",
+                  "XINFO GROUPS u")
+    assert replies[2:4] == [2, 0]
+    assert replies[12:14] == [8, 0]
+    assert replies[18:21] == [3, [[top.encode(), [b"f", b"v"]]], 0]
+    assert replies[22] == [[b"u", [[top.encode(), [b"f", b"v"]]]]]
+    assert replies[23] == replies[25] == NullArray
+
+
 def test_count_zero_and_negative(servers):
     replies = run(servers, "XADD s 1-1 f v", "XRANGE s - + COUNT 0", "XRANGE s - + COUNT -3",
                   "XREVRANGE s + - COUNT 0", "XRANGE nokey - + COUNT 0",

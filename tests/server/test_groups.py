@@ -104,7 +104,8 @@ def test_xgroup_subcommands_and_errors(both):
         XGROUP setid s g 0 entriesread -2
         XGROUP setid s g -
         XGROUP setid s g +
-        XGROUP setid s g $ ENTRIESREAD 5
+        # (above entries-added current Redis clamps it: test_xinfo.py pins that)
+        XGROUP setid s g $ ENTRIESREAD 0
         XINFO GROUPS s
         XGROUP destroy s g x
         XGROUP destroy s nog

@@ -384,6 +384,43 @@ def test_info_sections_have_redis_field_names(r, theirs):
             assert name in ours, f"INFO {section} lacks {name}"
 
 
+def _headers(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("#")]
+
+
+def test_info_sections_and_their_order_match_redis(r, theirs):
+    # The default and "all" lists are the same in 7.0 and 8.x (cluster included).
+    for args in ((), ("default",), ("all",), ("everything",), ("keyspace", "server", "cluster")):
+        assert _headers(_info_text(r, *args)) == _headers(_info_text(theirs, *args)), args
+    assert _info_text(r, "cluster") == "# Cluster\r\ncluster_enabled:0\r\n"
+    assert _section_fields(r, "cluster") == _section_fields(theirs, "cluster")
+
+
+def test_reported_redis_version_is_current_redis_not_70(r, theirs):
+    # Deliberate difference: StreamDB reports the Redis release whose stream commands
+    # it implements (8.10.0 by default), where the reference server says 7.0.x.
+    assert _section_fields(theirs, "server")["redis_version"].startswith("7.0.")
+    server = _section_fields(r, "server")
+    assert server["redis_version"] == "8.10.0"
+    assert server["streamdb_version"]
+    hello = r.execute_command("HELLO", "3")
+    assert hello[b"version"] == b"8.10.0" and hello[b"server"] == b"redis"
+    r.execute_command("HELLO", "2")
+
+
+def test_redis_version_compat_directive(r):
+    try:
+        assert r.config_set("redis-version-compat", "7.2.4")
+        assert _section_fields(r, "server")["redis_version"] == "7.2.4"
+        hello = r.execute_command("HELLO")          # RESP2: a flat list of pairs
+        assert hello[hello.index(b"version") + 1] == b"7.2.4"
+        with pytest.raises(redis.ResponseError, match="must be a version"):
+            r.config_set("redis-version-compat", "8.x")
+        assert r.config_get("redis-version-compat") == {"redis-version-compat": "7.2.4"}
+    finally:
+        r.config_set("redis-version-compat", "8.10.0")
+
+
 def test_info_commandstats_latencystats_errorstats(r):
     for _ in range(3):
         r.set(b"k", b"v")

@@ -330,8 +330,8 @@ XSETID_SEQUENCE = [
     ["XSETID", "s", "7-0", "MAXDELETEDID", "x"], ["XSETID", "s", "x"], ["XSETID", "s", "7-0", "bogus"],
     ["XSETID", "s", "7-0", "ENTRIESADDED"], ["XSETID", "s", "7-0", "ENTRIESADDED", "x"],
     ["XSETID", "s", "7-0", "ENTRIESADDED", "10", "MAXDELETEDID", "3-0"], ["XSETID", "s", "7"],
-    ["XSETID", "s", "-"], ["XSETID", "s", "+"], ["XDEL", "s", "5-0", "6-0"], ["XSETID", "s", "3-0"],
-    ["XSETID", "s", "0-0", "ENTRIESADDED", "0"], ["XSETID", "s"], ["SET", "str", "v"],
+    ["XSETID", "s", "-"], ["XSETID", "s", "+"], ["XDEL", "s", "5-0", "6-0"], ["XSETID", "s", "9-0"],
+    ["XSETID", "s", "9-0", "ENTRIESADDED", "0"], ["XSETID", "s"], ["SET", "str", "v"],
     ["XSETID", "str", "1-0"], ["XRANGE", "s", "-", "+"], ["XLEN", "s"],
 ]
 
@@ -346,6 +346,35 @@ def test_xsetid_matches_70(server, redis_server):
         mine = dict(zip(*[iter(ours.call("XINFO", "STREAM", "s")[1])] * 2))
         theirs = dict(zip(*[iter(ref.call("XINFO", "STREAM", "s")[1])] * 2))
         assert {k: v for k, v in mine.items() if k[1] in {k2[1] for k2 in theirs}} == theirs
+    finally:
+        ours.close()
+        ref.close()
+
+
+def test_xsetid_below_max_deleted_id_is_refused_unlike_70(server, redis_server):
+    # Deliberate difference: Redis >= 7.2 refuses a last id below the stream's
+    # max-deleted-entry-id (an XADD could otherwise re-create a deleted id); 7.0 accepts it.
+    ours, ref = RawClient(server.port), RawClient(redis_server.port)
+    try:
+        for c in (ours, ref):
+            c.call("FLUSHALL")
+            for cmd in (["XADD", "s", "5-1", "f", "v"], ["XDEL", "s", "5-1"]):
+                c.call(*cmd)
+        for cmd in (["XSETID", "s", "4-1"], ["XSETID", "s", "5-0", "MAXDELETEDID", "0-1"]):
+            assert ref.call(*cmd) == (b"+", b"OK")
+            assert ours.call(*cmd) == (
+                b"-", b"ERR The ID specified in XSETID is smaller than current max_deleted_entry_id")
+        assert ours.call("XSETID", "s", "5-1") == (b"+", b"OK")        # equal is allowed
+        assert ours.call("XADD", "s", "5-*", "f", "v") == (b"$", b"5-2")
+        # Current Redis checks max-deleted-entry-id before the top item; 7.0 has only the latter.
+        for c in (ours, ref):
+            for cmd in (["XADD", "t", "1-1", "f", "v"], ["XADD", "t", "7-0", "f", "v"],
+                        ["XDEL", "t", "7-0"]):
+                c.call(*cmd)
+        assert ref.call("XSETID", "t", "0-1") == (
+            b"-", b"ERR The ID specified in XSETID is smaller than the target stream top item")
+        assert ours.call("XSETID", "t", "0-1") == (
+            b"-", b"ERR The ID specified in XSETID is smaller than current max_deleted_entry_id")
     finally:
         ours.close()
         ref.close()

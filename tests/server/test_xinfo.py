@@ -331,3 +331,27 @@ def test_inprocess_groups_and_consumers():
     assert dict(x("XINFO", "GROUPS", "s")[1])[b"lag"] is None
     err = x("XINFO", "CONSUMERS", "s", "nosuch")
     assert err.message == "NOGROUP No such consumer group 'nosuch' for key name 's'"
+
+
+def test_entriesread_past_entries_added_is_clamped_unlike_70(pair):
+    # Deliberate difference: current Redis clamps XGROUP CREATE/SETID ENTRIESREAD to the
+    # stream's entries-added (redis/redis#14257); 7.0 stores it and reports a negative lag.
+    run_both(pair, "XADD", "s", "1-0", "f", "v")
+    run_both(pair, "XADD", "s", "2-0", "f", "v")
+    run_both(pair, "XGROUP", "CREATE", "s", "g", "$", "ENTRIESREAD", "100")
+    run_both(pair, "XGROUP", "CREATE", "s", "h", "0", "ENTRIESREAD", "1")
+    run_both(pair, "XGROUP", "CREATE", "e", "g", "$", "MKSTREAM", "ENTRIESREAD", "5")
+    ours, ref = run_both(pair, "XINFO", "GROUPS", "s")
+    g70, g = dict(as_pairs(ref[1][0])), dict(as_pairs(ours[1][0]))
+    assert (g70[b"entries-read"], g70[b"lag"]) == ((b":", 100), (b":", -98))
+    assert (g[b"entries-read"], g[b"lag"]) == ((b":", 2), (b":", 0))
+    assert ours[1][1] == ref[1][1]                        # within range: unchanged
+    ours, _ = run_both(pair, "XGROUP", "SETID", "s", "h", "1-0", "ENTRIESREAD", "7")
+    h = dict(as_pairs(run_both(pair, "XINFO", "GROUPS", "s")[0][1][1]))
+    assert (h[b"entries-read"], h[b"lag"]) == ((b":", 2), (b":", 0))
+    e = dict(as_pairs(run_both(pair, "XINFO", "GROUPS", "e")[0][1][0]))
+    assert (e[b"entries-read"], e[b"lag"]) == ((b":", 0), (b":", 0))
+    # the clamped value is what the group goes on from
+    run_both(pair, "XADD", "s", "3-0", "f", "v")
+    g = dict(as_pairs(run_both(pair, "XINFO", "GROUPS", "s")[0][1][0]))
+    assert (g[b"entries-read"], g[b"lag"]) == ((b":", 2), (b":", 1))
