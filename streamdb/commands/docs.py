@@ -335,6 +335,8 @@ DOCS: dict[str, CommandDoc] = {
          complexity='O(1)'),
     'slowlog|reset': _doc('Clear all entries from the slow log', 'server',
          complexity='O(N) where N is the number of entries in the slowlog'),
+    'swapdb': _doc('Swaps two Redis databases', 'server',
+         complexity='O(N) where N is the count of clients watching or blocking on keys from both databases.'),
     'sync': _doc('Internal command used for replication', 'server'),
     'time': _doc('Return the current server time', 'server',
          complexity='O(1)'),
@@ -349,6 +351,8 @@ DOCS: dict[str, CommandDoc] = {
     'unwatch': _doc('Forget about all watched keys', 'transactions',
          complexity='O(1)'),
     'wait': _doc('Wait for the synchronous replication of all the write commands sent in the context of the current connection', 'generic',
+         complexity='O(1)'),
+    'waitaof': _doc('Blocks until all of the preceding write commands sent by the connection are written to the append-only file of the master and/or replicas.', 'generic',
          complexity='O(1)'),
     'watch': _doc('Watch the given keys to determine execution of the MULTI/EXEC block', 'transactions',
          complexity='O(1) for every key.'),
@@ -424,14 +428,18 @@ DOCS: dict[str, CommandDoc] = {
          complexity='O(N) with N being the number of elements being returned. If N is constant (e.g. always asking for the first 10 elements with COUNT), you can consider it O(1).',
          history=(
              ('6.2.0', 'Added exclusive ranges.'),)),
+    'xnack': _doc("Releases pending messages back to the group's PEL without acknowledging them, making them available for re-delivery.", 'stream',
+         complexity='O(1) for each message ID processed.'),
     'xread': _doc('Return never seen elements in multiple streams, with IDs greater than the ones reported by the caller for each stream. Can block.', 'stream',
          complexity='For each stream mentioned: O(N) with N being the number of elements being returned, it means that XREAD-ing with a fixed COUNT is O(1). Note that when the BLOCK option is used, XADD will pay O(M) time in order to serve the M clients blocked on the stream getting new data.',
          history=(
-             ('7.4.0', 'Added the `+` ID, which reads the last entry of each stream.'),)),
+             ('7.4.0', 'Added the `+` ID, which reads the last entry of each stream.'),
+             ('8.10.0', 'Added the `MAXCOUNT` and `MAXSIZE` options.'),)),
     'xreadgroup': _doc('Return new entries from a stream using a consumer group, or access the history of the pending entries for a given consumer. Can block.', 'stream',
          complexity='For each stream mentioned: O(M) with M being the number of elements returned. If M is constant (e.g. always asking for the first 10 elements with COUNT), you can consider it O(1). On the other side when XREADGROUP blocks, XADD will pay the O(N) time in order to serve the N clients blocked on the stream getting new data.',
          history=(
-             ('8.4.0', 'Added the `CLAIM` option.'),)),
+             ('8.4.0', 'Added the `CLAIM` option.'),
+             ('8.10.0', 'Added the `MAXCOUNT` and `MAXSIZE` options.'),)),
     'xrevrange': _doc('Return a range of elements in a stream, with IDs matching the specified IDs interval, in reverse order (from greater to smaller IDs) compared to XRANGE', 'stream',
          complexity='O(N) with N being the number of elements returned. If N is constant (e.g. always asking for the first 10 elements with COUNT), you can consider it O(1).',
          history=(

@@ -16,7 +16,8 @@ from resp_raw import RawClient, as_pairs, plain
 LATER_OPTIONS = {
     "xadd": {"KEEPREF", "DELREF", "ACKED", "IDMPAUTO", "IDMP"},     # 8.2, 8.6
     "xtrim": {"KEEPREF", "DELREF", "ACKED"},                          # 8.2
-    "xreadgroup": {"CLAIM"},                                          # 8.4
+    "xreadgroup": {"CLAIM", "MAXCOUNT", "MAXSIZE"},                   # 8.4, 8.10
+    "xread": {"MAXCOUNT", "MAXSIZE"},                                 # 8.10
 }
 # Documented with tokens where Redis documents subcommands (COMMAND) or nothing (DEBUG).
 OWN_GRAMMAR = {"command", "debug"}
