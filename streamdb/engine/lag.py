@@ -15,7 +15,7 @@ from .ids import MAX_ID, MIN_ID
 from .stream import Stream
 
 __all__ = ["range_has_tombstones", "estimate_entries_read", "group_lag", "advance_entries_read",
-           "advance_entries_read_many", "clamp_entries_read"]
+           "advance_entries_read_many", "clamp_entries_read", "counter_trusted"]
 
 
 def range_has_tombstones(s: Stream, start: int | None, end: int | None) -> bool:
@@ -63,9 +63,21 @@ def estimate_entries_read(s: Stream, sid: int) -> int:
     return ENTRIES_READ_INVALID
 
 
+def counter_trusted(s: Stream, g: ConsumerGroup, after: int) -> bool:
+    """Whether the group's entries-read counter still counts exactly, reading on from ``after``.
+
+    Not when it is unknown, when a deleted entry may lie at or after ``after``, or (Redis
+    7.4+, redis/redis#13473 and #13958) when the group's last id is behind the stream's
+    first entry: entries were trimmed that the group never read, so its counter no longer
+    says how many of the remaining ones it has read.
+    """
+    return (g.entries_read != ENTRIES_READ_INVALID and g.last_id >= s.first_id()
+            and not range_has_tombstones(s, after, None))
+
+
 def advance_entries_read(s: Stream, g: ConsumerGroup, sid: int) -> None:
     """Update ``g`` after it was delivered entry ``sid`` (> its last id)."""
-    if g.entries_read != ENTRIES_READ_INVALID and not range_has_tombstones(s, sid, None):
+    if counter_trusted(s, g, sid):
         g.entries_read += 1
     elif s.entries_added:
         g.entries_read = estimate_entries_read(s, sid)
@@ -76,7 +88,7 @@ def advance_entries_read_many(s: Stream, g: ConsumerGroup, sids: list[int]) -> N
     """``advance_entries_read`` of each of ``sids`` (ascending, all above the
     group's last id) in turn.  With no tombstone at or after the first of them
     each one only adds 1, so that is done at once."""
-    if g.entries_read != ENTRIES_READ_INVALID and not range_has_tombstones(s, sids[0], None):
+    if counter_trusted(s, g, sids[0]):
         g.entries_read += len(sids)
         g.last_id = sids[-1]
         return
@@ -88,7 +100,7 @@ def group_lag(s: Stream, g: ConsumerGroup) -> int | None:
     """The group's lag for XINFO, or None (nil) when it cannot be computed."""
     if not s.entries_added:
         return 0
-    if g.entries_read != ENTRIES_READ_INVALID and not range_has_tombstones(s, g.last_id, None):
+    if counter_trusted(s, g, g.last_id):
         return s.entries_added - g.entries_read
     est = estimate_entries_read(s, g.last_id)
     if est != ENTRIES_READ_INVALID:

@@ -107,10 +107,13 @@ def full_ids(draw) -> bytes:
 
 
 def _below_max_deleted(redis_reply, streamdb_reply) -> bool:
-    """XSETID below max-deleted-entry-id: 7.0 takes it (or finds it below the top item,
-    a check current Redis makes after this one), current Redis refuses it."""
+    """XSETID below max-deleted-entry-id: 7.0 takes it (or fails one of the checks current
+    Redis makes after this one: the top item, entries_added against the length), current
+    Redis refuses it."""
     return redis_reply in ("OK", Err("ERR The ID specified in XSETID is smaller than the target "
-                                     "stream top item")) and streamdb_reply == Err(
+                                     "stream top item"),
+                           Err("ERR The entries_added specified in XSETID is smaller than the "
+                               "target stream length")) and streamdb_reply == Err(
         "ERR The ID specified in XSETID is smaller than current max_deleted_entry_id")
 
 
@@ -284,6 +287,8 @@ class StreamMachine(RuleBasedStateMachine):
         self.id_map: dict[bytes, bytes] = {}       # StreamDB's auto id -> Redis's
         self.auto_ids: list[Pair] = []
         self.log: list[str] = []
+        # Groups seen behind their stream's first entry (see note_recounted_groups).
+        self.recounted_groups: set[bytes] = set()
 
     def teardown(self) -> None:
         self.redis.close()
@@ -335,6 +340,43 @@ class StreamMachine(RuleBasedStateMachine):
             return er
         added = self.redis_stream_fields(key).get(b"entries-added", 0)
         return b"%d" % added if int(er) > added else er
+
+    def note_recounted_groups(self, key: bytes) -> None:
+        """Remember the groups of ``key`` whose last id is behind the stream's first entry.
+
+        Current Redis (7.4+, redis/redis#13473 and #13958) then recounts such a group's
+        entries-read and lag from the stream; 7.0 trusts the group's counter, and from
+        then on the two servers' counters for it may differ (test_xinfo.py pins the
+        difference). XINFO comparisons leave those two fields of these groups out.
+        """
+        first = self.redis_stream_fields(key).get(b"first-entry")
+        if not isinstance(first, list) or not first:
+            return
+        groups = self.redis.call(b"XINFO", b"GROUPS", key)
+        for g in groups if isinstance(groups, list) else []:
+            fields = dict(g) if isinstance(g, RMap) else dict(zip(g[0::2], g[1::2]))
+            if _id_key(fields[b"last-delivered-id"]) < _id_key(first[0]):
+                self.recounted_groups.add(fields[b"name"])
+
+    def without_recounted(self, reply):
+        """``reply`` with the entries-read and lag of the recounted groups blanked."""
+        if isinstance(reply, RMap) or (isinstance(reply, list) and len(reply) % 2 == 0 and
+                                       reply and all(isinstance(k, bytes) for k in reply[0::2])):
+            pairs = list(reply) if isinstance(reply, RMap) else list(zip(reply[0::2], reply[1::2]))
+            names = dict(pairs)
+            recounted = names.get(b"name") in self.recounted_groups and b"entries-read" in names
+            pairs = [(k, "<recounted>" if recounted and k in (b"entries-read", b"lag")
+                      else self.without_recounted(v)) for k, v in pairs]
+            if isinstance(reply, RMap):
+                return RMap(pairs)
+            return [x for kv in pairs for x in kv]
+        if isinstance(reply, list):
+            return [self.without_recounted(x) for x in reply]
+        return reply
+
+    def equal_but_recounted(self, r, s) -> bool:
+        return (normalise(self.without_recounted(r)) ==
+                normalise(self.without_recounted(_map_ids(s, self.id_map))))
 
     # -- a starting state -------------------------------------------------------
 
@@ -568,7 +610,7 @@ class StreamMachine(RuleBasedStateMachine):
     @_enabled("xinfo|groups")
     @rule(key=st.sampled_from(STREAM_KEYS + [STRING_KEY, b"missing"]))
     def xinfo_groups(self, key):
-        self.both(b"XINFO", b"GROUPS", key)
+        self.both(b"XINFO", b"GROUPS", key, pinned=self.equal_but_recounted)
 
     @_enabled("xinfo|consumers")
     @rule(key=st.sampled_from(STREAM_KEYS + [STRING_KEY, b"missing"]),
@@ -580,8 +622,8 @@ class StreamMachine(RuleBasedStateMachine):
         # PEL entries of XINFO STREAM FULL are [id, delivery-time, count] (per
         # group) or [id, delivery-time, count] (per consumer): blank the time.
         args = (b"XINFO", b"STREAM", key, b"FULL")
-        r = drop_later_fields(self.redis.call(*args))
-        s = drop_later_fields(self.sdb.call(*args))
+        r = self.without_recounted(drop_later_fields(self.redis.call(*args)))
+        s = self.without_recounted(drop_later_fields(self.sdb.call(*args)))
         self.log.append(" ".join(_show(a) for a in args))
 
         def blank_field(k, v):
@@ -614,6 +656,12 @@ class StreamMachine(RuleBasedStateMachine):
     def streams_agree(self):
         for key in STREAM_KEYS:
             self.both(b"XRANGE", key, b"-", b"+", log=False)
+            self.note_recounted_groups(key)
+
+
+def _id_key(raw: bytes) -> tuple[int, int]:
+    ms, _, seq = raw.partition(b"-")
+    return int(ms), int(seq or 0)
 
 
 def _show(a) -> str:
