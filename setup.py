@@ -35,11 +35,14 @@ def extensions() -> list:
 class OptionalBuildExt(build_ext):
     """A failed compile is a warning: the plain twins serve instead."""
 
+    failed = False
+
     def run(self) -> None:
         try:
             super().run()
         except Exception as e:  # noqa: BLE001 (any compiler or linker failure)
-            self.report(e)
+            if not self.failed:     # (else: only the copy of what failed to build)
+                self.report(e, "the compiled core")
 
     def build_extension(self, ext) -> None:
         try:
@@ -47,8 +50,8 @@ class OptionalBuildExt(build_ext):
         except Exception as e:  # noqa: BLE001
             self.report(e, ext.name)
 
-    @staticmethod
-    def report(error: Exception, name: str = "the compiled core") -> None:
+    def report(self, error: Exception, name: str) -> None:
+        self.failed = True
         print(f"streamdb: could not build {name} ({error}): the server runs on the "
               "Python path", file=sys.stderr)
 
