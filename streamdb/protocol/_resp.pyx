@@ -445,6 +445,18 @@ cdef int put_int(Out* o, object value) except -1:
     return put_line(o, 58, v)
 
 
+cdef int encode_items(Out* o, object items, bint resp3) except -1:
+    """The elements of an array or a set, one after the other."""
+    if Py_EnterRecursiveCall(" while encoding a reply"):
+        return -1
+    try:
+        for item in items:
+            encode_into(o, item, resp3)
+    finally:
+        Py_LeaveRecursiveCall()
+    return 0
+
+
 cdef int encode_into(Out* o, object value, bint resp3) except -1:
     """reply.py's _encode: one value (and what it holds) appended to ``o``."""
     cdef object t = type(value)
@@ -453,14 +465,7 @@ cdef int encode_into(Out* o, object value, bint resp3) except -1:
         return put_bulk(o, <bytes>value)
     if t is list or t is tuple:
         put_line(o, 42, len(value))
-        if Py_EnterRecursiveCall(" while encoding a reply"):
-            return -1
-        try:
-            for item in value:
-                encode_into(o, item, resp3)
-        finally:
-            Py_LeaveRecursiveCall()
-        return 0
+        return encode_items(o, value, resp3)
     if t is int:
         return put_int(o, value)
     if t is Raw:
@@ -497,14 +502,7 @@ cdef int encode_into(Out* o, object value, bint resp3) except -1:
         return put(o, b"_\r\n", 3) if resp3 else put(o, b"*-1\r\n", 5)
     if t is RSet:
         put_line(o, 126 if resp3 else 42, len(value))
-        if Py_EnterRecursiveCall(" while encoding a reply"):
-            return -1
-        try:
-            for item in value:
-                encode_into(o, item, resp3)
-        finally:
-            Py_LeaveRecursiveCall()
-        return 0
+        return encode_items(o, value, resp3)
     if t is Double:
         raw = _format_double(value)
         if resp3:
