@@ -10,6 +10,9 @@ VPY     := $(VENV)/bin/python
 # Spark packages, so `make test` must install them even though the venv exists.
 RUN_STAMP  := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
+# The install compiles the core (setup.py; see docs/ARCHITECTURE.md "Compiled core"):
+# an edited compiled module is rebuilt by installing again.
+BUILD_INPUTS := pyproject.toml $(wildcard setup.py streamdb/*/*.pyx streamdb/*/*.pxd)
 
 .PHONY: run test soak deps test-deps redis-server java node-clients spark-deps bench clean
 
@@ -18,12 +21,12 @@ $(VPY):
 	$(VPY) -m pip install -q --upgrade pip
 
 # The server's runtime dependencies only: no test or Spark extras.
-$(RUN_STAMP): pyproject.toml | $(VPY)
+$(RUN_STAMP): $(BUILD_INPUTS) | $(VPY)
 	$(VPY) -m pip install -q -e .
 	touch $@
 
 # Everything the tests import (test + spark extras) includes the runtime set.
-$(TEST_STAMP): pyproject.toml | $(VPY)
+$(TEST_STAMP): $(BUILD_INPUTS) | $(VPY)
 	$(VPY) -m pip install -q -e '.[test,spark]'
 	touch $@ $(RUN_STAMP)
 
@@ -62,6 +65,8 @@ java:
 spark-deps: deps java
 	@$(VPY) -c 'import pyspark, pyarrow' 2>/dev/null || $(VPY) -m pip install -q -e '.[spark]'
 
+# STREAMDB_PURE=1 make test runs the tests on the plain Python core instead of
+# the compiled one (the server processes the tests start inherit it).
 test: test-deps redis-server node-clients java
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
 
@@ -73,4 +78,5 @@ bench: deps redis-server
 	$(VPY) tools/bench.py
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .hypothesis
+	rm -rf $(VENV) data .pytest_cache .hypothesis build
+	find streamdb \( -name '*.so' -o -name '*.c' \) -delete

@@ -29,7 +29,8 @@ from ..engine import MAX_ID, MIN_ID, Stream, format_id
 from ..engine.groups import (ENTRIES_READ_INVALID, MAX_DELIVERY_COUNT, Consumer,
                              ConsumerGroup, PendingEntry, next_delivery_count)
 from ..engine.lag import advance_entries_read_many, clamp_entries_read
-from ..protocol.reply import NULL_ARRAY, OK, CommandError, Raw, Status, encode_reply
+from ..protocol import encode_reply
+from ..protocol.reply import NULL_ARRAY, OK, CommandError, Raw, Status
 from .args import (eq, parse_int, parse_range_bound, parse_stream_id,
                    parse_strict_stream_id)
 from .context import BlockRequest, Ctx, syntax_error

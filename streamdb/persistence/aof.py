@@ -272,7 +272,7 @@ def split_commands(body: bytes) -> list[list[bytes]]:
 
 def _split_commands_strict(body: bytes) -> list[list[bytes]]:
     """split_commands with the request parser: slower, never allocates ahead of the bytes."""
-    from ..protocol.request import ProtocolError, RequestParser
+    from ..protocol import ProtocolError, RequestParser
     p = RequestParser(max_bulk_len=1 << 62)
     p.feed(body)
     p.feed(_END_MARK)    # skipped between commands, an error inside an unfinished one

@@ -1,7 +1,39 @@
-"""The Redis wire protocol, free of I/O: request parsing and reply encoding."""
-from .request import ProtocolError, RequestParser
+"""The Redis wire protocol, free of I/O: request parsing and reply encoding.
+
+The one place that chooses between the compiled core (``_resp.pyx``, built by
+``pip install``) and its plain twins (``request.py``, ``reply.py``: the readable
+specification, with the same behaviour).  Everything else imports
+``RequestParser`` and ``encode_reply`` from here.  The compiled core is used
+unless ``STREAMDB_PURE=1`` is set or it is not built; ``CORE`` says which runs
+("compiled" or "python") and ``CORE_REASON`` why (start-up log, ``INFO server``).
+"""
+import importlib
+import os
+
+from . import reply, request
 from .reply import (CommandError, Double, Map, NULL_ARRAY, RSet, Status, Verbatim,
-                    encode_reply, OK, QUEUED, PONG)
+                    OK, QUEUED, PONG)
+from .request import ProtocolError
 
 __all__ = ["ProtocolError", "RequestParser", "CommandError", "Double", "Map", "NULL_ARRAY",
-           "RSet", "Status", "Verbatim", "encode_reply", "OK", "QUEUED", "PONG"]
+           "RSet", "Status", "Verbatim", "encode_reply", "OK", "QUEUED", "PONG",
+           "CORE", "CORE_REASON", "select_core"]
+
+COMPILED_MODULE = "streamdb.protocol._resp"
+
+
+def select_core(pure: bool, module: str = COMPILED_MODULE):
+    """``(core, reason, RequestParser, encode_reply)``: the compiled module's
+    unless ``pure`` or it cannot be imported, else the plain twins'."""
+    if pure:
+        return "python", "STREAMDB_PURE is set", request.RequestParser, reply.encode_reply
+    try:
+        compiled = importlib.import_module(module)
+    except ImportError as e:
+        return ("python", f"the compiled core is not built ({e})",
+                request.RequestParser, reply.encode_reply)
+    return "compiled", module, compiled.RequestParser, compiled.encode_reply
+
+
+CORE, CORE_REASON, RequestParser, encode_reply = select_core(
+    os.environ.get("STREAMDB_PURE", "") not in ("", "0"))

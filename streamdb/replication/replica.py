@@ -32,7 +32,7 @@ from collections import deque
 from .. import log
 from ..persistence.aof import encode_command
 from ..protocol.reply import CommandError
-from ..protocol.request import ProtocolError, RequestParser
+from ..protocol import ProtocolError, RequestParser
 from ..server import tls
 from . import state
 from .fullsync import MARK_LEN

@@ -19,8 +19,7 @@ import time
 from .. import log
 from ..commands import registry
 from ..commands.streams import xadd_run_form, xadd_run_signature
-from ..protocol.reply import encode_reply
-from ..protocol.request import ProtocolError, RequestParser
+from ..protocol import ProtocolError, RequestParser, encode_reply
 from ..security import protected
 from . import tls
 from .core import BLOCKED, DROP, Core

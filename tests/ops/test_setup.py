@@ -79,3 +79,14 @@ def test_make_run_after_make_test_installs_nothing_more(project):
 def test_make_spark_deps_installs_the_spark_extra(project):
     _venv_made_by(project, ".installed-run")
     assert any("'.[spark]'" in line for line in _planned_installs(project, "spark-deps"))
+
+
+def test_make_test_rebuilds_an_edited_compiled_module(project):
+    """The install compiles the core: an edit to a .pyx after it means installing again."""
+    _venv_made_by(project, ".installed-test")
+    (project / ".venv" / ".installed-run").touch()
+    pyx = project / "streamdb" / "protocol" / "_resp.pyx"
+    pyx.parent.mkdir(parents=True)
+    pyx.touch()
+    os.utime(pyx, (time.time() + 10,) * 2)
+    assert _planned_installs(project, "test") == [".venv/bin/python -m pip install -q -e '.[test,spark]'"]

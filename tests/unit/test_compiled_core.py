@@ -1,0 +1,287 @@
+"""The compiled core (protocol/_resp.pyx) behaves exactly as its plain twins.
+
+request.py's RequestParser and reply.py's encode_reply are the specification;
+random input, valid and hostile, fed whole, a byte at a time and in random
+pieces, must give the same argv lists, the same ProtocolError at the same point,
+the same buffered() counts, and the same reply bytes in RESP2 and RESP3.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from streamdb import protocol
+from streamdb.protocol import reply, request
+from streamdb.protocol.request import ProtocolError, encode_request
+
+try:
+    from streamdb.protocol import _resp
+except ImportError:
+    _resp = None
+
+needs_compiled = pytest.mark.skipif(
+    _resp is None, reason="the compiled core is not built (pip install -e . builds it)")
+
+
+def test_the_compiled_core_runs_unless_streamdb_pure_is_set():
+    """Under ``make test`` the install built the extension: a test run that
+    silently fell back to the Python path would prove nothing about it."""
+    if os.environ.get("STREAMDB_PURE", "") not in ("", "0"):
+        assert protocol.CORE == "python"
+        assert protocol.RequestParser is request.RequestParser
+    else:
+        assert protocol.CORE == "compiled", protocol.CORE_REASON
+        assert protocol.RequestParser is _resp.RequestParser
+        assert protocol.encode_reply is _resp.encode_reply
+
+
+def test_a_core_that_does_not_import_leaves_the_python_path():
+    core, reason, parser, encode = protocol.select_core(False, "streamdb.protocol._not_built")
+    assert (core, parser, encode) == ("python", request.RequestParser, reply.encode_reply)
+    assert "not built" in reason
+    assert protocol.select_core(True)[:2] == ("python", "STREAMDB_PURE is set")
+
+
+# ---------------------------------------------------------------------------
+# Request parser
+# ---------------------------------------------------------------------------
+
+def run_parser(make, ops: list, max_bulk_len: int) -> list:
+    """What a parser does with ``ops``: ("feed", bytes), ("next",), ("auth", bool).
+
+    Each step's result and the buffered() count after it; an error ends the run
+    (the server closes the connection).  The plain parser's batch path holds a
+    batch's bytes as buffered until its last request is taken, so with that path
+    on (max_bulk_len >= 10000, authenticated) buffered() is compared only where
+    the parser waits for bytes.
+    """
+    p = make(max_bulk_len)
+    trace = []
+    for op in ops:
+        if op[0] == "feed":
+            p.feed(op[1])
+            trace.append(("fed", p.buffered()))
+        elif op[0] == "auth":
+            p.authenticated = op[1]
+        else:
+            while True:
+                try:
+                    argv = p.next_command()
+                except ProtocolError as e:
+                    trace.append(("error", str(e), p.buffered()))
+                    return trace
+                if argv is None:
+                    trace.append(("wait", p.buffered()))
+                    break
+                exact = max_bulk_len < 10000 or not p.authenticated
+                trace.append(("argv", argv, p.buffered() if exact else None))
+    return trace
+
+
+def both(ops: list, max_bulk_len: int = 9999) -> list:
+    plain = run_parser(request.RequestParser, ops, max_bulk_len)
+    compiled = run_parser(_resp.RequestParser, ops, max_bulk_len)
+    assert compiled == plain
+    return plain
+
+
+def pieces(data: bytes, cuts: list[int]) -> list:
+    """``data`` fed in pieces split at ``cuts``, every request taken after each piece."""
+    ops, last = [], 0
+    for c in sorted({c % (len(data) + 1) for c in cuts}) + [len(data)]:
+        ops += [("feed", data[last:c]), ("next",)]
+        last = c
+    return ops
+
+
+def argvs_of(trace: list) -> list:
+    return [t[1] for t in trace if t[0] == "argv"]
+
+
+arg = st.one_of(st.binary(max_size=12), st.sampled_from([b"", b"\r\n", b"\0", b"*1\r\n", b"$"]))
+argv_lists = st.lists(arg, min_size=1, max_size=6)
+# Inline arguments without quotes, spaces or control bytes come back as they are
+# (and without '*', which would start a multibulk).
+inline_arg = st.binary(min_size=1, max_size=8).filter(
+    lambda b: not any(c in b" \t\r\n\x0b\x0c\x00\"'*" for c in b))
+
+
+@st.composite
+def valid_stream(draw):
+    """Requests (multibulk and inline, with ``*0``/``*-1``/blank lines between)
+    as bytes, and the argv lists they are."""
+    out, expected = [], []
+    for _ in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(["multibulk", "multibulk", "inline", "empty"]))
+        if kind == "multibulk":
+            argv = draw(argv_lists)
+            out.append(encode_request(*argv))
+            expected.append(argv)
+        elif kind == "inline":
+            argv = draw(st.lists(inline_arg, min_size=1, max_size=4))
+            out.append(b" ".join(argv) + draw(st.sampled_from([b"\r\n", b"\n"])))
+            expected.append(argv)
+        else:
+            out.append(draw(st.sampled_from([b"*0\r\n", b"*-1\r\n", b"\r\n", b"\n", b"  \r\n"])))
+    return b"".join(out), expected
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(valid_stream(), st.lists(st.integers(0, 10**6), max_size=8), st.binary(max_size=10),
+       st.sampled_from([9999, 512 * 1024 * 1024]))
+def test_valid_requests_parse_alike_whole_in_pieces_and_a_byte_at_a_time(
+        stream, cuts, trailing, max_bulk_len):
+    data, expected = stream
+    whole = both([("feed", data), ("next",)], max_bulk_len)
+    assert argvs_of(whole) == expected
+    assert argvs_of(both(pieces(data, cuts), max_bulk_len)) == expected
+    one_byte = [op for i in range(len(data)) for op in (("feed", data[i:i + 1]), ("next",))]
+    assert argvs_of(both(one_byte, max_bulk_len)) == expected
+    # A partial request after them stays buffered (a multibulk header with its
+    # CRLF is consumed: its bulks are then awaited).
+    tail = encode_request(b"XADD", b"k", b"*", b"f", trailing)[:-1]
+    trace = both([("feed", data + tail), ("next",)], max_bulk_len)
+    assert argvs_of(trace) == expected
+    assert trace[-1][0] == "wait" and 0 < trace[-1][1] <= len(tail)
+
+
+# Pieces of hostile requests: headers with bad, huge, negative and odd counts,
+# missing or lone CR/LF, non-bulk elements, NUL bytes, quotes and escapes.
+hostile_piece = st.one_of(
+    st.sampled_from([
+        b"*", b"$", b"\r\n", b"\r", b"\n", b"\0", b" ", b":", b"+", b"-", b"\"", b"'", b"\\",
+        b"\\x41", b"\\n", b"x", b"PING", b"1", b"3", b"0", b"-1", b"01", b"+5", b" 2",
+        b"*1\r\n", b"*2\r\n", b"*3\r\n", b"*0\r\n", b"*-1\r\n", b"*-5\r\n", b"*11\r\n",
+        b"*2147483647\r\n", b"*2147483648\r\n", b"*99999999999999999999\r\n",
+        b"$0\r\n", b"$1\r\n", b"$3\r\n", b"$-1\r\n", b"$16385\r\n", b"$10000\r\n",
+        b"$9223372036854775807\r\n", b"$9223372036854775808\r\n", b"$-9223372036854775808\r\n",
+        b":1\r\n", b"+OK\r\n", b"$3\r\nabc\r\n", b"$3\r\nab", b"abc\r\n",
+        b"\"a b\"", b"'it\\'s'", b"\"x\"y", b"\"open", b"'open",
+    ]),
+    st.binary(max_size=6),
+    # A header whose count is almost a number.
+    st.builds(lambda kind, count: kind + count + b"\r\n", st.sampled_from([b"*", b"$"]),
+              st.lists(st.sampled_from(list(b"0123456789-+:/ \0")), max_size=21).map(bytes)),
+)
+hostile_stream = st.lists(hostile_piece, max_size=24).map(b"".join)
+
+
+@needs_compiled
+@settings(max_examples=1000, deadline=None)
+@given(hostile_stream, st.lists(st.integers(0, 10**6), max_size=6),
+       st.sampled_from([0, 3, 9999, 512 * 1024 * 1024]), st.booleans(), st.booleans())
+def test_hostile_requests_fail_alike(data, cuts, max_bulk_len, authenticated, whole):
+    """Both raise the same ProtocolError at the same point, or parse the same argv."""
+    ops = [("auth", authenticated)]
+    ops += [("feed", data), ("next",)] if whole else pieces(data, cuts)
+    both(ops, max_bulk_len)
+
+
+# Inline lines made of what sdssplitargs treats specially: quotes, escapes, hex
+# digits, every byte it counts as a space.
+inline_line = st.lists(st.sampled_from(
+    [b"a", b"Z", b"\"", b"'", b"\\", b"x", b"4", b"f", b"g", b"n", b"r", b"t", b"b",
+     b" ", b"\t", b"\x0b", b"\x0c", b"\0", b"\r", b"\xff"]), max_size=24).map(b"".join)
+
+
+@needs_compiled
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(inline_line, min_size=1, max_size=3))
+def test_inline_requests_split_alike(lines):
+    both([("feed", b"\n".join(lines) + b"\n"), ("next",)])
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["feed", "auth"]), hostile_stream, st.booleans()),
+                max_size=8))
+def test_authentication_changing_between_reads_applies_alike(steps):
+    """network.py sets ``authenticated`` after each command (AUTH, HELLO): the caps
+    apply to what is parsed after the change."""
+    ops: list = []
+    for kind, data, flag in steps:
+        ops += [("auth", flag)] if kind == "auth" else [("feed", data), ("next",)]
+    both(ops)
+
+
+@needs_compiled
+@pytest.mark.parametrize("size", [32 * 1024 - 1, 32 * 1024, 100_000])
+def test_a_big_bulk_arriving_in_many_reads_parses_alike(size):
+    data = encode_request(b"SET", b"k", bytes(range(256)) * (size // 256) + b"x" * (size % 256))
+    data += encode_request(b"PING")
+    ops = pieces(data, list(range(7, len(data), 4093)))
+    trace = both(ops, 512 * 1024 * 1024)
+    assert [len(a[-1]) for a in argvs_of(trace)] == [size, 4]
+
+
+@needs_compiled
+@pytest.mark.parametrize("data, message", [
+    (b"*" + b"1" * 70000, "Protocol error: too big mbulk count string"),
+    (b"*1\r\n$" + b"1" * 70000, "Protocol error: too big bulk count string"),
+    (b"x" * 70000, "Protocol error: too big inline request"),
+    (b"*1\r\n:1\r\n", "Protocol error: expected '$', got ':'"),
+    (b"*1\r\n\r\n\r\n", "Protocol error: expected '$', got ' '"),
+])
+def test_limits_on_lines_without_an_end_fail_alike(data, message):
+    trace = both([("feed", data), ("next",)])
+    assert trace[-1][:2] == ("error", message)
+
+
+# ---------------------------------------------------------------------------
+# Reply encoder
+# ---------------------------------------------------------------------------
+
+text = st.one_of(st.text(max_size=10),
+                 st.binary(max_size=10).map(lambda b: b.decode("utf-8", "surrogateescape")))
+floats = st.floats(allow_nan=True, allow_infinity=True)
+leaf = st.one_of(
+    st.binary(max_size=12), st.integers(), st.integers(-2**70, 2**70), st.none(), st.booleans(),
+    st.just(reply.NULL_ARRAY), st.just(reply.OK), text, text.map(reply.Status),
+    floats, floats.map(reply.Double), st.binary(max_size=8).map(reply.Verbatim),
+    st.binary(max_size=8).map(reply.Raw), text.map(reply.CommandError),
+    st.sampled_from([object(), {1}, bytearray(b"x"), 1j]),      # not reply values
+)
+reply_value = st.recursive(leaf, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.lists(inner, max_size=4).map(tuple),
+    st.lists(st.tuples(inner, inner), max_size=3).map(reply.Map),
+    st.lists(inner, max_size=4).map(reply.RSet),
+), max_leaves=12)
+
+
+def encoded(encode, value, resp3: bool):
+    try:
+        return encode(value, resp3)
+    except Exception as e:  # noqa: BLE001 (the same failure is the expected behaviour)
+        return type(e), str(e)
+
+
+@needs_compiled
+@settings(max_examples=1500, deadline=None)
+@given(reply_value, st.booleans())
+def test_replies_encode_to_the_same_bytes(value, resp3):
+    assert encoded(_resp.encode_reply, value, resp3) == encoded(reply.encode_reply, value, resp3)
+
+
+@needs_compiled
+@pytest.mark.parametrize("value", [
+    -2**63, 2**63 - 1, 2**63, -2**63 - 1, 0, -1, math.inf, -math.inf, 1e17, 0.1,
+    reply.Map([(b"a", [reply.RSet([1]), None])]), reply.CommandError("ERR a\r\nb"),
+    [b"x" * 100_000] * 3, [[[[]]]],
+])
+def test_edge_replies_encode_alike(value):
+    for resp3 in (False, True):
+        assert _resp.encode_reply(value, resp3) == reply.encode_reply(value, resp3)
+
+
+@needs_compiled
+def test_too_deep_a_reply_raises_recursion_error_not_a_crash():
+    value: list = []
+    for _ in range(100_000):
+        value = [value]
+    with pytest.raises(RecursionError):
+        _resp.encode_reply(value, False)
