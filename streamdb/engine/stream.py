@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from itertools import accumulate, repeat
+from itertools import repeat
 from operator import add, and_, itemgetter, lshift, or_, rshift, sub
 from typing import Iterator
 
@@ -71,13 +71,11 @@ class Node:
 
     # -- encoding ---------------------------------------------------------
 
-    def seal(self, uniform: bool = False) -> None:
-        """Pack the open node into its msgpack blob and drop the lists.
-
-        ``uniform``: the caller knows every entry has the master fields."""
+    def seal(self) -> None:
+        """Pack the open node into its msgpack blob and drop the lists."""
         if self.blob is not None:
             return
-        self.blob = encode_node(self.first, self.master, self.ids, self.entries, uniform)
+        self.blob = encode_node(self.first, self.master, self.ids, self.entries)
         self.ids = None
         self.entries = None
         self.rendered = None
@@ -187,13 +185,11 @@ _cache: "OrderedDict[Node, _Decoded]" = OrderedDict()
 _FIRST = itemgetter(0)
 
 
-def encode_node(first: int, master: list, ids: list[int], entries: list[list],
-                uniform: bool = False) -> bytes:
+def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -> bytes:
     """Blob = [master_fields, [ms_delta, seq, ...], [entry, ...]].
 
     An entry with the master field names is stored as its values; any other
     entry as ``[None, f1, v1, ...]`` (a value is never None, so it is unambiguous).
-    ``uniform``: every entry is known to have the master field names.
     """
     base_ms = first >> 64
     # C-level passes (map over operator functions), not Python loops: sealing
@@ -208,8 +204,8 @@ def encode_node(first: int, master: list, ids: list[int], entries: list[list],
     else:
         id_pairs[0::2] = map(sub, map(rshift, ids, repeat(64)), repeat(base_ms))
         id_pairs[1::2] = map(and_, ids, repeat(SEQ_MASK))
-    same = None if uniform else list(map(master.__eq__, map(_FIELDS, entries)))
-    if uniform or all(same):      # entries are field-value pairs: same fields, same length
+    same = list(map(master.__eq__, map(_FIELDS, entries)))
+    if all(same):      # entries are field-value pairs: same fields, same length
         packed = list(map(_VALUES, entries))
     else:
         packed = [fv[1::2] if s else [None, *fv] for fv, s in zip(entries, same)]
@@ -227,24 +223,6 @@ def _entry_bytes(fv: list, same_fields: bool) -> int:
     for x in vals:
         n += len(x) + _ELEMENT_OVERHEAD
     return n
-
-
-_NO_LIMIT = 1 << 62          # max_entries / max_bytes of 0: no limit
-_EXTEND_WINDOW = 256          # entries sized per pass in Stream.extend (when max_entries allows)
-
-
-def _entry_sizes(fvs: list[list], master: list) -> "tuple[Iterator[int], bool]":
-    """What append() adds to a node's byte count for each of ``fvs`` (pairs of
-    field and value) given the node's ``master`` fields, and whether all of them
-    have the master fields: C-level passes only in that (usual) case."""
-    totals = map(len, map(b"".join, fvs))
-    same = list(map(master.__eq__, map(_FIELDS, fvs)))
-    nmaster = len(master)
-    matched = _ENTRY_OVERHEAD + _ELEMENT_OVERHEAD * nmaster - sum(map(len, master))
-    if all(same):
-        return map(add, totals, repeat(matched)), True
-    return (t + matched if s else t + _ENTRY_OVERHEAD + _ELEMENT_OVERHEAD * len(fv)
-            for t, s, fv in zip(totals, same, fvs)), False
 
 
 class Stream:
@@ -299,64 +277,6 @@ class Stream:
         self.nodes.append(node)
         self.firsts.append(sid)
         return node
-
-    def extend(self, sids: list[int], fvs: list[list], max_entries: int, max_bytes: int) -> None:
-        """``append(sid, fv, ...)`` of each pair in order, in one call (AOF replay, replica apply).
-
-        ``sids`` must be ascending and above last_id.  Node boundaries, sizes and
-        counters come out exactly as from the one-by-one appends, but the
-        per-entry work (entry sizes, their running total, where the node fills
-        up) is done by C-level passes over windows of entries, and whole slices
-        go into the node at once.
-        """
-        n = len(sids)
-        if not n:
-            return
-        entries_cap = max_entries or _NO_LIMIT
-        bytes_cap = max_bytes or _NO_LIMIT
-        tail = self.nodes[-1] if self.nodes else None
-        uniform = False         # the tail's entries all have its master fields (if known)
-        k = 0
-        while k < n:
-            if tail is None:
-                sid, fv = sids[k], fvs[k]
-                tail = self._open_node(sid, fv)
-                tail.nbytes += _entry_bytes(fv, True)
-                tail.ids.append(sid)
-                tail.entries.append(fv)
-                tail.total = tail.live = 1
-                uniform = True          # so far: its one entry defines the master fields
-                k += 1
-                continue
-            room = entries_cap - tail.total
-            if room <= 0:
-                tail.seal(uniform)
-                tail = None
-                continue
-            chunk = fvs[k:k + min(room, _EXTEND_WINDOW)]
-            # cum[t] = the node's byte count after the chunk's first t entries; entry t
-            # fits while cum[t + 1] < bytes_cap (append()'s rule), so the entries that
-            # fit are those before the first cum[p] >= bytes_cap, p >= 1.
-            sizes, same = _entry_sizes(chunk, tail.master)
-            uniform = uniform and same
-            cum = list(accumulate(sizes, initial=tail.nbytes))
-            m = bisect_left(cum, bytes_cap, 1) - 1
-            if m:
-                if tail.blob is not None:
-                    tail.unseal()
-                tail.ids += sids[k:k + m]
-                tail.entries += chunk if m == len(chunk) else chunk[:m]
-                tail.total += m
-                tail.live += m
-                tail.nbytes = cum[m]
-                tail.last = sids[k + m - 1]
-                k += m
-            if m < len(chunk):      # the next entry would take the node over max_bytes
-                tail.seal(uniform)
-                tail = None
-        self.length += n
-        self.last_id = sids[-1]
-        self.entries_added += n
 
     # -- reading --------------------------------------------------------------
 

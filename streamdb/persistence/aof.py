@@ -100,11 +100,6 @@ def encode_commands(commands: list[list[bytes]]) -> bytes:
     loop over every argument: the AOF's encoding was 7% of an everysec
     server's time under XADD.
     """
-    resp = getattr(commands, "resp", None)
-    if resp is not None:            # a batch that can encode itself (streams.XaddRunEffects)
-        data = resp()
-        if data is not None:
-            return data
     if len(commands) < _TEMPLATE_FROM:
         return b"".join(map(encode_command, commands))
     out: list[bytes] = []
@@ -126,8 +121,6 @@ def encode_commands(commands: list[list[bytes]]) -> bytes:
 
 def last_select(commands: list[list[bytes]]) -> int | None:
     """The db the last SELECT among ``commands`` selects, or None if none does."""
-    if hasattr(commands, "resp"):
-        return None         # (streams.XaddRunEffects: XADDs and a trim; asking would build their lists)
     if b"SELECT" not in map(_HEAD, commands):
         return None
     return next(int(argv[1]) for argv in reversed(commands) if argv[0] == b"SELECT")
@@ -494,13 +487,9 @@ class Aof:
                     db.clear()
             offset = len(SEGMENT_MAGIC)
             for body in scan.frames:
-                commands = split_commands(body)
-                i, n = 0, len(commands)
-                while i < n:
-                    argv = commands[i]
-                    k, reply = self.core.replay_step(client, commands, i)
-                    i += k
-                    errors = [] if reply is None else [reply] if hasattr(reply, "message") else \
+                for argv in split_commands(body):
+                    reply = self.core.execute(client, argv)
+                    errors = [reply] if hasattr(reply, "message") else \
                         [r for r in reply if hasattr(r, "message")] if isinstance(reply, list) \
                         and argv[0].upper() == b"EXEC" else []
                     if errors:
@@ -512,7 +501,7 @@ class Aof:
                         raise AofError(f"{p}: the frame at offset {offset} holds a command that "
                                        f"fails to apply ({argv[0].decode('latin-1')}: "
                                        f"{errors[0].message})")
-                    before, applied = applied, applied + k
+                    before, applied = applied, applied + 1
                     if applied // 2000 != before // 2000:
                         self.loaded_bytes = done_bytes
                         yield applied

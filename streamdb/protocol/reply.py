@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 
 __all__ = ["CommandError", "Status", "Map", "RSet", "Double", "Verbatim", "Raw", "NULL_ARRAY",
-           "OK", "QUEUED", "PONG", "encode_reply", "encode_bulks"]
+           "OK", "QUEUED", "PONG", "encode_reply"]
 
 
 class CommandError(Exception):
@@ -117,17 +117,6 @@ def encode_reply(value, resp3: bool) -> bytes:
     out: list[bytes] = []
     _encode(value, resp3, out)
     return b"".join(out)
-
-
-def encode_bulks(items: list[bytes]) -> bytes:
-    """``encode_reply`` of each of ``items`` (bulk strings), back to back: the
-    replies of a pipelined run of requests that answer one each (XADD's ids).
-    One %-format of a repeated template, not a format per reply."""
-    n = len(items)
-    flat: list = [None] * (2 * n)
-    flat[0::2] = map(len, items)
-    flat[1::2] = items
-    return (b"$%d\r\n%s\r\n" * n) % tuple(flat)
 
 
 def _encode(value, resp3: bool, out: list) -> None:

@@ -194,7 +194,7 @@ class RequestParser:
 
     __slots__ = ("buf", "pos", "max_bulk_len", "authenticated", "_argc", "_argv",
                  "_parts", "_part", "_parts_end", "_fast_ok", "_missing", "_chunks", "_held",
-                 "_back", "_ready", "_ready_at", "_ready_end")
+                 "_ready", "_ready_at", "_ready_end")
 
     def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
         self.buf = b""
@@ -217,9 +217,6 @@ class RequestParser:
         self._missing = 0       # bytes the incomplete big bulk still needs
         self._chunks: list[bytes] = []
         self._held = 0          # bytes in _chunks
-        # What the caller gave back (``unread``): an argv, or the ProtocolError
-        # met while it looked ahead, to be raised in its turn.
-        self._back = None
         # Requests the fast path parsed as a batch, handed out one per call from
         # index _ready_at.  ``pos`` stays at the batch's first byte until the
         # last is handed out, then jumps to _ready_end: until then the batch's
@@ -271,11 +268,6 @@ class RequestParser:
 
         Empty requests (``*0``, blank inline lines) are skipped.
         """
-        if self._back is not None:
-            back, self._back = self._back, None
-            if type(back) is ProtocolError:
-                raise back
-            return back
         ready = self._ready
         if ready:
             argv = ready[self._ready_at]
@@ -331,33 +323,6 @@ class RequestParser:
                 return None
             return argv
 
-    def take_ready(self, signature, expected, argc: int) -> list[list[bytes]]:
-        """The requests already parsed as a batch (and not yet handed out) that
-        follow while ``signature(argv) == expected``, all of them ``argc`` long;
-        taken as ``next_command`` would hand them out, but in C-level passes.
-
-        For the server gathering a run of like requests (a pipeline of XADDs):
-        one comparison per request instead of a ``next_command`` call and a
-        Python check each.  Empty when nothing is ready or the first differs."""
-        ready = self._ready
-        if self._back is not None or not ready or len(ready[0]) != argc:
-            return []       # (a batch's requests all have the same length)
-        at = self._ready_at
-        sigs = list(map(signature, ready[at:] if at else ready))
-        k = len(sigs)
-        if sigs.count(expected) != k:
-            k = next(i for i, s in enumerate(sigs) if s != expected)
-        if not k:
-            return []
-        end = at + k
-        taken = ready[at:end]
-        if end == len(ready):
-            self._ready = []
-            self.pos = self._ready_end
-        else:
-            self._ready_at = end
-        return taken
-
     def _split_window(self) -> list[bytes]:
         """The fast path's parts: at most _WINDOW bytes from ``pos`` split on CRLF.
         A long pipeline is taken a window at a time: the same C-level passes
@@ -369,12 +334,6 @@ class RequestParser:
         self._part = 0
         self._parts_end = end
         return parts
-
-    def unread(self, item) -> None:
-        """Give back what ``next_command`` just returned (an argv) or raised (a
-        ProtocolError): the next call returns or raises it again.  For a caller
-        that looks one request ahead (the server gathering a run of XADDs)."""
-        self._back = item
 
     # -- multibulk --------------------------------------------------------
 

@@ -9,8 +9,6 @@ and a model check compares random well-formed pipelines with what was encoded.
 
 from __future__ import annotations
 
-from operator import itemgetter
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -404,17 +402,6 @@ def test_a_batch_counts_as_buffered_until_its_last_request_is_taken():
     assert p.buffered() == 0
 
 
-def test_unread_gives_back_a_request_and_an_error():
-    p = RequestParser()
-    p.feed(cmd(b"XLEN", b"a") + cmd(b"XLEN", b"b"))
-    first = p.next_command()
-    p.unread(first)
-    assert _drain(p) == [[b"XLEN", b"a"], [b"XLEN", b"b"]]
-    p.unread(ProtocolError("Protocol error: invalid bulk length"))
-    with pytest.raises(ProtocolError, match="invalid bulk length"):
-        p.next_command()
-
-
 def test_a_request_waits_for_the_crlf_after_its_last_bulk():
     p = RequestParser()
     data = cmd(b"XADD", b"k", b"*", b"f", b"v") * 2
@@ -422,59 +409,4 @@ def test_a_request_waits_for_the_crlf_after_its_last_bulk():
     assert _drain(p) == [[b"XADD", b"k", b"*", b"f", b"v"]]     # the first is whole
     p.feed(data[-2:])
     assert _drain(p) == [[b"XADD", b"k", b"*", b"f", b"v"]]
-    assert p.buffered() == 0
-
-
-_XADD_SIGNATURE = itemgetter(0, 1, 2)
-
-
-@settings(max_examples=300, deadline=None)
-@given(_requests, st.lists(st.integers(1, 400), min_size=1, max_size=6),
-       st.sampled_from([None, 7, 40, 100]))
-def test_take_ready_hands_out_what_next_command_would(requests, cuts, window):
-    """A server gathering a run of like requests takes the parsed batch's matching
-    requests at once (``take_ready``) between ``next_command`` calls: the same
-    requests in the same order, the same error, the same bytes left buffered as
-    with ``next_command`` alone."""
-    data = b"".join(requests)
-
-    def run(gather: bool):
-        p = RequestParser()
-        got, i, k = [], 0, 0
-        try:
-            while True:
-                if i < len(data):
-                    n = cuts[k % len(cuts)]
-                    p.feed(data[i:i + n])
-                    i += n
-                    k += 1
-                while (argv := p.next_command()) is not None:
-                    got.append(argv)
-                    if gather and len(argv) >= 3:
-                        got += p.take_ready(_XADD_SIGNATURE, _XADD_SIGNATURE(argv), len(argv))
-                    assert p.buffered() >= 0
-                if i >= len(data):
-                    return ("ok", got, p.buffered())
-        except ProtocolError as e:
-            return ("error", got, str(e))
-
-    saved = request_module._WINDOW
-    if window is not None:
-        request_module._WINDOW = window
-    try:
-        assert run(True) == run(False)
-    finally:
-        request_module._WINDOW = saved
-
-
-def test_take_ready_stops_at_the_first_request_that_differs():
-    p = RequestParser()
-    same = cmd(b"XADD", b"k", b"*", b"f", b"v")
-    p.feed(same * 3 + cmd(b"XADD", b"other", b"*", b"f", b"v") + same)
-    first = p.next_command()
-    taken = p.take_ready(_XADD_SIGNATURE, _XADD_SIGNATURE(first), len(first))
-    assert taken == [[b"XADD", b"k", b"*", b"f", b"v"]] * 2
-    assert p.buffered() > 0                  # the rest of the batch is not handed out
-    assert p.take_ready(_XADD_SIGNATURE, _XADD_SIGNATURE(first), len(first)) == []
-    assert _drain(p) == [[b"XADD", b"other", b"*", b"f", b"v"], [b"XADD", b"k", b"*", b"f", b"v"]]
     assert p.buffered() == 0
