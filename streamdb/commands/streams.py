@@ -8,13 +8,12 @@ error from us as from Redis.
 from __future__ import annotations
 
 from itertools import repeat
-from operator import and_, rshift
 
 from ..engine import MAX_ID, MIN_ID, Stream, format_id
 from ..engine.idmp import (DURATION_MAX, DURATION_MIN, MAXSIZE_MAX, MAXSIZE_MIN,
                            IdmpState, auto_iid)
 from ..engine.ids import PAST_MAX_ID, U64, InvalidID, id_ms, id_seq, make_id, parse_id
-from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map, Raw
+from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map, encode_reply
 from .args import (eq, invalid_id_error, parse_int, parse_range_bound,
                    parse_strict_stream_id)
 from .context import BlockRequest, Ctx, syntax_error
@@ -33,51 +32,9 @@ def entries_reply(entries) -> list:
     return [[format_id(sid), fv] for sid, fv in entries]
 
 
-def render_entry(sid: int, fv: list) -> bytes:
-    """One entry as RESP (``*2 id *n f v ..``; the same in RESP2 and RESP3).
-
-    Memoized per entry by Stream.range_rendered, so XRANGE replies are mostly
-    joins of cached bytes.
-    """
-    i = b"%d-%d" % (sid >> 64, sid & U64)
-    return b"*2\r\n$%d\r\n%s\r\n*%d\r\n%s" % (
-        len(i), i, len(fv), b"".join([b"$%d\r\n%s\r\n" % (len(x), x) for x in fv]))
-
-
-_ID_TEXT = b"%d-%d".__mod__
-
-
-# The pieces of a %-template of RESP bulk strings (render_columns):
-# a slot filled with (length, value), and a fixed bulk written in.
-_BULK_SLOT = b"$%d\r\n%b\r\n"
-
-
-def _bulk_literal(value: bytes) -> bytes:
-    """``value`` as a RESP bulk string, escaped to sit in a %-template as is."""
-    return (b"$%d\r\n%s\r\n" % (len(value), value)).replace(b"%", b"%%")
-
-
-def render_columns(ids: list[int], names: list[bytes], columns: list) -> list[bytes]:
-    """``render_entry`` of each of a node's entries, all of them with the field
-    ``names`` and ``columns[j]`` holding every entry's value of field j (the
-    form ``Node.columns`` gives): XRANGE's rendering of a whole node
-    (Stream.range_rendered's ``render_all``).
-
-    The names go into one %-template of the entry's reply, escaped, and each
-    entry is one ``template % (id length, id, value length, value, ...)`` with
-    the argument tuples zipped from the columns: C-level passes instead of a
-    Python loop per element, about half the cost of a ``render_entry`` call
-    per entry.
-    """
-    parts = [b"*2\r\n" + _BULK_SLOT + b"*%d\r\n" % (2 * len(names))]
-    for name in names:
-        parts += (_bulk_literal(name), _BULK_SLOT)
-    template = b"".join(parts)
-    texts = list(map(_ID_TEXT, zip(map(rshift, ids, repeat(64)), map(and_, ids, repeat(U64)))))
-    args = [map(len, texts), texts]
-    for values in columns:
-        args += (map(len, values), values)
-    return list(map(template.__mod__, zip(*args)))
+def entry_size(sid: int, fv: list) -> int:
+    """Bytes of an entry in a reply (the same in RESP2 and RESP3): what MAXSIZE counts."""
+    return len(encode_reply(entry_reply(sid, fv), False))
 
 
 TRIM_KEEPREF, TRIM_DELREF, TRIM_ACKED = b"keepref", b"delref", b"acked"
@@ -442,8 +399,7 @@ def _range(ctx: Ctx, argv: list[bytes], rev: bool):
         return []
     if count is None:
         return NULL_ARRAY
-    items = s.range_rendered(start, end, count, rev, render_entry, render_columns)
-    return Raw(b"*%d\r\n%s" % (len(items), b"".join(items)))
+    return entries_reply(s.range(start, end, count, rev))
 
 
 @command("xrange", -4, "readonly", keys=(1, 1, 1), group="stream", since="5.0.0")
@@ -653,7 +609,7 @@ def _read_after(key: bytes, s: Stream, gt: int, count: int, budget: ReadBudget |
     # empty, as in Redis, when the name alone fills MAXSIZE).
     budget.open_stream(key)
     if budget.sized:
-        got = got[:budget.fit(len(render_entry(sid, fv)) for sid, fv in got)]
+        got = got[:budget.fit(entry_size(sid, fv) for sid, fv in got)]
     else:
         got = got[:budget.fit(repeat(0, len(got)))]
     budget.close_stream(len(got))
@@ -710,7 +666,7 @@ def xread(ctx: Ctx, argv: list[bytes]):
             last = s.last_entry()
             if budget is not None:
                 budget.open_stream(key)
-                budget.take(len(render_entry(*last)) if budget.sized else 0)   # not exhausted: sent
+                budget.take(entry_size(*last) if budget.sized else 0)   # not exhausted: sent
                 budget.close_stream(1)
             items.append((key, [entry_reply(*last)]))
             continue

@@ -41,9 +41,6 @@ _ELEMENT_OVERHEAD = 2
 _ENTRY_OVERHEAD = 6
 
 _DECODED_CACHE_SIZE = 64
-# Stream.range_rendered renders a whole node at once (render_all) when a read
-# wants at least this many of its entries unrendered; fewer, one by one.
-_RENDER_ALL_FROM = 16
 _FIELDS = itemgetter(slice(None, None, 2))   # fv[0::2]
 _VALUES = itemgetter(slice(1, None, 2))      # fv[1::2]
 
@@ -52,7 +49,7 @@ class Node:
     """A run of consecutive entries: open (lists) or sealed (one msgpack blob)."""
 
     __slots__ = ("first", "last", "total", "live", "nbytes", "master",
-                 "ids", "entries", "blob", "deleted", "rendered")
+                 "ids", "entries", "blob", "deleted")
 
     def __init__(self, first_id: int, fields: list) -> None:
         self.first = first_id
@@ -65,9 +62,6 @@ class Node:
         self.entries: list[list] | None = []
         self.blob: bytes | None = None
         self.deleted: set[int] | None = None   # ids marked deleted
-        # Open node only: memo of render(id, fields) per entry (Stream.range_rendered);
-        # a sealed node's memo lives with its decoded form in the LRU cache.
-        self.rendered: list | None = None
 
     # -- encoding ---------------------------------------------------------
 
@@ -78,7 +72,6 @@ class Node:
         self.blob = encode_node(self.first, self.master, self.ids, self.entries)
         self.ids = None
         self.entries = None
-        self.rendered = None
 
     def unseal(self) -> None:
         """Turn a sealed node back into lists (used when it must change shape)."""
@@ -86,7 +79,6 @@ class Node:
             return
         self.ids, self.entries = decode_node(self.blob)
         self.blob = None
-        self.rendered = None
         _cache.pop(self, None)
 
     def contents(self) -> tuple[list[int], list[list]]:
@@ -95,40 +87,6 @@ class Node:
             return self.ids, self.entries
         d = self._decoded()
         return d.ids, d.entries if d.entries is not None else d.build_entries()
-
-    def ids_and_memo(self) -> tuple[list[int], list]:
-        """The ids (deleted ones included) and the memo list of rendered entries
-        (None = not yet), for Stream.range_rendered; a sealed node's entries are
-        not built for it (``columns`` renders without them)."""
-        if self.blob is None:
-            memo = self.rendered
-            if memo is None:
-                memo = self.rendered = []
-            missing = len(self.ids) - len(memo)
-            if missing:
-                memo.extend([None] * missing)
-            return self.ids, memo
-        d = self._decoded()
-        return d.ids, d.memo
-
-    def columns(self) -> tuple[list, list] | None:
-        """(field names, [values of field 1, values of field 2, ...]) of the
-        node's entries, in order, when all of them have the node's master field
-        names (the usual node); None otherwise.  From a sealed node's blob this
-        is a transposition of its stored value rows: no per-entry lists."""
-        if self.blob is not None:
-            d = self._decoded()
-            if d.entries is None:
-                if None in map(_FIRST, d.rows):      # a row [None, f, v, ..]: other fields
-                    return None
-                return d.master, list(zip(*d.rows))
-            entries = d.entries
-        else:
-            entries = self.entries
-        master = self.master
-        if not all(map(master.__eq__, map(_FIELDS, entries))):
-            return None
-        return master, [list(map(itemgetter(j), entries)) for j in range(1, 2 * len(master), 2)]
 
     def _decoded(self) -> "_Decoded":
         d = _cache.get(self)
@@ -149,10 +107,9 @@ class Node:
 
 class _Decoded:
     """A sealed node unpacked (Node._decoded): its ids, its stored value rows and
-    master field names, its entries once someone needs them as lists, and the
-    memo of rendered entries (Stream.range_rendered)."""
+    master field names, and its entries once someone needs them as lists."""
 
-    __slots__ = ("ids", "master", "rows", "entries", "memo")
+    __slots__ = ("ids", "master", "rows", "entries")
 
     def __init__(self, blob: bytes) -> None:
         base_ms, self.master, id_pairs, self.rows = msgpack.unpackb(blob, raw=True,
@@ -160,7 +117,6 @@ class _Decoded:
         self.ids = list(map(or_, map(lshift, map(add, id_pairs[0::2], repeat(base_ms)),
                                      repeat(64)), id_pairs[1::2]))
         self.entries: list[list] | None = None
-        self.memo: list = [None] * len(self.ids)
 
     def build_entries(self) -> list[list]:
         """The entries as field-value lists (the rows are then dropped)."""
@@ -182,7 +138,6 @@ class _Decoded:
 
 # Sealed node -> its _Decoded form, least recently used first.
 _cache: "OrderedDict[Node, _Decoded]" = OrderedDict()
-_FIRST = itemgetter(0)
 
 
 def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -> bytes:
@@ -356,92 +311,6 @@ class Stream:
                             return out
                     j -= 1
                 i -= 1
-        return out
-
-    def range_rendered(self, start: int, end: int, count: int, rev: bool, render,
-                       render_all=None, ids_out: list | None = None,
-                       read_on: bool = False) -> list:
-        """Like range(), but each live entry as ``render(id, fields)``, memoized per node;
-        ``ids_out``, if given, gets the ids of the returned entries, in order.
-        ``read_on``: the caller's readers go on to the following entries (a
-        consumer group reading new entries), so a sealed node is rendered whole
-        (``render_all``) the first time any of it is wanted.
-
-        Entries never change once added (deletion only marks them), so a
-        rendering stays valid for the node's life; it is dropped with the node's
-        decoded form.  ``render`` must be one fixed pure function (the reply
-        encoder of XRANGE): memos are shared by every caller.  ``render_all(ids,
-        names, columns)``, if given, is ``render`` of a whole node's entries at
-        once from its columnar form (``Node.columns``): used where a read wants
-        many of a node's entries unrendered and they all have the same fields.
-        """
-        out: list = []
-        if start > end or not self.length:
-            return out
-        nodes = self.nodes
-        if not rev:
-            i = max(bisect_right(self.firsts, start) - 1, 0)
-            step = 1
-        else:
-            i = bisect_right(self.firsts, end) - 1
-            step = -1
-        while 0 <= i < len(nodes):
-            node = nodes[i]
-            if (node.first > end) if step == 1 else (node.last < start):
-                break
-            i += step
-            if (node.last < start) if step == 1 else (node.first > end):
-                continue
-            ids, memo = node.ids_and_memo()
-            deleted = node.deleted
-            if step == 1:
-                lo = bisect_left(ids, start) if ids[0] < start else 0
-                hi = bisect_right(ids, end)
-                if deleted is None and count:
-                    hi = min(hi, lo + count - len(out))
-            else:
-                hi = bisect_right(ids, end)
-                lo = bisect_left(ids, start)
-                if deleted is None and count:
-                    lo = max(lo, hi - (count - len(out)))
-            if deleted is None:
-                # No deletions here: the wanted entries are one slice of the memo.
-                chunk = memo[lo:hi]
-                if ids_out is not None:
-                    ids_out += ids[lo:hi] if step == 1 else ids[lo:hi][::-1]
-                if None in chunk:
-                    columns = None
-                    if render_all is not None and (hi - lo >= _RENDER_ALL_FROM or (
-                            read_on and node.blob is not None)):
-                        columns = node.columns()
-                    if columns is not None:
-                        memo[:] = render_all(ids, *columns)
-                    else:
-                        entries = node.contents()[1]
-                        for k in range(lo, hi):
-                            if memo[k] is None:
-                                memo[k] = render(ids[k], entries[k])
-                    chunk = memo[lo:hi]
-                if step == -1:
-                    chunk.reverse()
-                out += chunk
-                if count and len(out) >= count:
-                    return out
-                continue
-            entries = None
-            for j in (range(lo, hi) if step == 1 else range(hi - 1, lo - 1, -1)):
-                if ids[j] in deleted:
-                    continue
-                r = memo[j]
-                if r is None:
-                    if entries is None:
-                        entries = node.contents()[1]
-                    r = memo[j] = render(ids[j], entries[j])
-                out.append(r)
-                if ids_out is not None:
-                    ids_out.append(ids[j])
-                if len(out) == count:
-                    return out
         return out
 
     def last_entry(self) -> Entry | None:

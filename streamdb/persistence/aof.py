@@ -47,7 +47,7 @@ import re
 import threading
 import time
 import zlib
-from itertools import chain, groupby
+from itertools import chain
 from operator import itemgetter
 
 import hiredis
@@ -85,38 +85,13 @@ def encode_command(argv: list[bytes]) -> bytes:
     return b"".join(parts)
 
 
-_TEMPLATE_FROM = 4      # commands of one length before encode_commands uses a template
-_templates: dict[int, bytes] = {}
 _HEAD = itemgetter(0)
 
 
 def encode_commands(commands: list[list[bytes]]) -> bytes:
     """``encode_command`` of each command, concatenated: a batch of effects
-    for the AOF or the replication stream.
-
-    Consecutive commands with the same number of arguments (a run of XADD
-    effects, the usual batch) are encoded through one %-template of that many
-    bulks, its arguments zipped from columns (C-level passes), not a Python
-    loop over every argument: the AOF's encoding was 7% of an everysec
-    server's time under XADD.
-    """
-    if len(commands) < _TEMPLATE_FROM:
-        return b"".join(map(encode_command, commands))
-    out: list[bytes] = []
-    for argc, group in groupby(commands, len):
-        group = list(group)
-        if len(group) < _TEMPLATE_FROM:
-            out += map(encode_command, group)
-            continue
-        template = _templates.get(argc)
-        if template is None:
-            template = _templates[argc] = b"*%d\r\n" % argc + b"$%d\r\n%b\r\n" * argc
-        columns: list = []
-        for j in range(argc):
-            column = list(map(itemgetter(j), group))
-            columns += (map(len, column), column)
-        out += map(template.__mod__, zip(*columns))
-    return b"".join(out)
+    for the AOF or the replication stream."""
+    return b"".join(map(encode_command, commands))
 
 
 def last_select(commands: list[list[bytes]]) -> int | None:

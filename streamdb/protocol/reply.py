@@ -20,8 +20,9 @@ Verbatim               ``$`` bulk          ``=`` verbatim (txt)
 Raw                    as is               as is
 =====================  ==================  =====================
 
-``Raw`` is a reply already encoded by its handler, for hot replies whose RESP2
-and RESP3 forms are the same (arrays of bulk strings, e.g. XRANGE's).
+``Raw`` is bytes that are already RESP and go out as they are: the replication
+stream a primary sends down a replica's link, PSYNC's answers, and ``b""`` for a
+command that answers nothing.
 """
 
 from __future__ import annotations
