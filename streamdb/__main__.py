@@ -12,10 +12,10 @@ from . import __version__, log
 
 # The cyclic GC's thresholds while serving.  CPython's default young-generation
 # threshold is 700 net new container objects; a loop turn of pipelined requests
-# holds more than that until its end (every request's argv, and the XADD runs
-# that wait for the end of the turn), so a young collection ran almost every
-# turn, promoted those short-lived lists, and the promotions set off full
-# collections that walk every stream node: at 2M entries, 43 full passes of 7 ms
+# holds more than that until its end (every request's argv and reply), so a
+# young collection ran almost every turn, promoted those short-lived lists,
+# and the promotions set off full collections that walk every stream node: at
+# 2M entries, 43 full passes of 7 ms
 # (18 ms the longest) and 0.74 s of GC in all per 2M pipelined XADDs.  At 5000,
 # only objects that really live on (new stream nodes) fill the young generation:
 # 16 young passes of about 1 ms (1.5 ms the longest) and 13 ms in all for the

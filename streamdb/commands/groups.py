@@ -30,14 +30,14 @@ from ..engine.groups import (ENTRIES_READ_INVALID, MAX_DELIVERY_COUNT, Consumer,
                              ConsumerGroup, PendingEntry, next_delivery_count)
 from ..engine.lag import advance_entries_read_many, clamp_entries_read
 from ..protocol import encode_reply
-from ..protocol.reply import NULL_ARRAY, OK, CommandError, Raw, Status
+from ..protocol.reply import NULL_ARRAY, OK, CommandError, Status
 from .args import (eq, parse_int, parse_range_bound, parse_stream_id,
                    parse_strict_stream_id)
 from .context import BlockRequest, Ctx, syntax_error
 from .registry import command, subcommand
 from .streams import (XREAD_BLOCKED_DEFAULT_COUNT, ReadArgs, ReadBudget, _stream_key_positions,
                       delete_with_policy, parse_ids_block, parse_policy_ids, parse_read_args,
-                      render_columns, render_entry, xread_reply)
+                      xread_reply)
 
 __all__ = ["xclaim_effect", "setid_effect"]
 
@@ -319,14 +319,11 @@ def xgroup_delconsumer(ctx: Ctx, argv: list[bytes]):
 
 # A MAXSIZE read fetches new entries this many at a time until the budget is spent.
 _SIZED_CHUNK = 128
-# What follows an entry's fields in a CLAIM read's reply when it is new: idle 0,
-# delivered 0 times before.
-_NEW_ENTRY_CLAIM_TAIL = b":0\r\n:0\r\n"
 
 
-def _as_claim_entry(rendered: bytes) -> bytes:
-    """A rendered ``*2 id fields`` entry in the four-element shape of a CLAIM read."""
-    return b"*4" + rendered[2:] + _NEW_ENTRY_CLAIM_TAIL
+def _entry_size(entry: list, resp3: bool) -> int:
+    """Bytes of one entry of a read's reply (what MAXSIZE counts)."""
+    return len(encode_reply(entry, resp3))
 
 
 def _deliver_new(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Consumer,
@@ -346,23 +343,23 @@ def _deliver_new(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Co
         chunked = budget is not None and budget.sized
         if chunked and (not want or want > _SIZED_CHUNK):
             want = _SIZED_CHUNK
-        sids: list[int] = []
-        # Entries as XRANGE renders them (memoized per node, shared with XRANGE's
-        # readers), so the reply encoder does not walk [id, [f, v ..]] either.
-        rendered = s.range_rendered(g.last_id + 1, MAX_ID, want, False, render_entry,
-                                    render_columns, sids, read_on=True)
-        if claim_shape:
-            rendered = list(map(_as_claim_entry, rendered))
-        fetched = len(rendered)
+        got = s.range(g.last_id + 1, MAX_ID, want)
+        # A CLAIM read carries each entry with its idle time and earlier
+        # deliveries: 0 and 0 for a new one.
+        entries = [[format_id(sid), fv, 0, 0] if claim_shape else [format_id(sid), fv]
+                   for sid, fv in got]
+        fetched = len(entries)
         if budget is not None:
             # Cut before anything changes: what does not fit has no effect.
-            n = budget.fit(map(len, rendered) if chunked else repeat(0, fetched))
-            del rendered[n:], sids[n:]
-        if not rendered:
+            n = budget.fit(map(_entry_size, entries, repeat(ctx.resp3)) if chunked
+                           else repeat(0, fetched))
+            del entries[n:], got[n:]
+        if not entries:
             break
         served = True
+        sids = [sid for sid, _ in got]
         advance_entries_read_many(s, g, sids)
-        out += map(Raw, rendered)
+        out += entries
         if not noack:
             pes = g.add_new_pending(sids, consumer, now)
             if ctx.core.effects_wanted():
@@ -381,10 +378,6 @@ def _deliver_new(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Co
     if served:
         consumer.active_time = now
         ctx.propagate(setid_effect(key, g))
-
-
-def _claim_entry_size(ctx: Ctx, entry: list) -> int:
-    return len(encode_reply(entry, ctx.resp3))
 
 
 def _claim_idle(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Consumer,
@@ -410,7 +403,7 @@ def _claim_idle(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Con
         # 0, so Redis reports the current time for it (not XPENDING's -1).
         entry = [format_id(sid), fv, max(now - pe.delivery_time, 0), previous]
         if budget is not None and not budget.take(
-                _claim_entry_size(ctx, entry) if budget.sized else 0):
+                _entry_size(entry, ctx.resp3) if budget.sized else 0):
             break
         g.add_pending(sid, consumer, now, next_delivery_count(previous))
         out.append(entry)
@@ -433,7 +426,7 @@ def _serve_history(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: 
         fv = s.get(sid)
         entry = [format_id(sid), NULL_ARRAY if fv is None else fv]
         if budget is not None and not budget.take(
-                len(encode_reply(entry, ctx.resp3)) if budget.sized else 0):
+                _entry_size(entry, ctx.resp3) if budget.sized else 0):
             break
         out.append(entry)
         if fv is None:

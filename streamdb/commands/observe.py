@@ -1,7 +1,7 @@
 """Observability: SLOWLOG, LATENCY, MONITOR, MEMORY, OBJECT, CONFIG REWRITE, latencystats.
 
-The server core calls ``Observer.runs_done`` once per executed command (or run
-of commands a fast path executed together) with the handler's duration;
+The server core calls ``Observer.command_done`` once per executed command with
+the handler's duration;
 everything recorded here hangs off that one hook:
 
 * the per-command latency histogram behind INFO latencystats and LATENCY
@@ -93,35 +93,24 @@ class Observer:
 
     # -- the per-command hook ----------------------------------------------------
 
-    def runs_done(self, spec, runs, count: int, elapsed_ns: int, client=None,
-                  argv: list[bytes] | None = None) -> None:
-        """``count`` requests of ``spec`` ran, each taking ``elapsed_ns``: ``runs`` are
-        (client, argvs) pairs (a fast path runs several requests, of several clients,
-        at once); None for the one request ``argv`` of ``client`` (the per-request
-        call: its tuples are built only if something but the histogram wants them)."""
+    def command_done(self, spec, client, argv: list[bytes], elapsed_ns: int) -> None:
+        """One request ``argv`` of ``client`` ran ``spec``, taking ``elapsed_ns``."""
         settings = self.settings
         name = spec.name
         if settings["latency-tracking"]:
             bits = elapsed_ns.bit_length() - _HIST_BITS
-            self.histograms[name][elapsed_ns >> bits << bits if bits > 0 else elapsed_ns] += count
+            self.histograms[name][elapsed_ns >> bits << bits if bits > 0 else elapsed_ns] += 1
         usec = elapsed_ns // 1000
         threshold = settings["slowlog-log-slower-than"]
         ms_threshold = settings["latency-monitor-threshold"]
         if not (0 <= threshold <= usec or ms_threshold or self.monitors):
             return          # the usual case: nothing more to record
-        if runs is None:
-            runs = ((client, (argv,)),)
         if 0 <= threshold <= usec and name != "exec":
-            for client, argvs in runs:
-                for argv in argvs:
-                    self._log_slow(client, argv, usec)
+            self._log_slow(client, argv, usec)
         if ms_threshold and usec >= ms_threshold * 1000:
             self.latency_sample("fast-command" if "fast" in spec.flags else "command", usec // 1000)
-        if self.monitors and "admin" not in spec.flags:
-            for client, argvs in runs:
-                if client.kind != "aof":
-                    for argv in argvs:
-                        self._feed_monitors(client, argv)
+        if self.monitors and "admin" not in spec.flags and client.kind != "aof":
+            self._feed_monitors(client, argv)
 
     # -- slow log ---------------------------------------------------------------------
 

@@ -161,7 +161,7 @@ def info_persistence(core) -> list[tuple[str, object]]:
     aof = core.extra.get("aof")
     snap = core.extra.get("snapshot")
     fields: list[tuple[str, object]] = [
-        ("loading", int(bool(core.extra.get("loading")))),
+        ("loading", int(core.loading)),
         ("async_loading", 0),
         ("current_cow_peak", 0), ("current_cow_size", 0), ("current_fork_perc", "0.00"),
         ("current_save_keys_processed", 0), ("current_save_keys_total", 0),
@@ -187,7 +187,7 @@ def info_persistence(core) -> list[tuple[str, object]]:
             ("aof_pending_bio_fsync", 0), ("aof_delayed_fsync", 0),
             ("aof_fsync_policy", aof.policy), ("aof_last_write_error", aof.last_error),
         ]
-        if core.extra.get("loading"):
+        if core.loading:
             import time as _time
             elapsed = max(_time.time() - aof.loading_start, 1e-9) if aof.loading_start else 0
             perc = aof.loaded_perc

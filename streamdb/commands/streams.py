@@ -8,14 +8,12 @@ error from us as from Redis.
 from __future__ import annotations
 
 from itertools import repeat
-from operator import and_, itemgetter, rshift
 
 from ..engine import MAX_ID, MIN_ID, Stream, format_id
 from ..engine.idmp import (DURATION_MAX, DURATION_MIN, MAXSIZE_MAX, MAXSIZE_MIN,
                            IdmpState, auto_iid)
-from ..engine.ids import PAST_MAX_ID, U64, InvalidID, format_id_range, id_ms, id_seq, make_id, parse_id
-from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map, Raw, encode_bulks
-from ..protocol.request import encode_request
+from ..engine.ids import PAST_MAX_ID, U64, InvalidID, id_ms, id_seq, make_id, parse_id
+from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map, encode_reply
 from .args import (eq, invalid_id_error, parse_int, parse_range_bound,
                    parse_strict_stream_id)
 from .context import BlockRequest, Ctx, syntax_error
@@ -34,51 +32,9 @@ def entries_reply(entries) -> list:
     return [[format_id(sid), fv] for sid, fv in entries]
 
 
-def render_entry(sid: int, fv: list) -> bytes:
-    """One entry as RESP (``*2 id *n f v ..``; the same in RESP2 and RESP3).
-
-    Memoized per entry by Stream.range_rendered, so XRANGE replies are mostly
-    joins of cached bytes.
-    """
-    i = b"%d-%d" % (sid >> 64, sid & U64)
-    return b"*2\r\n$%d\r\n%s\r\n*%d\r\n%s" % (
-        len(i), i, len(fv), b"".join([b"$%d\r\n%s\r\n" % (len(x), x) for x in fv]))
-
-
-_ID_TEXT = b"%d-%d".__mod__
-
-
-# The pieces of a %-template of RESP bulk strings (render_columns, XaddRunEffects):
-# a slot filled with (length, value), and a fixed bulk written in.
-_BULK_SLOT = b"$%d\r\n%b\r\n"
-
-
-def _bulk_literal(value: bytes) -> bytes:
-    """``value`` as a RESP bulk string, escaped to sit in a %-template as is."""
-    return (b"$%d\r\n%s\r\n" % (len(value), value)).replace(b"%", b"%%")
-
-
-def render_columns(ids: list[int], names: list[bytes], columns: list) -> list[bytes]:
-    """``render_entry`` of each of a node's entries, all of them with the field
-    ``names`` and ``columns[j]`` holding every entry's value of field j (the
-    form ``Node.columns`` gives): XRANGE's rendering of a whole node
-    (Stream.range_rendered's ``render_all``).
-
-    The names go into one %-template of the entry's reply, escaped, and each
-    entry is one ``template % (id length, id, value length, value, ...)`` with
-    the argument tuples zipped from the columns: C-level passes instead of a
-    Python loop per element, about half the cost of a ``render_entry`` call
-    per entry.
-    """
-    parts = [b"*2\r\n" + _BULK_SLOT + b"*%d\r\n" % (2 * len(names))]
-    for name in names:
-        parts += (_bulk_literal(name), _BULK_SLOT)
-    template = b"".join(parts)
-    texts = list(map(_ID_TEXT, zip(map(rshift, ids, repeat(64)), map(and_, ids, repeat(U64)))))
-    args = [map(len, texts), texts]
-    for values in columns:
-        args += (map(len, values), values)
-    return list(map(template.__mod__, zip(*args)))
+def entry_size(sid: int, fv: list) -> int:
+    """Bytes of an entry in a reply (the same in RESP2 and RESP3): what MAXSIZE counts."""
+    return len(encode_reply(entry_reply(sid, fv), False))
 
 
 TRIM_KEEPREF, TRIM_DELREF, TRIM_ACKED = b"keepref", b"delref", b"acked"
@@ -331,318 +287,6 @@ def xadd(ctx: Ctx, argv: list[bytes]):
     return reply
 
 
-def apply_xadd_effects(core, client, commands: list[list[bytes]], i: int) -> int:
-    """Replay fast path (AOF load, a replica's link): the run of effects
-    ``XADD key <ms-seq> field value ...`` for one key starting at ``commands[i]``.
-
-    The run (consecutive XADD effects of the same key, each with its explicit
-    id and field-value pairs) goes straight into the stream, skipping argument
-    parsing and dispatch, then down the one effect path (``Core.emit_run``).
-    Returns how many were applied: it stops at the first command that is not
-    exactly that form or that XADD would refuse, and the caller runs that one
-    through ``Core.execute``, which gives the error.  Restart time is mostly
-    this loop, hence the special case.
-    """
-    arity = len(commands[i])
-    if arity < 5 or not arity & 1:
-        return 0
-    db = core.keyspace.dbs[client.db]
-    key = commands[i][1]
-    if key in db.expires:
-        return 0               # leave expiry rules to the ordinary path
-    s = db.data.get(key)
-    created = s is None
-    if created:
-        s = Stream()
-    elif type(s) is not Stream:
-        return 0
-    last = s.last_id
-    sids = []
-    add = sids.append
-    prev_ms, ms_part = -1, None
-    for j in range(i, len(commands)):
-        argv = commands[j]
-        if len(argv) != arity and (len(argv) < 5 or not len(argv) & 1):
-            break
-        if argv[0] != b"XADD" or argv[1] != key:
-            break
-        ms, dash, seq = argv[2].partition(b"-")
-        if ms != ms_part:       # runs share their millisecond: parse it once per change
-            if not (dash and ms.isdigit()):
-                break
-            ms_part, prev_ms = ms, int(ms) << 64
-            if prev_ms >> 64 > U64:
-                break
-        if not seq.isdigit():
-            break
-        seq = int(seq)
-        sid = prev_ms | seq
-        if seq > U64 or sid <= last:
-            break
-        add(sid)
-        last = sid
-    n = len(sids)
-    if n:
-        run = commands if n == len(commands) else commands[i:i + n]
-        cfg = core.config.values
-        s.extend(sids, list(map(_FIELDS_VALUES, run)),
-                 cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
-        if created:
-            db.set(key, s, keep_ttl=True)
-        core.emit_run(client.db, "xadd", key, n, lambda: run)
-    return n
-
-
-_FIELDS_VALUES = itemgetter(slice(3, None))     # XADD key id field value ... -> [field, value, ...]
-_TRIMMED_FIELDS_VALUES = itemgetter(slice(6, None))   # XADD key MAXLEN ~ n * field value ...
-
-
-def xadd_run_form(argv: list[bytes]) -> list[bytes] | None:
-    """The options of an XADD that a run may hold, or None for any other request.
-
-    ``XADD key * field value ...`` gives ``[]``; ``XADD key MAXLEN ~ <n> * field
-    value ...`` gives ``[MAXLEN, ~, <n>]`` (the way producers cap a stream);
-    ``XADD key IDMP <pid> <iid> * field value ...`` gives ``IDMP_FORM`` (the way
-    an exactly-once producer such as the Spark sink writes: pid and iid vary
-    from request to request).  A run is requests on one key with equal forms;
-    anything else (another trim, LIMIT, a policy, NOMKSTREAM, IDMPAUTO, IDMP with
-    a trim, an explicit id) goes through XADD itself.
-    """
-    n = len(argv)
-    if n < 5 or argv[0] not in _XADD_NAMES:
-        return None
-    if argv[2] == b"*":
-        return _NO_OPTIONS if n & 1 else None
-    if n >= 8 and not n & 1 and argv[5] == b"*":
-        if argv[3] == b"~" and argv[2] in _MAXLEN_NAMES:
-            return argv[2:5]
-        if argv[2] in _IDMP_NAMES:
-            return IDMP_FORM
-    return None
-
-
-# The positions that identify a run's requests, by form: the command name, the
-# key, the form's options and the "*" (the rest are fields and values, and
-# IDMP's pid and iid, which vary).
-_PLAIN_SIGNATURE = itemgetter(0, 1, 2)
-_MAXLEN_SIGNATURE = itemgetter(0, 1, 2, 3, 4, 5)
-_IDMP_SIGNATURE = itemgetter(0, 1, 2, 5)
-
-
-def xadd_run_signature(first: list[bytes], form: list[bytes]):
-    """(getter, value): a request as long as ``first`` (whose ``xadd_run_form``
-    is ``form``) belongs to its run (same key, same form) when
-    ``getter(argv) == value``; for picking a run out of a parsed pipeline at
-    C speed (``RequestParser.take_ready``)."""
-    getter = (_PLAIN_SIGNATURE if not form else
-              _IDMP_SIGNATURE if form is IDMP_FORM else _MAXLEN_SIGNATURE)
-    return getter, getter(first)
-
-
-_XADD_NAMES = frozenset((b"XADD", b"xadd", b"Xadd"))
-_MAXLEN_NAMES = frozenset((b"MAXLEN", b"maxlen", b"Maxlen"))
-_IDMP_NAMES = frozenset((b"IDMP", b"idmp", b"Idmp"))
-_NO_OPTIONS: list[bytes] = []
-IDMP_FORM = [b"IDMP"]
-
-
-def _run_target(db, key: bytes, n: int, now_ms: int) -> tuple[Stream, bool, int] | None:
-    """(stream, whether it is new, first id) for a run of ``n`` auto-id XADDs on
-    ``key``: executed one by one at ``now_ms``, each would take the id
-    ``next_auto_id`` gives, so the run's ids are ``first, first + 1, ...``.
-    None where XADD itself must answer (a TTL, wrong type, ids running out)."""
-    if key in db.expires:
-        return None             # leave expiry rules to the ordinary path
-    s = db.data.get(key)
-    created = s is None
-    if created:
-        s = Stream()
-    elif type(s) is not Stream:
-        return None
-    last = s.last_id
-    first = now_ms << 64 if now_ms > last >> 64 else last + 1
-    if last == MAX_ID or first + n - 1 > MAX_ID:
-        return None
-    return s, created, first
-
-
-def add_auto_id_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: dict,
-                    trim: TrimArgs | None) -> tuple[range, list[list], list | None] | None:
-    """Pipelined ``XADD key [MAXLEN ~ n] * field value ...`` requests (one
-    ``xadd_run_form``), from one client or several, applied as a whole
-    (``Core.execute_xadd_runs``); returns their ids (a range of ints: they are
-    consecutive) and field-value lists, in order, and the trim's effect (or None).
-
-    The run's ids are a range (``_run_target``), so ``Stream.extend`` adds all
-    entries in one call.  The trim runs once, at the end: an approximate MAXLEN
-    removes whole nodes from the front while the stream stays at or above n
-    without them, and which nodes qualify only grows as entries are added, so
-    one trim at the end removes exactly what one trim per request would have, as
-    long as no request's LIMIT would have stopped it: hence the run is refused
-    when more than one LIMIT's worth could go.  Returns None, having changed
-    nothing, where XADD itself must answer (wrong type, a key with a TTL, ids
-    running out, that limit): the caller then runs each request through XADD.
-    """
-    n = len(run)
-    target = _run_target(db, key, n, now_ms)
-    if target is None:
-        return None
-    s, created, first = target
-    if trim is not None and s.length + n - trim.maxlen > trim.limit:
-        return None
-    sids = range(first, first + n)
-    fvs = list(map(_FIELDS_VALUES if trim is None else _TRIMMED_FIELDS_VALUES, run))
-    s.extend(list(sids), fvs, cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
-    if created:
-        db.set(key, s, keep_ttl=True)
-    trimmed = trim_effect(key, s, trim) if trim is not None and apply_trim(s, trim) else None
-    return sids, fvs, trimmed
-
-
-class XaddRunEffects:
-    """The effects of a run of XADDs that took ``ids`` (their text, in order) on
-    ``key`` (``Core.execute_xadd_runs``): ``XADD key <id> field value ...`` for
-    each entry, then the exact trim (``trim``), if any.
-
-    Sinks read it as they read any batch of effects: a sequence of argv lists,
-    built only when someone iterates it.  The AOF and the replication stream
-    ask ``resp()`` instead (through ``aof.encode_commands``): when every entry
-    has the first's field names (the usual producer) their RESP is one
-    %-template with the command, key and field names written in, filled from
-    the ids and the value columns: about half the cost of building the lists
-    and encoding them (with ``appendonly yes`` this encoding is most of what
-    the AOF adds per XADD).
-    """
-
-    __slots__ = ("key", "ids", "fvs", "trim", "_argvs")
-
-    def __init__(self, key: bytes, ids: list[bytes], fvs: list[list[bytes]],
-                 trim: list[bytes] | None) -> None:
-        self.key = key
-        self.ids = ids
-        self.fvs = fvs
-        self.trim = trim
-        self._argvs: list[list[bytes]] | None = None
-
-    def argvs(self) -> list[list[bytes]]:
-        if self._argvs is None:
-            key = self.key
-            argvs = [[b"XADD", key, sid, *fv] for sid, fv in zip(self.ids, self.fvs)]
-            if self.trim is not None:
-                argvs.append(self.trim)
-            self._argvs = argvs
-        return self._argvs
-
-    def __len__(self) -> int:
-        return len(self.ids) + (self.trim is not None)
-
-    def __getitem__(self, i):
-        return self.argvs()[i]
-
-    def __iter__(self):
-        return iter(self.argvs())
-
-    def resp(self) -> bytes | None:
-        """The effects' RESP (``encode_command`` of each, concatenated), or None
-        when the entries' field names differ (encode the argv lists then)."""
-        fvs = self.fvs
-        n = len(fvs)
-        first = fvs[0]
-        width = len(first)
-        if width & 1 or not all(map(width.__eq__, map(len, fvs))):
-            return None
-        columns: list = [map(len, self.ids), self.ids]
-        parts = [b"*%d\r\n$4\r\nXADD\r\n" % (3 + width), _bulk_literal(self.key), _BULK_SLOT]
-        for j in range(0, width, 2):
-            name = first[j]
-            names = list(map(itemgetter(j), fvs))
-            if names.count(name) != n:
-                return None
-            values = list(map(itemgetter(j + 1), fvs))
-            columns += (map(len, values), values)
-            parts += (_bulk_literal(name), _BULK_SLOT)
-        template = b"".join(parts)
-        out = b"".join(map(template.__mod__, zip(*columns)))
-        if self.trim is not None:
-            out += encode_request(*self.trim)
-        return out
-
-
-def encode_id_replies(first: int, n: int) -> bytes:
-    """The replies to ``n`` XADDs that took the ids ``first, first + 1, ...``
-    (a run's, ``add_auto_id_run``), as RESP bulk strings back to back: the
-    same bytes as ``encode_bulks(format_id_range(first, n))``, but for ids of
-    one millisecond and sequences of one number of digits (nearly always all
-    of them) one %-format of a repeated template over the sequences."""
-    if n == 1:              # (many clients' runs of one request each, without pipelining)
-        sid = format_id(first)
-        return b"$%d\r\n%s\r\n" % (len(sid), sid)
-    ms, seq = first >> 64, first & U64
-    if seq + n - 1 > U64:
-        return encode_bulks(format_id_range(first, n))
-    prefix = b"%d-" % ms
-    end = seq + n
-    out = []
-    while seq < end:
-        digits = len(b"%d" % seq)
-        stop = min(end, 10 ** digits)       # where the sequences take one more digit
-        template = b"$%d\r\n%s%%d\r\n" % (len(prefix) + digits, prefix)
-        out.append((template * (stop - seq)) % tuple(range(seq, stop)))
-        seq = stop
-    return out[0] if len(out) == 1 else b"".join(out)
-
-
-_PID, _IID = itemgetter(3), itemgetter(4)
-
-
-def add_idmp_run(db, key: bytes, run: list[list[bytes]], now_ms: int, cfg: dict):
-    """Pipelined ``XADD key IDMP pid iid * field value ...`` requests (the IDMP
-    ``xadd_run_form``), applied as a whole like ``add_auto_id_run``.
-
-    Returns (the replies: each request's id, in order; the new entries'
-    field-value lists; (pid, iid, id) of each new entry), or None, having
-    changed nothing, where XADD itself must answer (as ``_run_target``, or an
-    empty pid or iid).  Each request is checked and recorded in turn, exactly
-    as XADD does it, so a pid/iid seen before, in the stream or earlier in the
-    run, adds nothing and answers the original id; the new entries (ids
-    consecutive from the first) then go into the stream in one call.
-    """
-    pids = list(map(_PID, run))
-    iids = list(map(_IID, run))
-    if b"" in pids or b"" in iids:
-        return None             # XADD's own error for it
-    target = _run_target(db, key, len(run), now_ms)
-    if target is None:
-        return None
-    s, created, sid = target
-    duration, maxsize = idmp_settings(cfg, s)
-    state = s.idmp if s.idmp is not None else IdmpState()
-    lookup, record = state.lookup, state.record
-    replies: list[bytes] = []
-    new_ids: list[int] = []
-    fvs: list[list[bytes]] = []
-    records: list[tuple[bytes, bytes, bytes]] = []
-    for argv, pid, iid in zip(run, pids, iids):
-        hit = lookup(pid, iid, now_ms, duration)
-        if hit is not None:
-            state.duplicates += 1
-            replies.append(format_id(hit))
-            continue
-        record(pid, iid, sid, duration, maxsize)
-        reply = format_id(sid)
-        replies.append(reply)
-        records.append((pid, iid, reply))
-        new_ids.append(sid)
-        fvs.append(argv[6:])            # after "*" (see xadd_run_form)
-        sid += 1
-    if new_ids:
-        s.idmp = state
-        s.extend(new_ids, fvs, cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
-        if created:
-            db.set(key, s, keep_ttl=True)
-    return replies, fvs, records
-
-
 def idmp_settings(cfg, s: Stream) -> tuple[int, int]:
     """The stream's effective (duration seconds, maxsize) for IDMP; ``cfg``: the
     server's config (``ctx.config`` or its values)."""
@@ -755,8 +399,7 @@ def _range(ctx: Ctx, argv: list[bytes], rev: bool):
         return []
     if count is None:
         return NULL_ARRAY
-    items = s.range_rendered(start, end, count, rev, render_entry, render_columns)
-    return Raw(b"*%d\r\n%s" % (len(items), b"".join(items)))
+    return entries_reply(s.range(start, end, count, rev))
 
 
 @command("xrange", -4, "readonly", keys=(1, 1, 1), group="stream", since="5.0.0")
@@ -966,7 +609,7 @@ def _read_after(key: bytes, s: Stream, gt: int, count: int, budget: ReadBudget |
     # empty, as in Redis, when the name alone fills MAXSIZE).
     budget.open_stream(key)
     if budget.sized:
-        got = got[:budget.fit(len(render_entry(sid, fv)) for sid, fv in got)]
+        got = got[:budget.fit(entry_size(sid, fv) for sid, fv in got)]
     else:
         got = got[:budget.fit(repeat(0, len(got)))]
     budget.close_stream(len(got))
@@ -1023,7 +666,7 @@ def xread(ctx: Ctx, argv: list[bytes]):
             last = s.last_entry()
             if budget is not None:
                 budget.open_stream(key)
-                budget.take(len(render_entry(*last)) if budget.sized else 0)   # not exhausted: sent
+                budget.take(entry_size(*last) if budget.sized else 0)   # not exhausted: sent
                 budget.close_stream(1)
             items.append((key, [entry_reply(*last)]))
             continue

@@ -20,7 +20,7 @@ PAST_MAX_ID = MAX_ID + 1
 
 __all__ = [
     "U64", "MIN_ID", "MAX_ID", "PAST_MAX_ID", "InvalidID", "make_id", "id_ms", "id_seq",
-    "format_id", "format_id_range", "parse_u64", "parse_id", "parse_strict_id", "parse_interval_id",
+    "format_id", "parse_u64", "parse_id", "parse_strict_id", "parse_interval_id",
 ]
 
 
@@ -42,16 +42,6 @@ def id_seq(sid: int) -> int:
 
 def format_id(sid: int) -> bytes:
     return b"%d-%d" % (sid >> 64, sid & SEQ_MASK)
-
-
-def format_id_range(first: int, n: int) -> list[bytes]:
-    """``format_id`` of ``first, first + 1, ... first + n - 1`` (a run of new
-    entries' ids).  When they share the millisecond, as a run's nearly always
-    do, its ``<ms>-`` is formatted once and only the sequences one by one."""
-    ms, seq = first >> 64, first & SEQ_MASK
-    if seq + n - 1 > SEQ_MASK:      # the run crosses into the next millisecond
-        return list(map(format_id, range(first, first + n)))
-    return list(map((b"%d-%%d" % ms).__mod__, range(seq, seq + n)))
 
 
 # Redis parses each half of an ID with string2ull(): a strict signed parse

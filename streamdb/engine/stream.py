@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from itertools import accumulate, repeat
+from itertools import repeat
 from operator import add, and_, itemgetter, lshift, or_, rshift, sub
 from typing import Iterator
 
@@ -41,9 +41,6 @@ _ELEMENT_OVERHEAD = 2
 _ENTRY_OVERHEAD = 6
 
 _DECODED_CACHE_SIZE = 64
-# Stream.range_rendered renders a whole node at once (render_all) when a read
-# wants at least this many of its entries unrendered; fewer, one by one.
-_RENDER_ALL_FROM = 16
 _FIELDS = itemgetter(slice(None, None, 2))   # fv[0::2]
 _VALUES = itemgetter(slice(1, None, 2))      # fv[1::2]
 
@@ -52,7 +49,7 @@ class Node:
     """A run of consecutive entries: open (lists) or sealed (one msgpack blob)."""
 
     __slots__ = ("first", "last", "total", "live", "nbytes", "master",
-                 "ids", "entries", "blob", "deleted", "rendered")
+                 "ids", "entries", "blob", "deleted")
 
     def __init__(self, first_id: int, fields: list) -> None:
         self.first = first_id
@@ -65,22 +62,16 @@ class Node:
         self.entries: list[list] | None = []
         self.blob: bytes | None = None
         self.deleted: set[int] | None = None   # ids marked deleted
-        # Open node only: memo of render(id, fields) per entry (Stream.range_rendered);
-        # a sealed node's memo lives with its decoded form in the LRU cache.
-        self.rendered: list | None = None
 
     # -- encoding ---------------------------------------------------------
 
-    def seal(self, uniform: bool = False) -> None:
-        """Pack the open node into its msgpack blob and drop the lists.
-
-        ``uniform``: the caller knows every entry has the master fields."""
+    def seal(self) -> None:
+        """Pack the open node into its msgpack blob and drop the lists."""
         if self.blob is not None:
             return
-        self.blob = encode_node(self.first, self.master, self.ids, self.entries, uniform)
+        self.blob = encode_node(self.first, self.master, self.ids, self.entries)
         self.ids = None
         self.entries = None
-        self.rendered = None
 
     def unseal(self) -> None:
         """Turn a sealed node back into lists (used when it must change shape)."""
@@ -88,7 +79,6 @@ class Node:
             return
         self.ids, self.entries = decode_node(self.blob)
         self.blob = None
-        self.rendered = None
         _cache.pop(self, None)
 
     def contents(self) -> tuple[list[int], list[list]]:
@@ -97,40 +87,6 @@ class Node:
             return self.ids, self.entries
         d = self._decoded()
         return d.ids, d.entries if d.entries is not None else d.build_entries()
-
-    def ids_and_memo(self) -> tuple[list[int], list]:
-        """The ids (deleted ones included) and the memo list of rendered entries
-        (None = not yet), for Stream.range_rendered; a sealed node's entries are
-        not built for it (``columns`` renders without them)."""
-        if self.blob is None:
-            memo = self.rendered
-            if memo is None:
-                memo = self.rendered = []
-            missing = len(self.ids) - len(memo)
-            if missing:
-                memo.extend([None] * missing)
-            return self.ids, memo
-        d = self._decoded()
-        return d.ids, d.memo
-
-    def columns(self) -> tuple[list, list] | None:
-        """(field names, [values of field 1, values of field 2, ...]) of the
-        node's entries, in order, when all of them have the node's master field
-        names (the usual node); None otherwise.  From a sealed node's blob this
-        is a transposition of its stored value rows: no per-entry lists."""
-        if self.blob is not None:
-            d = self._decoded()
-            if d.entries is None:
-                if None in map(_FIRST, d.rows):      # a row [None, f, v, ..]: other fields
-                    return None
-                return d.master, list(zip(*d.rows))
-            entries = d.entries
-        else:
-            entries = self.entries
-        master = self.master
-        if not all(map(master.__eq__, map(_FIELDS, entries))):
-            return None
-        return master, [list(map(itemgetter(j), entries)) for j in range(1, 2 * len(master), 2)]
 
     def _decoded(self) -> "_Decoded":
         d = _cache.get(self)
@@ -151,10 +107,9 @@ class Node:
 
 class _Decoded:
     """A sealed node unpacked (Node._decoded): its ids, its stored value rows and
-    master field names, its entries once someone needs them as lists, and the
-    memo of rendered entries (Stream.range_rendered)."""
+    master field names, and its entries once someone needs them as lists."""
 
-    __slots__ = ("ids", "master", "rows", "entries", "memo")
+    __slots__ = ("ids", "master", "rows", "entries")
 
     def __init__(self, blob: bytes) -> None:
         base_ms, self.master, id_pairs, self.rows = msgpack.unpackb(blob, raw=True,
@@ -162,7 +117,6 @@ class _Decoded:
         self.ids = list(map(or_, map(lshift, map(add, id_pairs[0::2], repeat(base_ms)),
                                      repeat(64)), id_pairs[1::2]))
         self.entries: list[list] | None = None
-        self.memo: list = [None] * len(self.ids)
 
     def build_entries(self) -> list[list]:
         """The entries as field-value lists (the rows are then dropped)."""
@@ -184,16 +138,13 @@ class _Decoded:
 
 # Sealed node -> its _Decoded form, least recently used first.
 _cache: "OrderedDict[Node, _Decoded]" = OrderedDict()
-_FIRST = itemgetter(0)
 
 
-def encode_node(first: int, master: list, ids: list[int], entries: list[list],
-                uniform: bool = False) -> bytes:
+def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -> bytes:
     """Blob = [master_fields, [ms_delta, seq, ...], [entry, ...]].
 
     An entry with the master field names is stored as its values; any other
     entry as ``[None, f1, v1, ...]`` (a value is never None, so it is unambiguous).
-    ``uniform``: every entry is known to have the master field names.
     """
     base_ms = first >> 64
     # C-level passes (map over operator functions), not Python loops: sealing
@@ -208,8 +159,8 @@ def encode_node(first: int, master: list, ids: list[int], entries: list[list],
     else:
         id_pairs[0::2] = map(sub, map(rshift, ids, repeat(64)), repeat(base_ms))
         id_pairs[1::2] = map(and_, ids, repeat(SEQ_MASK))
-    same = None if uniform else list(map(master.__eq__, map(_FIELDS, entries)))
-    if uniform or all(same):      # entries are field-value pairs: same fields, same length
+    same = list(map(master.__eq__, map(_FIELDS, entries)))
+    if all(same):      # entries are field-value pairs: same fields, same length
         packed = list(map(_VALUES, entries))
     else:
         packed = [fv[1::2] if s else [None, *fv] for fv, s in zip(entries, same)]
@@ -227,24 +178,6 @@ def _entry_bytes(fv: list, same_fields: bool) -> int:
     for x in vals:
         n += len(x) + _ELEMENT_OVERHEAD
     return n
-
-
-_NO_LIMIT = 1 << 62          # max_entries / max_bytes of 0: no limit
-_EXTEND_WINDOW = 256          # entries sized per pass in Stream.extend (when max_entries allows)
-
-
-def _entry_sizes(fvs: list[list], master: list) -> "tuple[Iterator[int], bool]":
-    """What append() adds to a node's byte count for each of ``fvs`` (pairs of
-    field and value) given the node's ``master`` fields, and whether all of them
-    have the master fields: C-level passes only in that (usual) case."""
-    totals = map(len, map(b"".join, fvs))
-    same = list(map(master.__eq__, map(_FIELDS, fvs)))
-    nmaster = len(master)
-    matched = _ENTRY_OVERHEAD + _ELEMENT_OVERHEAD * nmaster - sum(map(len, master))
-    if all(same):
-        return map(add, totals, repeat(matched)), True
-    return (t + matched if s else t + _ENTRY_OVERHEAD + _ELEMENT_OVERHEAD * len(fv)
-            for t, s, fv in zip(totals, same, fvs)), False
 
 
 class Stream:
@@ -299,64 +232,6 @@ class Stream:
         self.nodes.append(node)
         self.firsts.append(sid)
         return node
-
-    def extend(self, sids: list[int], fvs: list[list], max_entries: int, max_bytes: int) -> None:
-        """``append(sid, fv, ...)`` of each pair in order, in one call (AOF replay, replica apply).
-
-        ``sids`` must be ascending and above last_id.  Node boundaries, sizes and
-        counters come out exactly as from the one-by-one appends, but the
-        per-entry work (entry sizes, their running total, where the node fills
-        up) is done by C-level passes over windows of entries, and whole slices
-        go into the node at once.
-        """
-        n = len(sids)
-        if not n:
-            return
-        entries_cap = max_entries or _NO_LIMIT
-        bytes_cap = max_bytes or _NO_LIMIT
-        tail = self.nodes[-1] if self.nodes else None
-        uniform = False         # the tail's entries all have its master fields (if known)
-        k = 0
-        while k < n:
-            if tail is None:
-                sid, fv = sids[k], fvs[k]
-                tail = self._open_node(sid, fv)
-                tail.nbytes += _entry_bytes(fv, True)
-                tail.ids.append(sid)
-                tail.entries.append(fv)
-                tail.total = tail.live = 1
-                uniform = True          # so far: its one entry defines the master fields
-                k += 1
-                continue
-            room = entries_cap - tail.total
-            if room <= 0:
-                tail.seal(uniform)
-                tail = None
-                continue
-            chunk = fvs[k:k + min(room, _EXTEND_WINDOW)]
-            # cum[t] = the node's byte count after the chunk's first t entries; entry t
-            # fits while cum[t + 1] < bytes_cap (append()'s rule), so the entries that
-            # fit are those before the first cum[p] >= bytes_cap, p >= 1.
-            sizes, same = _entry_sizes(chunk, tail.master)
-            uniform = uniform and same
-            cum = list(accumulate(sizes, initial=tail.nbytes))
-            m = bisect_left(cum, bytes_cap, 1) - 1
-            if m:
-                if tail.blob is not None:
-                    tail.unseal()
-                tail.ids += sids[k:k + m]
-                tail.entries += chunk if m == len(chunk) else chunk[:m]
-                tail.total += m
-                tail.live += m
-                tail.nbytes = cum[m]
-                tail.last = sids[k + m - 1]
-                k += m
-            if m < len(chunk):      # the next entry would take the node over max_bytes
-                tail.seal(uniform)
-                tail = None
-        self.length += n
-        self.last_id = sids[-1]
-        self.entries_added += n
 
     # -- reading --------------------------------------------------------------
 
@@ -436,92 +311,6 @@ class Stream:
                             return out
                     j -= 1
                 i -= 1
-        return out
-
-    def range_rendered(self, start: int, end: int, count: int, rev: bool, render,
-                       render_all=None, ids_out: list | None = None,
-                       read_on: bool = False) -> list:
-        """Like range(), but each live entry as ``render(id, fields)``, memoized per node;
-        ``ids_out``, if given, gets the ids of the returned entries, in order.
-        ``read_on``: the caller's readers go on to the following entries (a
-        consumer group reading new entries), so a sealed node is rendered whole
-        (``render_all``) the first time any of it is wanted.
-
-        Entries never change once added (deletion only marks them), so a
-        rendering stays valid for the node's life; it is dropped with the node's
-        decoded form.  ``render`` must be one fixed pure function (the reply
-        encoder of XRANGE): memos are shared by every caller.  ``render_all(ids,
-        names, columns)``, if given, is ``render`` of a whole node's entries at
-        once from its columnar form (``Node.columns``): used where a read wants
-        many of a node's entries unrendered and they all have the same fields.
-        """
-        out: list = []
-        if start > end or not self.length:
-            return out
-        nodes = self.nodes
-        if not rev:
-            i = max(bisect_right(self.firsts, start) - 1, 0)
-            step = 1
-        else:
-            i = bisect_right(self.firsts, end) - 1
-            step = -1
-        while 0 <= i < len(nodes):
-            node = nodes[i]
-            if (node.first > end) if step == 1 else (node.last < start):
-                break
-            i += step
-            if (node.last < start) if step == 1 else (node.first > end):
-                continue
-            ids, memo = node.ids_and_memo()
-            deleted = node.deleted
-            if step == 1:
-                lo = bisect_left(ids, start) if ids[0] < start else 0
-                hi = bisect_right(ids, end)
-                if deleted is None and count:
-                    hi = min(hi, lo + count - len(out))
-            else:
-                hi = bisect_right(ids, end)
-                lo = bisect_left(ids, start)
-                if deleted is None and count:
-                    lo = max(lo, hi - (count - len(out)))
-            if deleted is None:
-                # No deletions here: the wanted entries are one slice of the memo.
-                chunk = memo[lo:hi]
-                if ids_out is not None:
-                    ids_out += ids[lo:hi] if step == 1 else ids[lo:hi][::-1]
-                if None in chunk:
-                    columns = None
-                    if render_all is not None and (hi - lo >= _RENDER_ALL_FROM or (
-                            read_on and node.blob is not None)):
-                        columns = node.columns()
-                    if columns is not None:
-                        memo[:] = render_all(ids, *columns)
-                    else:
-                        entries = node.contents()[1]
-                        for k in range(lo, hi):
-                            if memo[k] is None:
-                                memo[k] = render(ids[k], entries[k])
-                    chunk = memo[lo:hi]
-                if step == -1:
-                    chunk.reverse()
-                out += chunk
-                if count and len(out) >= count:
-                    return out
-                continue
-            entries = None
-            for j in (range(lo, hi) if step == 1 else range(hi - 1, lo - 1, -1)):
-                if ids[j] in deleted:
-                    continue
-                r = memo[j]
-                if r is None:
-                    if entries is None:
-                        entries = node.contents()[1]
-                    r = memo[j] = render(ids[j], entries[j])
-                out.append(r)
-                if ids_out is not None:
-                    ids_out.append(ids[j])
-                if len(out) == count:
-                    return out
         return out
 
     def last_entry(self) -> Entry | None:

@@ -47,7 +47,7 @@ import re
 import threading
 import time
 import zlib
-from itertools import chain, groupby
+from itertools import chain
 from operator import itemgetter
 
 import hiredis
@@ -85,49 +85,17 @@ def encode_command(argv: list[bytes]) -> bytes:
     return b"".join(parts)
 
 
-_TEMPLATE_FROM = 4      # commands of one length before encode_commands uses a template
-_templates: dict[int, bytes] = {}
 _HEAD = itemgetter(0)
 
 
 def encode_commands(commands: list[list[bytes]]) -> bytes:
     """``encode_command`` of each command, concatenated: a batch of effects
-    for the AOF or the replication stream.
-
-    Consecutive commands with the same number of arguments (a run of XADD
-    effects, the usual batch) are encoded through one %-template of that many
-    bulks, its arguments zipped from columns (C-level passes), not a Python
-    loop over every argument: the AOF's encoding was 7% of an everysec
-    server's time under XADD.
-    """
-    resp = getattr(commands, "resp", None)
-    if resp is not None:            # a batch that can encode itself (streams.XaddRunEffects)
-        data = resp()
-        if data is not None:
-            return data
-    if len(commands) < _TEMPLATE_FROM:
-        return b"".join(map(encode_command, commands))
-    out: list[bytes] = []
-    for argc, group in groupby(commands, len):
-        group = list(group)
-        if len(group) < _TEMPLATE_FROM:
-            out += map(encode_command, group)
-            continue
-        template = _templates.get(argc)
-        if template is None:
-            template = _templates[argc] = b"*%d\r\n" % argc + b"$%d\r\n%b\r\n" * argc
-        columns: list = []
-        for j in range(argc):
-            column = list(map(itemgetter(j), group))
-            columns += (map(len, column), column)
-        out += map(template.__mod__, zip(*columns))
-    return b"".join(out)
+    for the AOF or the replication stream."""
+    return b"".join(map(encode_command, commands))
 
 
 def last_select(commands: list[list[bytes]]) -> int | None:
     """The db the last SELECT among ``commands`` selects, or None if none does."""
-    if hasattr(commands, "resp"):
-        return None         # (streams.XaddRunEffects: XADDs and a trim; asking would build their lists)
     if b"SELECT" not in map(_HEAD, commands):
         return None
     return next(int(argv[1]) for argv in reversed(commands) if argv[0] == b"SELECT")
@@ -494,13 +462,9 @@ class Aof:
                     db.clear()
             offset = len(SEGMENT_MAGIC)
             for body in scan.frames:
-                commands = split_commands(body)
-                i, n = 0, len(commands)
-                while i < n:
-                    argv = commands[i]
-                    k, reply = self.core.replay_step(client, commands, i)
-                    i += k
-                    errors = [] if reply is None else [reply] if hasattr(reply, "message") else \
+                for argv in split_commands(body):
+                    reply = self.core.execute(client, argv)
+                    errors = [reply] if hasattr(reply, "message") else \
                         [r for r in reply if hasattr(r, "message")] if isinstance(reply, list) \
                         and argv[0].upper() == b"EXEC" else []
                     if errors:
@@ -512,7 +476,7 @@ class Aof:
                         raise AofError(f"{p}: the frame at offset {offset} holds a command that "
                                        f"fails to apply ({argv[0].decode('latin-1')}: "
                                        f"{errors[0].message})")
-                    before, applied = applied, applied + k
+                    before, applied = applied, applied + 1
                     if applied // 2000 != before // 2000:
                         self.loaded_bytes = done_bytes
                         yield applied

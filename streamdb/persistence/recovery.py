@@ -42,8 +42,7 @@ class Persistence:
         """
         core, aof, snap = self.core, self.aof, self.snapshotter
         cfg = core.config
-        server.loading = True
-        core.extra["loading"] = True
+        core.loading = True
         # Loading allocates millions of long-lived objects: with the cyclic GC on,
         # each generation-2 pass rescans all of them (restart time grows
         # quadratically).  The caller freezes them once loading is done.
@@ -79,8 +78,7 @@ class Persistence:
                 aof.loop = asyncio.get_running_loop()
                 snap.aof = aof
         finally:
-            server.loading = False
-            core.extra["loading"] = False
+            core.loading = False
             if gc_was_enabled:
                 gc.enable()
 

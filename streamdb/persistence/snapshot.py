@@ -254,11 +254,8 @@ class Snapshotter:
 
     # -- the effect sink (Core.effect_sinks) ---------------------------------------
 
-    def key_changed(self, db: int, key: bytes) -> None:
-        """A fast path's run of effects changed ``key`` and nothing else
-        (Core.emit_run): all this sink needs, without the effects being built."""
-        if not self.full:
-            self.dirty.add((db, key))
+    # Only the keys the effects name matter here (Core.effects_wanted).
+    records_commands = False
 
     def __call__(self, db: int, effects: list[list[bytes]]) -> None:
         if self.full:

@@ -208,9 +208,6 @@ cdef class RequestParser:
     cdef public bint authenticated
     cdef list argv              # the multibulk in progress (its bulks so far), or None
     cdef Py_ssize_t argc        # bulks it still needs
-    # Transitional, while network.py gathers XADD runs (Connection._gather_xadd_run):
-    # what it gives back after looking one request ahead (an argv or a ProtocolError).
-    cdef object back
 
     def __cinit__(self):
         self.buf = NULL
@@ -259,11 +256,6 @@ cdef class RequestParser:
         Empty requests (``*0``, blank inline lines) are skipped.
         """
         cdef list argv
-        if self.back is not None:
-            back, self.back = self.back, None
-            if type(back) is ProtocolError:
-                raise back
-            return back
         while True:
             if self.argv is None:
                 if self.pos >= self.n:
@@ -281,14 +273,6 @@ cdef class RequestParser:
                         return argv
                     continue
             return self.bulks()
-
-    def unread(self, item) -> None:
-        """Transitional (see ``back``): the next call returns or raises ``item``."""
-        self.back = item
-
-    def take_ready(self, signature, expected, int argc) -> list:
-        """Transitional: nothing is parsed ahead in batches here, so nothing is ready."""
-        return []
 
     cdef bint start_multibulk(self) except -1:
         cdef const unsigned char* b = self.buf

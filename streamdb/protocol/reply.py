@@ -20,8 +20,9 @@ Verbatim               ``$`` bulk          ``=`` verbatim (txt)
 Raw                    as is               as is
 =====================  ==================  =====================
 
-``Raw`` is a reply already encoded by its handler, for hot replies whose RESP2
-and RESP3 forms are the same (arrays of bulk strings, e.g. XRANGE's).
+``Raw`` is bytes that are already RESP and go out as they are: the replication
+stream a primary sends down a replica's link, PSYNC's answers, and ``b""`` for a
+command that answers nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 import math
 
 __all__ = ["CommandError", "Status", "Map", "RSet", "Double", "Verbatim", "Raw", "NULL_ARRAY",
-           "OK", "QUEUED", "PONG", "encode_reply", "encode_bulks"]
+           "OK", "QUEUED", "PONG", "encode_reply"]
 
 
 class CommandError(Exception):
@@ -117,17 +118,6 @@ def encode_reply(value, resp3: bool) -> bytes:
     out: list[bytes] = []
     _encode(value, resp3, out)
     return b"".join(out)
-
-
-def encode_bulks(items: list[bytes]) -> bytes:
-    """``encode_reply`` of each of ``items`` (bulk strings), back to back: the
-    replies of a pipelined run of requests that answer one each (XADD's ids).
-    One %-format of a repeated template, not a format per reply."""
-    n = len(items)
-    flat: list = [None] * (2 * n)
-    flat[0::2] = map(len, items)
-    flat[1::2] = items
-    return (b"$%d\r\n%s\r\n" * n) % tuple(flat)
 
 
 def _encode(value, resp3: bool, out: list) -> None:

@@ -70,113 +70,6 @@ def _parse_ll(raw: bytes) -> int | None:
     return v
 
 
-# Headers with canonical small lengths ("*1".."*9999", "$0".."$9999"): exactly
-# the lines the general parser accepts for these values, so a hit needs no
-# further checks.
-_MBULK_HDR = {b"*%d" % i: i for i in range(1, 10000)}
-_BULK_HDR = {b"$%d" % i: i for i in range(10000)}
-_bulk_len = _BULK_HDR.get
-_WINDOW = 32 * 1024     # bytes split per pass of the fast path (RequestParser._split_window)
-
-
-def _fast_batch(parts: list, i: int, size: int):
-    """Fast path over ``parts`` (the unconsumed buffer split on CRLF, ``size``
-    bytes) at part ``i``: the whole requests there that have the same number
-    of arguments as the first, every header a canonical small length that
-    matches its bulk.  A pipeline is usually one command repeated, so one pass
-    of C-level operations checks them all.
-
-    Returns ``(argvs, bytes_consumed, parts_consumed)`` (for a lone request,
-    ``(argv, ...)``: its argv itself), or None when not even
-    the first request qualifies (incomplete, odd, erroneous, a bulk containing
-    CRLF, big); the general parser then handles it with all of Redis's rules
-    and errors.
-    """
-    head = parts[i]
-    argc = _MBULK_HDR.get(head)
-    if argc is None:
-        return None
-    stride = 2 * argc + 1
-    m = (len(parts) - i) // stride          # requests the parts could hold
-    if m <= 1:
-        # One request (no pipeline): for a handful of arguments a plain loop
-        # beats the batch's C-level passes and bookkeeping.
-        if not m:
-            return None
-        j = i + stride
-        n = len(head) + 2
-        get = _bulk_len
-        k = i + 1
-        while k < j:
-            h = parts[k]
-            lv = len(parts[k + 1])
-            if get(h) != lv:
-                return None
-            n += len(h) + lv + 4
-            k += 2
-        return (parts[i + 2:j:2], n, stride) if n <= size else None
-    heads = parts[i:i + m * stride:stride]
-    if heads.count(head) != m:
-        m = next(c for c, h in enumerate(heads) if h != head)
-    region = parts[i:i + m * stride]
-    del region[::stride]                    # the *<argc> lines: headers and bulks remain
-    bulks = region[1::2]
-    lengths = list(map(_bulk_len, region[0::2]))
-    if lengths != list(map(len, bulks)):
-        # Usually only the last request is cut short by the end of what arrived:
-        # check the others with one more pass before looking for the first bad one.
-        k = (m - 1) * argc
-        if lengths[:k] == list(map(len, bulks[:k])):
-            m -= 1
-        else:
-            bad = next(k for k, (a, b) in enumerate(zip(lengths, map(len, bulks))) if a != b)
-            m = bad // argc
-        if not m:
-            return None
-    nparts = m * stride
-    # parts[i:] and their CRLFs make up the ``size`` bytes: count the batch's bytes
-    # directly, or as ``size`` less what follows it, whichever is the shorter pass.
-    rest = len(parts) - i - nparts
-    if rest < nparts:
-        nbytes = size - sum(map(len, parts[i + nparts:])) - 2 * (rest - 1)
-    else:
-        nbytes = sum(map(len, parts[i:i + nparts])) + 2 * nparts
-    # The last request may end past the bytes received (its bulk's CRLF not yet here).
-    if nbytes > size:
-        m -= 1
-        if not m:
-            return None
-        nparts -= stride
-        last = parts[i + nparts:i + nparts + stride]
-        nbytes -= sum(map(len, last)) + 2 * stride
-    if m == 1:
-        return bulks[:argc], nbytes, nparts
-    return [bulks[k:k + argc] for k in range(0, m * argc, argc)], nbytes, nparts
-
-
-def _lone_request(data: bytes) -> list[bytes] | None:
-    """The argv of ``data`` when it is exactly one whole request whose headers are
-    canonical small lengths matching their bulks (what ``_fast_batch`` accepts),
-    else None.  Each header equal to the length of the part after it, and the
-    parts rejoined by CRLF being all of ``data``, make the split the same as
-    reading bulk by bulk by length; a bulk holding a CRLF breaks the match."""
-    argc = _MBULK_HDR.get(data[:data.find(b"\r\n")])
-    if argc is None:
-        return None
-    # At most one request's worth of splitting: a pipeline is left whole for
-    # _fast_batch (its remainder is then the last part, not empty).
-    parts = data.split(b"\r\n", 2 * argc + 1)
-    if len(parts) != 2 * argc + 2 or parts[-1]:
-        return None
-    get = _bulk_len
-    k = 1
-    while k < 2 * argc:         # a loop beats C-level passes for a handful of arguments
-        if get(parts[k]) != len(parts[k + 1]):
-            return None
-        k += 2
-    return parts[2::2]
-
-
 def encode_request(*args) -> bytes:
     """A command as a client sends it: a RESP array of bulk strings (bytes as they are,
     anything else as its str() in UTF-8).  For tools and tests that speak RESP on raw
@@ -193,8 +86,7 @@ class RequestParser:
     """Splits a client's byte stream into argv lists (lists of bytes)."""
 
     __slots__ = ("buf", "pos", "max_bulk_len", "authenticated", "_argc", "_argv",
-                 "_parts", "_part", "_parts_end", "_fast_ok", "_missing", "_chunks", "_held",
-                 "_back", "_ready", "_ready_at", "_ready_end")
+                 "_missing", "_chunks", "_held")
 
     def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
         self.buf = b""
@@ -205,28 +97,12 @@ class RequestParser:
         self.authenticated = True
         self._argc = 0          # remaining bulks of the multibulk in progress
         self._argv: list[bytes] | None = None
-        # Fast path state: a window of the unconsumed buffer split on CRLF (made
-        # lazily, again after each feed), the index of the part at ``pos``.
-        self._parts: list[bytes] | None = None
-        self._part = 0
-        self._parts_end = 0     # offset in buf where the split window ends
-        self._fast_ok = False
         # A big bulk arriving in many reads: its chunks are kept apart until the
         # bulk is complete and joined once (appending each read to ``buf`` would
         # copy the bulk again for every read: quadratic in its size).
         self._missing = 0       # bytes the incomplete big bulk still needs
         self._chunks: list[bytes] = []
         self._held = 0          # bytes in _chunks
-        # What the caller gave back (``unread``): an argv, or the ProtocolError
-        # met while it looked ahead, to be raised in its turn.
-        self._back = None
-        # Requests the fast path parsed as a batch, handed out one per call from
-        # index _ready_at.  ``pos`` stays at the batch's first byte until the
-        # last is handed out, then jumps to _ready_end: until then the batch's
-        # bytes count as buffered, so a client that blocks mid-batch is resumed.
-        self._ready: list = []
-        self._ready_at = 0
-        self._ready_end = 0
 
     def feed(self, data: bytes) -> None:
         if self._missing:
@@ -237,25 +113,14 @@ class RequestParser:
                 return
             data = b"".join(self._chunks)
             self._chunks, self._held, self._missing = [], 0, 0
-        self._parts = None
-        fast = self._fast_ok = self.authenticated and self.max_bulk_len >= 10000
         if self.pos == len(self.buf) and self._argv is None:
             # Everything before was consumed: the usual case, a client that sends
-            # one request and waits for its reply.  When ``data`` is exactly one
-            # whole request, it is split here at once (``_lone_request``) and
-            # handed out as a batch of one (so it counts as buffered until taken).
+            # one request and waits for its reply.
             self.buf = data
             self.pos = 0
-            if fast:
-                argv = _lone_request(data)
-                if argv is not None:
-                    self._ready = [argv]
-                    self._ready_at = 0
-                    self._ready_end = len(data)
             return
         if self.pos:
             self.buf = self.buf[self.pos:] + data
-            self._ready_end -= self.pos
             self.pos = 0
         elif self.buf:
             self.buf += data
@@ -271,19 +136,6 @@ class RequestParser:
 
         Empty requests (``*0``, blank inline lines) are skipped.
         """
-        if self._back is not None:
-            back, self._back = self._back, None
-            if type(back) is ProtocolError:
-                raise back
-            return back
-        ready = self._ready
-        if ready:
-            argv = ready[self._ready_at]
-            self._ready_at += 1
-            if self._ready_at == len(ready):
-                self._ready = []
-                self.pos = self._ready_end
-            return argv
         if self._missing:
             return None
         while True:
@@ -291,30 +143,6 @@ class RequestParser:
                 if self.pos >= len(self.buf):
                     return None
                 if self.buf[self.pos] == 42:   # '*'
-                    if self._fast_ok and self.authenticated:
-                        parts = self._parts
-                        if parts is None:
-                            parts = self._split_window()
-                        got = _fast_batch(parts, self._part, self._parts_end - self.pos)
-                        if got is None and self._parts_end < len(self.buf) and self._part:
-                            # The window's complete requests are used up, not the
-                            # buffer's: the next window starts here.
-                            parts = self._split_window()
-                            got = _fast_batch(parts, 0, self._parts_end - self.pos)
-                        if got is not None:
-                            argvs, nbytes, nparts = got
-                            self._part += nparts
-                            if type(argvs[0]) is bytes:     # a lone request: its argv
-                                self.pos += nbytes
-                                return argvs
-                            self._ready = argvs
-                            self._ready_at = 1
-                            self._ready_end = self.pos + nbytes
-                            return argvs[0]
-                        # Until more bytes arrive, the general parser is in charge
-                        # (it consumes bytes the split parts would not follow).
-                        self._fast_ok = False
-                        self._parts = None
                     if not self._start_multibulk():
                         return None
                     if self._argv is None:     # *0 or negative: nothing to run
@@ -330,51 +158,6 @@ class RequestParser:
             if argv is None:
                 return None
             return argv
-
-    def take_ready(self, signature, expected, argc: int) -> list[list[bytes]]:
-        """The requests already parsed as a batch (and not yet handed out) that
-        follow while ``signature(argv) == expected``, all of them ``argc`` long;
-        taken as ``next_command`` would hand them out, but in C-level passes.
-
-        For the server gathering a run of like requests (a pipeline of XADDs):
-        one comparison per request instead of a ``next_command`` call and a
-        Python check each.  Empty when nothing is ready or the first differs."""
-        ready = self._ready
-        if self._back is not None or not ready or len(ready[0]) != argc:
-            return []       # (a batch's requests all have the same length)
-        at = self._ready_at
-        sigs = list(map(signature, ready[at:] if at else ready))
-        k = len(sigs)
-        if sigs.count(expected) != k:
-            k = next(i for i, s in enumerate(sigs) if s != expected)
-        if not k:
-            return []
-        end = at + k
-        taken = ready[at:end]
-        if end == len(ready):
-            self._ready = []
-            self.pos = self._ready_end
-        else:
-            self._ready_at = end
-        return taken
-
-    def _split_window(self) -> list[bytes]:
-        """The fast path's parts: at most _WINDOW bytes from ``pos`` split on CRLF.
-        A long pipeline is taken a window at a time: the same C-level passes
-        over lists that stay in the CPU caches cost less per request than over
-        one list of the whole buffer (12-argument XADDs read 256 KiB at a time:
-        1.6 us each with 32 KiB windows, 2.7 us splitting all of it)."""
-        end = min(self.pos + _WINDOW, len(self.buf))
-        self._parts = parts = self.buf[self.pos:end].split(b"\r\n")
-        self._part = 0
-        self._parts_end = end
-        return parts
-
-    def unread(self, item) -> None:
-        """Give back what ``next_command`` just returned (an argv) or raised (a
-        ProtocolError): the next call returns or raises it again.  For a caller
-        that looks one request ahead (the server gathering a run of XADDs)."""
-        self._back = item
 
     # -- multibulk --------------------------------------------------------
 

@@ -76,8 +76,7 @@ class _PayloadLoader:
         self.count = 0
         side.repl.forget_state()     # the data no longer matches the saved id/offset
         side.repl.drop_links("my master sent a full resynchronization")
-        side.server.loading = True
-        core.extra["loading"] = True
+        core.loading = True
         c.in_multi = False
         c.multi_queue = []
         c.db = 0
@@ -114,8 +113,7 @@ class _PayloadLoader:
         side.server.schedule_flush(side.writer_obj)
 
     def close(self) -> None:
-        self.side.server.loading = False
-        self.side.core.extra["loading"] = False
+        self.side.core.loading = False
 
 
 class ReplicaSide:
@@ -374,36 +372,23 @@ class ReplicaSide:
         core, c = self.core, self.client
         safe = 0
         ack = False
-        # Parse what arrived first, noting where each command ends, so that runs
-        # of XADD effects can go through the replay fast path (Core.replay_step).
-        commands, ends = [], []
         while True:
             argv = p.next_command()
             if argv is None:
                 break
-            commands.append(argv)
-            ends.append(len(raw) - p.buffered())
-        i = 0
-        while i < len(commands):
-            argv = commands[i]
             name = argv[0].lower()
-            k = 1
             if name == b"replconf":
                 if len(argv) > 1 and argv[1].lower() == b"getack":
                     ack = True
-            elif name == b"ping":
-                pass
-            else:
-                k, reply = core.replay_step(c, commands, i)
-                errors = _errors_in(reply)
+            elif name != b"ping":
+                errors = _errors_in(core.execute(c, argv))
                 if errors:
                     self.errors_to_master += 1
                     log.log(log.WARNING, f"== CRITICAL == This replica is sending an error to its "
                                          f"master: '{errors[0].message}' after processing the "
                                          f"command '{argv[0].decode('latin-1')}'")
-            i += k
             if not c.in_multi:
-                safe = ends[i - 1]
+                safe = len(raw) - p.buffered()      # where this command ends
         if safe:
             chunk = bytes(raw[:safe])
             del raw[:safe]

@@ -4,8 +4,9 @@ This is everything about executing commands that does not touch a socket, so
 the asyncio front end (server/network.py), the AOF loader and a replica's
 apply loop all drive the same object:
 
-    execute(client, argv) -> reply | BLOCKED
-        1. look the command up, check arity, auth, MULTI queueing, read-only replica
+    execute(client, argv) -> reply | BLOCKED | DROP
+        1. look the command up; the checks, written once: arity, subcommand, auth,
+           ACL, -OOM, read-only replica, -LOADING, MULTI queueing, MISCONF
         2. run the handler with a Ctx (commands/context.py)
         3. hand the effects it recorded to ``_emit``: one path that
            invalidates WATCHed keys, marks keys ready for blocked clients,
@@ -32,13 +33,9 @@ from .. import log
 from ..commands import registry
 from ..commands.context import BlockRequest, Ctx
 from ..commands.observe import Observer
-from ..commands.streams import (IDMP_FORM, XaddRunEffects, add_auto_id_run, add_idmp_run,
-                               apply_xadd_effects, encode_id_replies, parse_trim_args,
-                               xadd_run_form)
 from ..config import Config
 from ..engine import Keyspace
-from ..engine.ids import format_id_range
-from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status, encode_bulks
+from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status
 from ..security.acl import Acl
 from ..security.enforce import command_denied, reset_to_default
 from .client import Client
@@ -131,12 +128,15 @@ class Core:
         self.stats = Stats()
         self.start_time = clock()
         self.is_replica = False
+        # Recovery or a replica's full sync is applying data: clients get -LOADING
+        # for everything but the commands flagged ``loading`` (execute).
+        self.loading = False
         self.dirty = 0                       # changes since the last snapshot
         # (db, key) -> deque of blocked clients, FIFO
         self.blocking_keys: dict[tuple[int, bytes], deque] = {}
         self.ready_keys: dict[tuple[int, bytes], None] = {}   # ordered set
-        # Where effects go (_emit, emit_run): callables (db, effects): the AOF,
-        # replication, the snapshot's changed-key tracker (see emit_run).
+        # Where effects go (_emit): callables (db, effects): the AOF, replication,
+        # the snapshot's changed-key tracker.
         self.effect_sinks: list[Callable[[int, list[list[bytes]]], None]] = []
         self.on_client_blocked: Callable[[Client], None] | None = None
         self.on_client_unblocked: Callable[[Client], None] | None = None
@@ -249,6 +249,12 @@ class Core:
             return self._error(CommandError(
                 "READONLY You can't write against a read only replica."), spec.name,
                 rejected=True)
+        # Redis checks loading here too: after the client's own errors, before queueing.
+        if self.loading and client.kind not in _REPLAY_KINDS and not _allowed_while_loading(spec):
+            if client.in_multi:
+                client.multi_error = True
+            return self._error(CommandError("LOADING Redis is loading the dataset in memory"),
+                               spec.name, rejected=True)
         if client.in_multi and name not in _MULTI_IMMEDIATE:
             if "no-multi" in spec.flags:
                 client.multi_error = True
@@ -308,7 +314,7 @@ class Core:
         stats.usec += elapsed_ns // 1000
         self.stats.commands_processed += 1
         self.dirty += ctx.dirty
-        self.observe.runs_done(spec, None, 1, elapsed_ns, client, argv)
+        self.observe.command_done(spec, client, argv, elapsed_ns)
         return reply, ctx.effects, ctx.db.index
 
     def _error(self, err: CommandError, name: str | None, rejected: bool = False) -> CommandError:
@@ -383,149 +389,13 @@ class Core:
 
     # -- effects ------------------------------------------------------------------
 
-    def emit_run(self, db_index: int, name: str, key: bytes, n: int,
-                 make_effects: Callable[[], list[list[bytes]]], dirty: int | None = None) -> None:
-        """``n`` commands a fast path applied itself (a replayed run of XADD effects,
-        the turn's runs of XADDs on one key), all changing ``key`` and nothing else.
-
-        Counted as if executed one by one, then their effects go down the one
-        effect path as independent commands (not wrapped in MULTI/EXEC: each was
-        one command); what ``_emit`` would do per effect (WATCH, blocked
-        clients) is done once for the key.  ``make_effects()`` builds the
-        effects, only if a sink needs them: a sink with a ``key_changed(db,
-        key)`` method (one that tracks which keys changed, like the snapshot's)
-        is told the key instead.  ``dirty``: how many of the commands changed
-        something, when not all of them did.
-        """
-        stats = self.stats.commands[name]
-        stats.calls += n
-        self.stats.commands_processed += n
-        dirty = n if dirty is None else dirty
-        self.dirty += dirty
-        if not dirty:
-            return                      # (IDMP duplicates alone change nothing)
-        self._key_changed(self.keyspace.dbs[db_index], db_index, key)
-        effects = None
-        for sink in self.effect_sinks:
-            key_changed = getattr(sink, "key_changed", None)
-            if key_changed is not None:
-                key_changed(db_index, key)
-                continue
-            if effects is None:
-                effects = make_effects()
-            sink(db_index, effects)
-        if self.ready_keys:
-            self.serve_ready_keys()     # a replica's blocked readers
-
     def effects_wanted(self) -> bool:
-        """Whether a sink reads effects as commands (the AOF, replicas, a test's
-        recorder) rather than only the keys they change (the snapshot's tracker).
-        A handler may leave out effects that only such sinks would read (and
-        count the changes they stand for in ``ctx.dirty`` itself)."""
-        return any(getattr(sink, "key_changed", None) is None for sink in self.effect_sinks)
-
-    def execute_xadd_runs(self, runs: list[tuple[Client, list[list[bytes]]]]) -> list:
-        """Runs of ``XADD key [MAXLEN ~ n | IDMP pid iid] * field value ...``
-        requests on one key of one db, all of one ``streams.xadd_run_form``,
-        pipelined by one client or arriving from several in one loop turn,
-        applied as a whole; returns, per (client, run), its replies (the ids as
-        RESP bulk strings back to back, the same in RESP2 and RESP3), or None:
-        run those requests one by one.
-
-        The same as ``execute`` of each request in turn, the runs in the order
-        given: one ``Stream.extend`` adds every entry (then one trim), and the
-        requests are counted, logged (per client where a log names it) and sent
-        down the effect path together; each client's WAIT offset becomes the
-        whole batch's, which only makes WAIT wait for a few more bytes.  None
-        wherever a check ``execute`` makes could answer differently, for a client
-        (MULTI, ACL rules, AUTH) or for all (a blocked reader of the key, served
-        after the first entry one by one; -OOM, READONLY, a refused write; bad
-        options, a TTL or wrong type, in ``add_auto_id_run``/``add_idmp_run``); and for a lone
-        request, cheaper through ``execute``.
-        """
-        client, run = runs[0]
-        first = run[0]
-        key = first[1]
-        dbi = client.db
-        if ((dbi, key) in self.blocking_keys or self.out_of_memory or self.is_replica
-                or self.extra.get("write_refusal")) or (len(runs) == 1 and len(run) == 1):
-            return [None] * len(runs)
-        taken = [not (c.in_multi or c.acl_check is not None or not c.authenticated
-                      or c.kind != "normal") for c, _ in runs]
-        mine = [pair for pair, ok in zip(runs, taken) if ok]
-        if not mine:
-            return [None] * len(runs)
-        requests = mine[0][1] if len(mine) == 1 else [argv for _, run in mine for argv in run]
-        now = int(self.clock() * 1000)
-        t0 = time.perf_counter_ns()
-        db = self.keyspace.dbs[dbi]
-        cfg = self.config.values
-        trim = trimmed = None
-        records = ()
-        form = xadd_run_form(first)
-        if form is IDMP_FORM:
-            done = add_idmp_run(db, key, requests, now, cfg)
-            if done is None:
-                return [None] * len(runs)
-            ids, fvs, records = done
-            changed = len(records)
-            first_id = None
-        else:
-            if form:                    # MAXLEN ~ n: XADD's own parsing, once for the run
-                try:
-                    trim = parse_trim_args(Ctx(self, client, now, first), first, xadd=True)
-                except CommandError:
-                    return [None] * len(runs)
-            done = add_auto_id_run(db, key, requests, now, cfg, trim)
-            if done is None:
-                return [None] * len(runs)
-            sids, fvs, trimmed = done
-            changed = len(sids)
-            first_id = sids.start
-        n = len(requests)
-        elapsed_ns = (time.perf_counter_ns() - t0) // n
-        self.stats.commands["xadd"].usec += elapsed_ns * n // 1000
-        self.observe.runs_done(_XADD_SPEC, mine, n, elapsed_ns)
-        for c, _ in mine:
-            c.last_ms = now
-            c.last_cmd = "xadd"
-        last = self.current_client = mine[-1][0]
-
-        def make_effects() -> list[list[bytes]]:
-            if records:                 # IDMP: each new entry, then its record (as XADD does)
-                effects = []
-                for fv, (pid, iid, sid) in zip(fvs, records):
-                    effects += ([b"XADD", key, sid, *fv], [b"XIDMPRECORD", key, pid, iid, sid])
-                return effects
-            return XaddRunEffects(key, format_id_range(first_id, n), fvs, trimmed)
-
-        self.emit_run(dbi, "xadd", key, n, make_effects, dirty=changed)
-        replies = []
-        at = 0
-        for (c, run), ok in zip(runs, taken):
-            if ok:
-                c.woff, c.aof_woff = last.woff, last.aof_woff
-                k = len(run)
-                replies.append(encode_bulks(ids[at:at + k]) if first_id is None
-                               else encode_id_replies(first_id + at, k))
-                at += k
-            else:
-                replies.append(None)
-        return replies
-
-    def replay_step(self, client: Client, commands: list[list[bytes]], i: int):
-        """Apply ``commands[i]`` from a replay client (AOF load, a replica's link).
-
-        A run of XADD effects on one key starting there is applied as a whole by
-        the fast path (most of any log is such runs).  Returns (how many commands
-        were consumed, the reply of the last one, or None after a fast-path run).
-        """
-        argv = commands[i]
-        if argv[0] == b"XADD" and len(argv) >= 5 and len(argv) & 1 and not client.in_multi:
-            done = apply_xadd_effects(self, client, commands, i)
-            if done:
-                return done, None
-        return 1, self.execute(client, argv)
+        """Whether a sink records effects as commands (the AOF, replicas, a test's
+        recorder) rather than only the keys they change (a sink that says
+        ``records_commands = False``: the snapshot's tracker).  A handler may
+        leave out effects that only such sinks would read (and count the changes
+        they stand for in ``ctx.dirty`` itself)."""
+        return any(getattr(sink, "records_commands", True) for sink in self.effect_sinks)
 
     def _emit(self, db_index: int, effects: list[list[bytes]], atomic: bool = True) -> None:
         """The one path every change takes: WATCH, blocked clients, then the sinks.
@@ -681,7 +551,6 @@ class Core:
         return self.new_client(kind=kind)
 
 
-_XADD_SPEC = registry.lookup([b"xadd"])
 # Effects that change whole databases rather than named keys.
 _WHOLE_DB_CHANGES = frozenset((b"flushall", b"flushdb", b"swapdb"))
 
@@ -689,6 +558,11 @@ OOM_MESSAGE = "command not allowed when used memory > 'maxmemory'."
 # Inside MULTI every command is refused when out of memory (queueing costs memory)
 # except these, as in Redis.
 _OOM_ALLOWED_IN_MULTI = frozenset(("exec", "discard", "quit", "reset"))
+
+
+def _allowed_while_loading(spec) -> bool:
+    """Redis serves only commands flagged ``loading`` (INFO, CONFIG GET, ...) while loading."""
+    return "loading" in spec.flags or spec.name in ("auth", "hello")
 
 
 def _refused_for_memory(spec, client: Client) -> bool:

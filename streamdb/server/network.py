@@ -17,30 +17,18 @@ import gc
 import time
 
 from .. import log
-from ..commands import registry
-from ..commands.streams import xadd_run_form, xadd_run_signature
 from ..protocol import ProtocolError, RequestParser, encode_reply
 from ..security import protected
 from . import tls
 from .core import BLOCKED, DROP, Core
 from .limits import output_limit_reached
 
-__all__ = ["Server", "Connection", "allowed_while_loading"]
-
-
-def allowed_while_loading(argv: list[bytes]) -> bool:
-    """Redis serves only commands flagged ``loading`` (INFO, CONFIG GET, ...) while loading."""
-    spec = registry.lookup(argv)
-    if spec is None:
-        return True          # the unknown-command error is fine to give while loading
-    if spec.subcommands and len(argv) > 1:
-        spec = spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
-    return "loading" in spec.flags or spec.name in ("auth", "hello")
+__all__ = ["Server", "Connection"]
 
 
 class Connection(asyncio.Protocol):
     __slots__ = ("server", "core", "transport", "parser", "client", "out", "closing",
-                 "paused", "soft_limit_since", "deferred")
+                 "paused", "soft_limit_since")
 
     def __init__(self, server: "Server") -> None:
         self.server = server
@@ -52,9 +40,6 @@ class Connection(asyncio.Protocol):
         self.closing = False
         # When pending output first went past the soft output-buffer limit (limits.py).
         self.soft_limit_since: float | None = None
-        # A run of XADDs handed to the server for the end of the turn
-        # (Server.defer_xadd_run): reading waits for its replies, as when blocked.
-        self.deferred = False
 
     # -- asyncio callbacks --------------------------------------------------------
 
@@ -102,40 +87,44 @@ class Connection(asyncio.Protocol):
             self.transport.close()
             self.closing = True
             return
-        server = self.server
-        if server.loading:      # (recovery keeps the GC off itself while loading)
+        if self.core.loading:   # (recovery keeps the GC off itself while loading)
             self.process()
             return
-        # No cyclic GC until the end of the turn: a turn's parsed requests (and
-        # the XADD runs that wait for its end) are thousands of lists that all
-        # die then; a young collection in the middle of the turn would walk them
-        # and promote them for older passes to walk again.  The collection that
-        # is due runs after the turn (_end_of_turn), on survivors only.
+        # No cyclic GC until the end of the turn: a turn's parsed requests are
+        # thousands of lists that all die then; a young collection in the middle
+        # of the turn would walk them and promote them for older passes to walk
+        # again.  The collection that is due runs after the turn (_end_of_turn),
+        # on survivors only.
         gc.disable()
         self.process()
-        if not server.turn_pending():
+        if not self.server.turn_pending():
             gc.enable()     # nothing ends this turn (a partial request): no reason to wait
 
     # -- request processing -------------------------------------------------------
 
     def process(self) -> None:
-        if self.deferred:
-            return              # finish_xadd_run reads on
+        """Take the complete requests out of the parser and run each, in order,
+        through the one entry point (``Core.execute``); reading stops while the
+        client is blocked, and for good once it is to be closed."""
         client = self.client
         parser = self.parser
+        core = self.core
         out = self.out
         try:
             while client.blocked is None and not self.closing:
                 argv = parser.next_command()
                 if argv is None:
                     break
-                form = xadd_run_form(argv)
-                if form is not None and not self.server.loading:
-                    self.deferred = True
-                    self.server.defer_xadd_run(self, self._gather_xadd_run(argv, form), form)
+                reply = core.execute(client, argv)
+                parser.authenticated = client.authenticated
+                if reply is BLOCKED:
                     break
-                if not self._execute(argv):
+                if reply is DROP:
+                    self.drop()
                     break
+                out.append(encode_reply(reply, client.resp == 3))
+                if client.close_after_reply:
+                    self.closing = True
         except ProtocolError as e:
             # latin-1: the message quotes the offending byte raw, as Redis does.
             out.append(b"-ERR %s\r\n" % str(e).encode("latin-1", "replace"))
@@ -144,72 +133,6 @@ class Connection(asyncio.Protocol):
         client.query_buffer = parser.buffered()
         if out or self.closing:
             self.server.schedule_flush(self)
-
-    def _execute(self, argv: list[bytes]) -> bool:
-        """Run one request, its reply into ``out``; False when reading must stop
-        (the client blocked, or is to be closed after this reply)."""
-        client = self.client
-        core = self.core
-        if self.server.loading and not allowed_while_loading(argv):
-            self.out.append(b"-LOADING Redis is loading the dataset in memory\r\n")
-            core.stats.error_replies += 1
-            return True
-        reply = core.execute(client, argv)
-        self.parser.authenticated = client.authenticated
-        if reply is BLOCKED:
-            return False
-        if reply is DROP:
-            self.drop()
-            return False
-        self.out.append(encode_reply(reply, client.resp == 3))
-        if client.close_after_reply:
-            self.closing = True
-            return False
-        return True
-
-    def finish_xadd_run(self, run: list[list[bytes]], replies: bytes | None) -> None:
-        """The deferred run was applied (``replies``: its replies, encoded) or is to
-        be run one by one (None); then reading goes on."""
-        if replies is None:
-            for argv in run:        # XADD never blocks or closes the connection
-                self._execute(argv)
-        else:
-            self.out.append(replies)
-        self.deferred = False
-        if self.closing:
-            # Gone (or killed) while its run waited: the run is applied, as Redis
-            # applies what it has read, but there is nobody to answer.
-            self.out.clear()
-            return
-        self.process()
-
-    def _gather_xadd_run(self, first: list[bytes], form: list[bytes]) -> list[list[bytes]]:
-        """``first`` and the XADDs of its form (``streams.xadd_run_form``) on its key
-        pipelined right after it (``Core.execute_xadd_runs`` runs them as a whole).
-        The request that ends the run, or the protocol error met looking for it,
-        goes back to the parser."""
-        parser = self.parser
-        run = [first]
-        key = first[1]
-        signature, expected = xadd_run_signature(first, form)
-        argc = len(first)
-        try:
-            while True:
-                # What the parser has already split as a batch, in one pass; then
-                # one request at a time (it may start the next batch).
-                run += parser.take_ready(signature, expected, argc)
-                argv = parser.next_command()
-                if argv is None:
-                    break
-                if argv[1:2] == [key] and xadd_run_form(argv) == form:
-                    run.append(argv)
-                    argc = len(argv)        # (a batch's requests share the length)
-                    continue
-                parser.unread(argv)
-                break
-        except ProtocolError as e:
-            parser.unread(e)
-        return run
 
     def deliver(self, reply) -> None:
         """A reply produced outside the request path (a blocked client served)."""
@@ -275,8 +198,6 @@ class Server:
         self._awaiting: dict[Connection, int] = {}
         # Set by persistence: the position this turn's replies wait for, or None.
         self.reply_barrier = None
-        # (connection, run of XADDs, its form) applied at the end of the turn (defer_xadd_run).
-        self._xadd_runs: list = []
         self._retry_handle = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.servers: list = []
@@ -285,8 +206,6 @@ class Server:
         # Called from the periodic tick (snapshot child reaping, save rules, AOF retries).
         self.cron_hooks: list = []
         self.stopped: asyncio.Future | None = None
-        # True while recovery runs: only commands flagged "loading" are served.
-        self.loading = False
         core.on_client_blocked = self._on_blocked
         core.on_client_unblocked = self._on_unblocked
         core.shutdown_requested = self.request_stop
@@ -303,31 +222,8 @@ class Server:
             self._flush_scheduled = True
             self.loop.call_soon(self._end_of_turn)
 
-    def defer_xadd_run(self, conn: Connection, run: list[list[bytes]], form: list[bytes]) -> None:
-        """Apply ``run`` (XADDs of ``form``, streams.xadd_run_form, on one key) at the end
-        of this turn, together with the other connections' runs of that form on the same
-        key: one engine call for all (Core.execute_xadd_runs) instead of one per request."""
-        self._xadd_runs.append((conn, run, form))
-        self.schedule_flush(conn)
-
-    def _apply_deferred_xadds(self) -> None:
-        """The turn's deferred XADD runs, grouped by key in arrival order; each
-        connection then reads on, which may defer more (applied in this loop too)."""
-        core = self.core
-        while self._xadd_runs:
-            pending, self._xadd_runs = self._xadd_runs, []
-            by_key: dict[tuple, list] = {}
-            for conn, run, form in pending:
-                by_key.setdefault((conn.client.db, run[0][1], tuple(form)), []).append((conn, run))
-            for group in by_key.values():
-                replies = core.execute_xadd_runs([(conn.client, run) for conn, run in group])
-                for (conn, run), encoded in zip(group, replies):
-                    conn.finish_xadd_run(run, encoded)
-
     def _end_of_turn(self) -> None:
-        if self._xadd_runs:
-            self._apply_deferred_xadds()     # before the AOF hook: their effects are this turn's
-        if not self.loading:
+        if not self.core.loading:
             gc.enable()                      # the turn's requests are gone (see data_received)
         self._flush_scheduled = False
         durable = True

@@ -294,9 +294,9 @@ def test_bgrewriteaof_compacts_in_a_child_while_writes_continue(tmp_path):
 
 
 def test_replay_of_xadd_runs_gives_the_live_state_whatever_the_frame_layout(tmp_path):
-    """AOF load applies runs of XADD effects on one key straight to the stream (the fast
-    path restart time depends on); interleaved keys, node sealing, several dbs, groups,
-    transactions and expiring keys in the same frames must still load to the same state."""
+    """AOF load executes the logged effects as commands: interleaved keys, node sealing,
+    several dbs, groups, transactions and expiring keys in the same frames load to the
+    same state."""
     import random
     rng = random.Random(7)
     d = tmp_path / "aof"
@@ -335,7 +335,7 @@ def test_replay_of_xadd_runs_gives_the_live_state_whatever_the_frame_layout(tmp_
 
 
 def test_an_xadd_effect_the_stream_refuses_stops_the_load_with_the_frame_offset(tmp_path):
-    """The fast path hands a refused XADD to the ordinary path, which names the problem."""
+    """A logged XADD the stream refuses stops the load, naming the problem."""
     d = tmp_path / "aof"
     core, aof = _core_with_aof(d, fsync="no")
     c = core.new_client()

@@ -1,6 +1,5 @@
-"""Pipelined ``XADD key * ...`` runs: the server applies a client's run of them as
-a whole (Core.execute_xadd_run), which must be indistinguishable from running
-them one by one.  Each scenario runs against StreamDB and a real redis-server
+"""Pipelined ``XADD key * ...`` requests, mixed with other commands, from one
+client and several.  Each scenario runs against StreamDB and a real redis-server
 7.0 with the whole pipeline sent in one write, and the replies are compared
 (entry ids masked: they hold the time).
 """
@@ -180,9 +179,9 @@ def _same_turn(port: int, setup: list[tuple], per_client: list[list[tuple]],
 
 
 def test_clients_writing_in_the_same_turn(server, redis_server):
-    """Runs of several clients on one key meet at the end of a turn and are applied
-    together; a client in MULTI, one whose user may not write the key and one on a
-    key of another type still get what Redis gives them."""
+    """Pipelines of several clients on one key read in one loop turn; a client in
+    MULTI, one whose user may not write the key and one on a key of another type
+    still get what Redis gives them."""
     add = ("XADD", "t", "*", "from", "x")
     per_client = [
         [add, add, add],
@@ -218,9 +217,31 @@ def test_clients_writing_in_the_same_turn(server, redis_server):
     assert ours[-1][0] == theirs[-1][0] == (b"$", b"<id>")
 
 
+def test_a_command_runs_when_it_is_read(server):
+    """Every request runs as it is read, however the loop turn goes on: an XADD read
+    before another client's XLEN in the same turn is counted by it (no XADD waits
+    for the end of the turn)."""
+    c = RawClient(server.port)
+    c.call("DEL", "order")
+    c.close()
+    writer, reader, sleeper = RawClient(server.port), RawClient(server.port), RawClient(server.port)
+    try:
+        sleeper.sock.sendall(encode(("DEBUG", "SLEEP", "0.3")))
+        time.sleep(0.05)
+        writer.sock.sendall(encode(("XADD", "order", "*", "f", "v")))
+        time.sleep(0.05)            # read first: its bytes arrived first
+        reader.sock.sendall(encode(("XLEN", "order")))
+        assert ID.match(plain(writer._read()))
+        assert plain(reader._read()) == 1
+        assert plain(sleeper._read()) == b"OK"
+    finally:
+        for x in (writer, reader, sleeper):
+            x.close()
+
+
 def test_a_capped_producer_pipeline(server, redis_server):
-    """XADD key MAXLEN ~ n * ... pipelined (how producers cap a stream): runs of them
-    are added and trimmed once; what remains must be what Redis keeps."""
+    """XADD key MAXLEN ~ n * ... pipelined (how producers cap a stream): what
+    remains must be what Redis keeps."""
     cap = [("XADD", "capped", "MAXLEN", "~", "100", "*", "n", str(i)) for i in range(700)]
     replies = _both(server, redis_server, [
         *cap, ("XLEN", "capped"),
@@ -241,8 +262,8 @@ def _xinfo_idmp(c: RawClient, key: str) -> dict:
 
 def test_an_idmp_pipeline_answers_as_xadd_does_one_by_one(server):
     """``XADD key IDMP pid iid * ..`` pipelined (the Spark sink's exactly-once form)
-    is applied as a run.  Redis 7.0 has no IDMP, so the reference is StreamDB
-    itself with the same requests sent one round trip at a time (never a run)."""
+    answers as one round trip at a time does.  Redis 7.0 has no IDMP, so the
+    reference is StreamDB itself with the same requests sent one by one."""
     def requests(key):
         reqs = [("XADD", key, "IDMP", "p", str(i % 7), "*", "n", str(i)) for i in range(20)]
         reqs[5] = ("XADD", key, "IDMP", "", "1", "*", "n", "x")        # XADD's own error

@@ -54,10 +54,7 @@ def run_parser(make, ops: list, max_bulk_len: int) -> list:
     """What a parser does with ``ops``: ("feed", bytes), ("next",), ("auth", bool).
 
     Each step's result and the buffered() count after it; an error ends the run
-    (the server closes the connection).  The plain parser's batch path holds a
-    batch's bytes as buffered until its last request is taken, so with that path
-    on (max_bulk_len >= 10000, authenticated) buffered() is compared only where
-    the parser waits for bytes.
+    (the server closes the connection).
     """
     p = make(max_bulk_len)
     trace = []
@@ -77,8 +74,7 @@ def run_parser(make, ops: list, max_bulk_len: int) -> list:
                 if argv is None:
                     trace.append(("wait", p.buffered()))
                     break
-                exact = max_bulk_len < 10000 or not p.authenticated
-                trace.append(("argv", argv, p.buffered() if exact else None))
+                trace.append(("argv", argv, p.buffered()))
     return trace
 
 

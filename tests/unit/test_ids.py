@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamdb.engine.ids import (MAX_ID, MIN_ID, U64, InvalidID, format_id, format_id_range,
+from streamdb.engine.ids import (MAX_ID, MIN_ID, U64, InvalidID, format_id,
                                  id_ms, id_seq, make_id, parse_id, parse_interval_id,
                                  parse_strict_id, parse_u64)
 
@@ -104,13 +104,6 @@ def test_format_and_parse_round_trip(ms, seq):
     assert parse_interval_id(text, 0) == (sid, False)
     if sid < MAX_ID:
         assert parse_interval_id(b"(" + text, 0) == (sid, True)
-
-
-@given(st.integers(0, U64 - 1), st.sampled_from([0, 1, 2, U64 - 3, U64 - 1, U64]), st.integers(1, 40))
-def test_format_id_range_is_format_id_of_each(ms, seq, n):
-    """A run's ids: one millisecond (its prefix formatted once) or across two."""
-    first = make_id(ms, seq)
-    assert format_id_range(first, n) == [format_id(first + i) for i in range(n)]
 
 
 @given(st.integers(0, U64), st.integers(0, U64), st.integers(0, U64), st.integers(0, U64))

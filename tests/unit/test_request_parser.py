@@ -9,13 +9,10 @@ and a model check compares random well-formed pipelines with what was encoded.
 
 from __future__ import annotations
 
-from operator import itemgetter
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import streamdb.protocol.request as request_module
 from streamdb.protocol.request import ProtocolError, RequestParser, split_inline_args
 
 
@@ -278,203 +275,24 @@ def test_big_bulks_arriving_in_pieces(size, chunk, tail):
     assert p.buffered() == 0
 
 
-# -- the fast path's batches (_fast_batch) -------------------------------------------
-#
-# A pipeline of requests with the same number of arguments is parsed as one batch.
-# The general parser alone (a proto-max-bulk-len under 10000 turns the fast path off)
-# is the reference: same requests, same errors, same bytes left over, however the
-# bytes arrive and however many requests are taken out between arrivals.
-
-_deviants = st.sampled_from([
-    b"*3\r\n$4\r\nXADD\r\n$1\r\nk\r\n$2\r\nab\r\n",        # another argument count
-    b"*2\r\n$03\r\nXLE\r\n$1\r\nk\r\n",                    # a non-canonical length
-    b"*2\r\n$4\r\nXLEN\r\n+k\r\n",                        # not a bulk: Redis's error
-    b"*2\r\n$4\r\nXLEN\r\n$4\r\na\r\nb\r\n",              # a bulk holding CRLF
-    b"*2\r\n$4\r\nXLEN\r\n$2\r\nk\r\n",                   # a length that lies
-    b"PING\r\n",                                          # inline
-    b"*0\r\n",
-])
+# -- pipelines ---------------------------------------------------------------------
 
 
-def _same_shape(values: list[bytes]) -> bytes:
-    return cmd(b"XADD", b"key", b"*", b"f", *values[:1] or [b""])
-
-
-_requests = st.lists(st.one_of(
-    st.lists(st.binary(max_size=12), min_size=1, max_size=1).map(_same_shape),
-    _deviants), min_size=1, max_size=40)
-
-
-def _drain(p: RequestParser, limit: int | None = None):
-    got = []
-    while limit is None or len(got) < limit:
-        argv = p.next_command()
-        if argv is None:
-            break
-        got.append(argv)
-    return got
-
-
-@settings(max_examples=400, deadline=None)
-@given(_requests, st.lists(st.integers(1, 400), min_size=1, max_size=6),
-       st.lists(st.integers(0, 5), min_size=1, max_size=6),
-       st.sampled_from([None, 1, 7, 19, 40, 64, 100]))
-def test_batches_match_the_general_parser(requests, cuts, takes, window):
-    """``window``: the fast path's split window (request._WINDOW, 32 KiB) made
-    small, so that its edges fall inside requests, headers and CRLFs."""
-    data = b"".join(requests)
-    if window is not None:
-        saved, request_module._WINDOW = request_module._WINDOW, window
-        try:
-            _compare_batches(data, cuts, takes)
-        finally:
-            request_module._WINDOW = saved
-    else:
-        _compare_batches(data, cuts, takes)
-
-
-def _compare_batches(data: bytes, cuts: list[int], takes: list[int]) -> None:
-    reads, i, k = [], 0, 0
-    while i < len(data):
-        n = cuts[k % len(cuts)]
-        reads.append(data[i:i + n])
-        i += n
-        k += 1
-    expected = _parse_reads(RequestParser(max_bulk_len=9999), reads, takes)
-    assert _parse_reads(RequestParser(), reads, takes) == expected
-
-
-def _parse_reads(parser: RequestParser, reads: list[bytes], takes: list[int],
-                 note_buffered: bool = False):
-    """Feed ``reads`` in turn, taking out ``takes[j]`` requests after read j (0:
-    all of them; fewer is a client blocked mid-batch): what came out after each
-    read (when, not just what), and how it ended (the bytes left, or the error).
-    ``note_buffered``: also whether anything counts as buffered after each read
-    (a batch counts whole until its last request is taken: whether anything
-    does is what a blocked client resumes on)."""
-    got = []
-    try:
-        for j, data in enumerate(reads):
-            parser.feed(data)
-            taken = _drain(parser, takes[j % len(takes)] or None)
-            got.append((taken, parser.buffered() > 0) if note_buffered else taken)
-        got.append(_drain(parser))
-        return ("ok", got, parser.buffered())
-    except ProtocolError as e:
-        return ("error", got, str(e))
-
-
-@settings(max_examples=300, deadline=None)
-@given(_requests, st.lists(st.integers(-1, 3), min_size=1, max_size=6),
-       st.lists(st.integers(0, 2), min_size=1, max_size=6))
-def test_requests_arriving_one_per_read_match_the_general_parser(requests, groups, takes):
-    """The usual client sends one request and waits: a read holding exactly
-    one whole request is split at once (request._lone_request).  Reads here are
-    whole requests (``groups``: how many per read; 0 = a request's bytes in two
-    reads; -1 = a request and half of the next, then the rest), some taken out
-    only later (a blocked client): the same requests, errors and leftover
-    bytes as the general parser's."""
-    reads, i, k = [], 0, 0
-    while i < len(requests):
-        n = groups[k % len(groups)]
-        if n == 0 or (n == -1 and i + 1 == len(requests)):
-            half = len(requests[i]) // 2
-            reads += [requests[i][:half], requests[i][half:]]
-            i += 1
-        elif n == -1:
-            half = len(requests[i + 1]) // 2
-            reads += [requests[i] + requests[i + 1][:half], requests[i + 1][half:]]
-            i += 2
-        else:
-            reads.append(b"".join(requests[i:i + n]))
-            i += n
-        k += 1
-
-    expected = _parse_reads(RequestParser(max_bulk_len=9999), reads, takes, note_buffered=True)
-    assert _parse_reads(RequestParser(), reads, takes, note_buffered=True) == expected
-
-
-def test_a_batch_counts_as_buffered_until_its_last_request_is_taken():
+def test_pipelined_requests_count_as_buffered_until_the_last_is_taken():
     p = RequestParser()
     data = cmd(b"XADD", b"k", b"*", b"f", b"v") * 3
     p.feed(data)
     assert p.next_command() == [b"XADD", b"k", b"*", b"f", b"v"]
     assert p.buffered() > 0          # a blocked client's loop resumes on this
-    assert len(_drain(p)) == 2
+    assert len(parse_all(p)) == 2
     assert p.buffered() == 0
-
-
-def test_unread_gives_back_a_request_and_an_error():
-    p = RequestParser()
-    p.feed(cmd(b"XLEN", b"a") + cmd(b"XLEN", b"b"))
-    first = p.next_command()
-    p.unread(first)
-    assert _drain(p) == [[b"XLEN", b"a"], [b"XLEN", b"b"]]
-    p.unread(ProtocolError("Protocol error: invalid bulk length"))
-    with pytest.raises(ProtocolError, match="invalid bulk length"):
-        p.next_command()
 
 
 def test_a_request_waits_for_the_crlf_after_its_last_bulk():
     p = RequestParser()
     data = cmd(b"XADD", b"k", b"*", b"f", b"v") * 2
     p.feed(data[:-2])
-    assert _drain(p) == [[b"XADD", b"k", b"*", b"f", b"v"]]     # the first is whole
+    assert parse_all(p) == [[b"XADD", b"k", b"*", b"f", b"v"]]     # the first is whole
     p.feed(data[-2:])
-    assert _drain(p) == [[b"XADD", b"k", b"*", b"f", b"v"]]
-    assert p.buffered() == 0
-
-
-_XADD_SIGNATURE = itemgetter(0, 1, 2)
-
-
-@settings(max_examples=300, deadline=None)
-@given(_requests, st.lists(st.integers(1, 400), min_size=1, max_size=6),
-       st.sampled_from([None, 7, 40, 100]))
-def test_take_ready_hands_out_what_next_command_would(requests, cuts, window):
-    """A server gathering a run of like requests takes the parsed batch's matching
-    requests at once (``take_ready``) between ``next_command`` calls: the same
-    requests in the same order, the same error, the same bytes left buffered as
-    with ``next_command`` alone."""
-    data = b"".join(requests)
-
-    def run(gather: bool):
-        p = RequestParser()
-        got, i, k = [], 0, 0
-        try:
-            while True:
-                if i < len(data):
-                    n = cuts[k % len(cuts)]
-                    p.feed(data[i:i + n])
-                    i += n
-                    k += 1
-                while (argv := p.next_command()) is not None:
-                    got.append(argv)
-                    if gather and len(argv) >= 3:
-                        got += p.take_ready(_XADD_SIGNATURE, _XADD_SIGNATURE(argv), len(argv))
-                    assert p.buffered() >= 0
-                if i >= len(data):
-                    return ("ok", got, p.buffered())
-        except ProtocolError as e:
-            return ("error", got, str(e))
-
-    saved = request_module._WINDOW
-    if window is not None:
-        request_module._WINDOW = window
-    try:
-        assert run(True) == run(False)
-    finally:
-        request_module._WINDOW = saved
-
-
-def test_take_ready_stops_at_the_first_request_that_differs():
-    p = RequestParser()
-    same = cmd(b"XADD", b"k", b"*", b"f", b"v")
-    p.feed(same * 3 + cmd(b"XADD", b"other", b"*", b"f", b"v") + same)
-    first = p.next_command()
-    taken = p.take_ready(_XADD_SIGNATURE, _XADD_SIGNATURE(first), len(first))
-    assert taken == [[b"XADD", b"k", b"*", b"f", b"v"]] * 2
-    assert p.buffered() > 0                  # the rest of the batch is not handed out
-    assert p.take_ready(_XADD_SIGNATURE, _XADD_SIGNATURE(first), len(first)) == []
-    assert _drain(p) == [[b"XADD", b"other", b"*", b"f", b"v"], [b"XADD", b"k", b"*", b"f", b"v"]]
+    assert parse_all(p) == [[b"XADD", b"k", b"*", b"f", b"v"]]
     assert p.buffered() == 0

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
-from hypothesis import given, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-import streamdb.engine.stream as stream_module
-from streamdb.commands.streams import render_columns, render_entry
 from streamdb.engine.ids import MAX_ID, MIN_ID, make_id
 from streamdb.engine.stream import Stream
 
@@ -143,24 +141,6 @@ class StreamModel(RuleBasedStateMachine):
             sel = sel[::-1]
         return sel[:count] if count else sel
 
-    @rule(lo_ms=st.integers(0, 40), hi_ms=st.integers(0, 40),
-          count=st.sampled_from([0, 0, 1, 3, 20]), rev=st.booleans(),
-          whole_from=st.sampled_from([1, 2, 16]), read_on=st.booleans())
-    def rendered_ranges(self, lo_ms, hi_ms, count, rev, whole_from, read_on):
-        """XRANGE's path: entries rendered one by one or a node at a time
-        (render_columns, from ``whole_from`` wanted entries on), memoized."""
-        lo, hi = make_id(lo_ms, 0), make_id(hi_ms, 2**64 - 1)
-        saved, stream_module._RENDER_ALL_FROM = stream_module._RENDER_ALL_FROM, whole_from
-        try:
-            ids: list = []
-            got = self.s.range_rendered(lo, hi, count, rev, render_entry, render_columns, ids,
-                                        read_on)
-        finally:
-            stream_module._RENDER_ALL_FROM = saved
-        expected = self.expected_range(lo, hi, count, rev)
-        assert got == [render_entry(sid, fv) for sid, fv in expected]
-        assert ids == [sid for sid, _ in expected]      # (XREADGROUP's: the PEL wants them)
-
     @rule(ms=st.integers(0, 40), seq=st.integers(0, 3))
     def get(self, ms, seq):
         sid = make_id(ms, seq)
@@ -217,38 +197,3 @@ def test_deleting_every_entry_of_a_node_drops_it():
     assert len(s.nodes) == 2
     assert [sid >> 64 for sid, _ in s] == [1, 2, 3, 7]
     assert s.max_deleted_id == make_id(6, 0)
-
-
-_elements = st.binary(max_size=6) | st.sampled_from([b"%", b"%d", b"%s", b"%b", b"$3\r\n", b""])
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.integers(0, 2**128 - 1), max_size=12),
-       st.lists(_elements, min_size=1, max_size=3),
-       st.lists(st.lists(_elements, min_size=1, max_size=3), max_size=12))
-def test_render_columns_is_render_entry_of_each(ids, names, values):
-    """A node's worth at once (the %-template built from the field names, which
-    may hold '%' themselves, and columns of values) gives exactly what one
-    render_entry call per entry gives."""
-    rows = [[vals[j % len(vals)] for j in range(len(names))] for vals in values[:len(ids)]]
-    ids = sorted(ids)[:len(rows)]
-    columns = [[row[j] for row in rows] for j in range(len(names))]
-    entries = [[x for pair in zip(names, row) for x in pair] for row in rows]
-    assert render_columns(ids, names, columns) == \
-        [render_entry(i, fv) for i, fv in zip(ids, entries)]
-
-
-def test_a_sealed_node_gives_columns_only_when_its_entries_share_fields():
-    """Node.columns: from the blob's value rows (no entry lists built), and None for a
-    node holding an entry with other fields; the entries decoded later are the same."""
-    s = Stream()
-    for i in range(5):
-        s.append(make_id(1, i), [b"f", b"%d" % i, b"g", b"x"], 5, 0)
-    s.append(make_id(2, 0), [b"f", b"y"], 5, 0)             # seals the first node
-    node = s.nodes[0]
-    assert node.blob is not None
-    assert node.columns() == ([b"f", b"g"], [(b"0", b"1", b"2", b"3", b"4"), (b"x",) * 5])
-    assert node.contents()[1] == [[b"f", b"%d" % i, b"g", b"x"] for i in range(5)]
-    assert node.columns() == ([b"f", b"g"], [[b"0", b"1", b"2", b"3", b"4"], [b"x"] * 5])
-    s.append(make_id(2, 1), [b"other", b"z"], 2, 0)
-    assert s.nodes[1].blob is None and s.nodes[1].columns() is None
