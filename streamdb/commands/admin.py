@@ -12,9 +12,12 @@ from ..config import ConfigError, directive
 from ..engine import Stream
 from ..protocol.reply import OK, CommandError, Map, RSet, Status, Verbatim
 from ..security.enforce import refresh_clients
+from ..server.client import client_info_line
+from ..server.limits import used_memory
 from .args import parse_int
 from .context import Ctx, syntax_error
 from .docs import DOCS, GrammarError, grammar_arguments
+from .observe import latencystats_fields, rewrite_config_file
 from .registry import COMMANDS, CommandSpec, command, subcommand
 
 # ---------------------------------------------------------------------------
@@ -80,7 +83,6 @@ def config_rewrite(ctx: Ctx, argv):
     """CONFIG REWRITE"""
     if not ctx.config.file:
         raise CommandError("ERR The server is running without a config file")
-    from .observe import rewrite_config_file
     try:
         rewrite_config_file(ctx.config)
     except OSError as e:
@@ -153,46 +155,6 @@ def client_setinfo(ctx: Ctx, argv):
     else:
         raise CommandError(f"ERR Unrecognized option '{argv[2].decode('utf-8', 'replace')}'")
     return OK
-
-
-_KIND_FLAGS = {"replica": "S", "master": "M"}
-
-
-def _client_flags(core, c) -> str:
-    """Redis's CLIENT LIST flags letters for the states we have."""
-    flags = _KIND_FLAGS.get(c.kind, "")
-    if c.id in core.observe.monitors:
-        flags += "O"
-    if c.in_multi:
-        flags += "x"
-    if c.blocked is not None:
-        flags += "b"
-    if c.dirty_cas:
-        flags += "d"
-    if c.close_after_reply:
-        flags += "c"
-    return flags or "N"
-
-
-def client_info_line(core, c) -> bytes:
-    now = core.now_ms()
-    flags = _client_flags(core, c)
-    # What we hold for the client: queued MULTI commands, unparsed input, pending output.
-    multi_mem = sum(len(a) for argv in c.multi_queue for a in argv)
-    cmd = c.last_cmd.replace("|", "|")
-    fields = [
-        f"id={c.id}", f"addr={c.addr}", f"laddr={c.laddr}", "fd=8",
-        f"name={c.name.decode('utf-8', 'replace')}", f"age={(now - c.created_ms) // 1000}",
-        f"idle={(now - c.last_ms) // 1000}", f"flags={flags}", f"db={c.db}", "sub=0", "psub=0",
-        "ssub=0", f"multi={len(c.multi_queue) if c.in_multi else -1}", f"qbuf={c.query_buffer}",
-        "qbuf-free=0", "argv-mem=0", f"multi-mem={multi_mem}", "rbs=0", "rbp=0", "obl=0", "oll=0",
-        f"omem={c.output_size}", f"tot-mem={c.query_buffer + c.output_size + multi_mem}",
-        "events=r", f"cmd={cmd}",
-        f"user={c.user.decode('utf-8', 'replace')}", "redir=-1", f"resp={c.resp}",
-        f"lib-name={c.lib_name.decode('utf-8', 'replace')}",
-        f"lib-ver={c.lib_ver.decode('utf-8', 'replace')}",
-    ]
-    return " ".join(fields).encode()
 
 
 @subcommand("client", "info", 2, "noscript loading stale", since="6.2.0")
@@ -473,23 +435,6 @@ def command_(ctx: Ctx, argv):
 # ---------------------------------------------------------------------------
 
 
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def used_memory(core) -> int:
-    """Our equivalent of Redis's used_memory: the process's resident set size.
-
-    Python has no cheap allocator-level counter; RSS is what an operator's
-    memory limit sees, and it is what the benchmark compares.
-    """
-    return _rss_bytes()
-
-
 def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
     import platform      # here, not at start-up: INFO is the only user (~3 ms of import)
     core = ctx.core
@@ -585,7 +530,6 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
     # A single node: clients and harnesses read cluster_enabled to choose their mode.
     sections["cluster"] = [("cluster_enabled", 0)]
     sections["keyspace"] = ks
-    from .observe import latencystats_fields
     sections["latencystats"] = latencystats_fields(core) if cfg["latency-tracking"] else []
     return sections
 

@@ -26,6 +26,7 @@ from collections import defaultdict, deque
 from ..config import DIRECTIVES
 from ..engine import Stream
 from ..protocol.reply import OK, CommandError, Map, Status, Verbatim
+from ..server.limits import used_memory
 from .args import parse_int
 from .context import Ctx, syntax_error
 from .registry import command, subcommand
@@ -67,7 +68,6 @@ class Observer:
         self.monitors: dict[int, object] = {}   # client id -> Client in MONITOR mode
         # command name -> {bucket lower bound in ns: count}
         self.histograms: defaultdict[str, defaultdict[int, int]] = defaultdict(_new_histogram)
-        from .admin import used_memory
         self.startup_memory = used_memory(core)     # MEMORY STATS startup.allocated
         # (monotonic s, commands, net in, net out) taken by cron: INFO's instantaneous_*.
         self.rate_samples: deque = deque(maxlen=_RATE_SAMPLES)
@@ -521,7 +521,6 @@ def memory_usage(ctx: Ctx, argv):
 
 
 def _memory_numbers(core) -> dict:
-    from .admin import used_memory
     obs = core.observe
     used = used_memory(core)
     peak = max(used, core.extra.get("peak_memory", 0))

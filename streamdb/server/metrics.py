@@ -22,10 +22,10 @@ import asyncio
 import time
 
 from .. import log
-from ..commands.admin import used_memory
 from ..engine.groups import ENTRIES_READ_INVALID
 from ..engine.lag import group_lag
 from ..engine.stream import Stream
+from .limits import used_memory
 
 __all__ = ["start_metrics", "render", "Exposition", "escape_label_value"]
 
