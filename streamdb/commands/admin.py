@@ -65,9 +65,9 @@ def config_set(ctx: Ctx, argv):
     if "requirepass" in names:       # the default user's password, as in Redis
         ctx.core.acl.set_default_password(ctx.config["requirepass"])
         refresh_clients(ctx.core)
-    hook = ctx.core.extra.get("config_changed")
-    if hook is not None:
-        hook([directive(n).name for n, _ in pairs])
+    changed = [directive(n).name for n, _ in pairs]
+    for listener in ctx.core.config_listeners:
+        listener(changed)
     return OK
 
 
@@ -453,7 +453,7 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         ("arch_bits", 64), ("multiplexing_api", "epoll"), ("atomicvar_api", "python"),
         ("gcc_version", "0.0.0"), ("python_version", platform.python_version()),
         ("process_id", os.getpid()), ("process_supervised", "no"),
-        ("run_id", core.extra.get("run_id", "0" * 40)),
+        ("run_id", core.run_id),
         ("tcp_port", cfg["port"]), ("server_time_usec", int(now * 1_000_000)),
         ("uptime_in_seconds", uptime), ("uptime_in_days", uptime // 86400), ("hz", cfg["hz"]),
         ("configured_hz", cfg["hz"]), ("lru_clock", int(now) & 0xFFFFFF),
@@ -470,8 +470,8 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         ("total_blocking_keys", len(core.blocking_keys)),
         ("total_blocking_keys_on_nokey", 0),
     ]
-    peak = max(mem, core.extra.get("peak_memory", 0))
-    core.extra["peak_memory"] = peak
+    peak = max(mem, core.peak_memory)
+    core.peak_memory = peak
     sections["memory"] = [
         ("used_memory", mem), ("used_memory_human", _human(mem)), ("used_memory_rss", mem),
         ("used_memory_rss_human", _human(mem)), ("used_memory_peak", peak),
@@ -480,12 +480,12 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         ("maxmemory_policy", cfg["maxmemory-policy"]), ("mem_fragmentation_ratio", "1.00"),
         ("mem_allocator", "pymalloc"),
     ]
-    sections["persistence"] = core.extra.get("info_persistence", lambda: [
+    sections["persistence"] = core.info_persistence() if core.info_persistence else [
         ("loading", 0), ("async_loading", 0), ("rdb_changes_since_last_save", core.dirty),
         ("rdb_bgsave_in_progress", 0), ("rdb_last_save_time", int(core.start_time)),
         ("rdb_last_bgsave_status", "ok"), ("aof_enabled", 0), ("aof_rewrite_in_progress", 0),
         ("aof_last_write_status", "ok"),
-    ])()
+    ]
     st = core.stats
     ops_per_sec, in_kbps, out_kbps = core.observe.rates()
     sections["stats"] = [
@@ -502,15 +502,15 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         ("pubsub_channels", 0), ("pubsub_patterns", 0),
         ("total_error_replies", st.error_replies),
         ("total_reads_processed", st.reads_processed), ("total_writes_processed", st.writes_processed),
-    ] + core.extra.get("info_stats_replication", list)()
-    sections["replication"] = core.extra.get("info_replication", lambda: [
+    ] + (core.replication.info_stats() if core.replication else [])
+    sections["replication"] = core.replication.info_fields() if core.replication else [
         ("role", "master"), ("connected_slaves", 0),
-        ("master_replid", core.extra.get("replid", "0" * 40)),
+        ("master_replid", "0" * 40),
         ("master_replid2", "0" * 40), ("master_repl_offset", 0),
         ("second_repl_offset", -1), ("repl_backlog_active", 0),
         ("repl_backlog_size", cfg["repl-backlog-size"]),
         ("repl_backlog_first_byte_offset", 0), ("repl_backlog_histlen", 0),
-    ])()
+    ]
     sections["cpu"] = [
         ("used_cpu_sys", f"{ru.ru_stime:.6f}"), ("used_cpu_user", f"{ru.ru_utime:.6f}"),
         ("used_cpu_sys_children", f"{ru_children.ru_stime:.6f}"),

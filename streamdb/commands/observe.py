@@ -523,8 +523,8 @@ def memory_usage(ctx: Ctx, argv):
 def _memory_numbers(core) -> dict:
     obs = core.observe
     used = used_memory(core)
-    peak = max(used, core.extra.get("peak_memory", 0))
-    core.extra["peak_memory"] = peak
+    peak = max(used, core.peak_memory)
+    core.peak_memory = peak
     startup = obs.startup_memory or used
     keys = sum(len(db.data) for db in core.keyspace.dbs)
     dataset = max(used - startup, 0)
@@ -537,7 +537,7 @@ def memory_stats(ctx: Ctx, argv):
     core = ctx.core
     m = _memory_numbers(core)
     clients_normal = sum(c.output_size + c.query_buffer for c in core.clients.values())
-    aof = core.extra.get("aof")
+    aof = core.aof
     aof_buffer = len(getattr(aof, "pending", b"")) if aof is not None else 0
     overhead = m["startup"] + clients_normal + aof_buffer
     out = [

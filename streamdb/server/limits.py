@@ -128,11 +128,5 @@ class Limits:
 def install(core, server) -> Limits:
     limits = Limits(core, server)
     server.cron_hooks.append(limits.cron)
-    previous = core.extra.get("config_changed")
-
-    def config_changed(names: list[str]) -> None:
-        if previous is not None:
-            previous(names)
-        limits.config_changed(names)
-    core.extra["config_changed"] = config_changed
+    core.config_listeners.append(limits.config_changed)
     return limits
