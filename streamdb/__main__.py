@@ -49,14 +49,14 @@ async def serve(cfg: Config) -> int:
         except (AclError, OSError) as e:
             log.log(log.WARNING, f"Aborting StreamDB startup because of ACL errors: {e}")
             return 1
-    core.extra["run_id"] = os.urandom(20).hex()
+    core.run_id = os.urandom(20).hex()
     server = Server(core)
     os.makedirs(cfg["dir"], exist_ok=True)
     persistence.install(core)
     store = open_persistence(core, server, cfg)
     from . import replication
     repl = replication.install(core, server)
-    core.extra["config_changed"] = lambda names: _apply_config(core, store.aof, names)
+    core.config_listeners.append(lambda names: _apply_config(core, store.aof, names))
     server.cron_hooks.append(store.cron)
     server.cron_hooks.append(core.observe.cron)
     from .server import limits
@@ -83,7 +83,7 @@ async def serve(cfg: Config) -> int:
     log.log(log.NOTICE, "Ready to accept connections tcp")
     await server.serve_until_stopped()      # SHUTDOWN, SIGTERM or SIGINT; listeners closed
     log.log(log.WARNING, "User requested shutdown...")
-    store.shutdown(core.extra.get("shutdown_save"))
+    store.shutdown(core.shutdown_save)
     replication.shutdown(repl)
     await server.close()                    # last replies out, then every client closed
     await asyncio.sleep(0)                  # let the transports finish closing

@@ -12,9 +12,12 @@ from ..config import ConfigError, directive
 from ..engine import Stream
 from ..protocol.reply import OK, CommandError, Map, RSet, Status, Verbatim
 from ..security.enforce import refresh_clients
+from ..server.client import client_info_line
+from ..server.limits import used_memory
 from .args import parse_int
 from .context import Ctx, syntax_error
 from .docs import DOCS, GrammarError, grammar_arguments
+from .observe import latencystats_fields, rewrite_config_file
 from .registry import COMMANDS, CommandSpec, command, subcommand
 
 # ---------------------------------------------------------------------------
@@ -62,9 +65,9 @@ def config_set(ctx: Ctx, argv):
     if "requirepass" in names:       # the default user's password, as in Redis
         ctx.core.acl.set_default_password(ctx.config["requirepass"])
         refresh_clients(ctx.core)
-    hook = ctx.core.extra.get("config_changed")
-    if hook is not None:
-        hook([directive(n).name for n, _ in pairs])
+    changed = [directive(n).name for n, _ in pairs]
+    for listener in ctx.core.config_listeners:
+        listener(changed)
     return OK
 
 
@@ -80,7 +83,6 @@ def config_rewrite(ctx: Ctx, argv):
     """CONFIG REWRITE"""
     if not ctx.config.file:
         raise CommandError("ERR The server is running without a config file")
-    from .observe import rewrite_config_file
     try:
         rewrite_config_file(ctx.config)
     except OSError as e:
@@ -153,46 +155,6 @@ def client_setinfo(ctx: Ctx, argv):
     else:
         raise CommandError(f"ERR Unrecognized option '{argv[2].decode('utf-8', 'replace')}'")
     return OK
-
-
-_KIND_FLAGS = {"replica": "S", "master": "M"}
-
-
-def _client_flags(core, c) -> str:
-    """Redis's CLIENT LIST flags letters for the states we have."""
-    flags = _KIND_FLAGS.get(c.kind, "")
-    if c.id in core.observe.monitors:
-        flags += "O"
-    if c.in_multi:
-        flags += "x"
-    if c.blocked is not None:
-        flags += "b"
-    if c.dirty_cas:
-        flags += "d"
-    if c.close_after_reply:
-        flags += "c"
-    return flags or "N"
-
-
-def client_info_line(core, c) -> bytes:
-    now = core.now_ms()
-    flags = _client_flags(core, c)
-    # What we hold for the client: queued MULTI commands, unparsed input, pending output.
-    multi_mem = sum(len(a) for argv in c.multi_queue for a in argv)
-    cmd = c.last_cmd.replace("|", "|")
-    fields = [
-        f"id={c.id}", f"addr={c.addr}", f"laddr={c.laddr}", "fd=8",
-        f"name={c.name.decode('utf-8', 'replace')}", f"age={(now - c.created_ms) // 1000}",
-        f"idle={(now - c.last_ms) // 1000}", f"flags={flags}", f"db={c.db}", "sub=0", "psub=0",
-        "ssub=0", f"multi={len(c.multi_queue) if c.in_multi else -1}", f"qbuf={c.query_buffer}",
-        "qbuf-free=0", "argv-mem=0", f"multi-mem={multi_mem}", "rbs=0", "rbp=0", "obl=0", "oll=0",
-        f"omem={c.output_size}", f"tot-mem={c.query_buffer + c.output_size + multi_mem}",
-        "events=r", f"cmd={cmd}",
-        f"user={c.user.decode('utf-8', 'replace')}", "redir=-1", f"resp={c.resp}",
-        f"lib-name={c.lib_name.decode('utf-8', 'replace')}",
-        f"lib-ver={c.lib_ver.decode('utf-8', 'replace')}",
-    ]
-    return " ".join(fields).encode()
 
 
 @subcommand("client", "info", 2, "noscript loading stale", since="6.2.0")
@@ -473,23 +435,6 @@ def command_(ctx: Ctx, argv):
 # ---------------------------------------------------------------------------
 
 
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def used_memory(core) -> int:
-    """Our equivalent of Redis's used_memory: the process's resident set size.
-
-    Python has no cheap allocator-level counter; RSS is what an operator's
-    memory limit sees, and it is what the benchmark compares.
-    """
-    return _rss_bytes()
-
-
 def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
     import platform      # here, not at start-up: INFO is the only user (~3 ms of import)
     core = ctx.core
@@ -508,7 +453,7 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         ("arch_bits", 64), ("multiplexing_api", "epoll"), ("atomicvar_api", "python"),
         ("gcc_version", "0.0.0"), ("python_version", platform.python_version()),
         ("process_id", os.getpid()), ("process_supervised", "no"),
-        ("run_id", core.extra.get("run_id", "0" * 40)),
+        ("run_id", core.run_id),
         ("tcp_port", cfg["port"]), ("server_time_usec", int(now * 1_000_000)),
         ("uptime_in_seconds", uptime), ("uptime_in_days", uptime // 86400), ("hz", cfg["hz"]),
         ("configured_hz", cfg["hz"]), ("lru_clock", int(now) & 0xFFFFFF),
@@ -525,8 +470,8 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         ("total_blocking_keys", len(core.blocking_keys)),
         ("total_blocking_keys_on_nokey", 0),
     ]
-    peak = max(mem, core.extra.get("peak_memory", 0))
-    core.extra["peak_memory"] = peak
+    peak = max(mem, core.peak_memory)
+    core.peak_memory = peak
     sections["memory"] = [
         ("used_memory", mem), ("used_memory_human", _human(mem)), ("used_memory_rss", mem),
         ("used_memory_rss_human", _human(mem)), ("used_memory_peak", peak),
@@ -535,12 +480,12 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         ("maxmemory_policy", cfg["maxmemory-policy"]), ("mem_fragmentation_ratio", "1.00"),
         ("mem_allocator", "pymalloc"),
     ]
-    sections["persistence"] = core.extra.get("info_persistence", lambda: [
+    sections["persistence"] = core.info_persistence() if core.info_persistence else [
         ("loading", 0), ("async_loading", 0), ("rdb_changes_since_last_save", core.dirty),
         ("rdb_bgsave_in_progress", 0), ("rdb_last_save_time", int(core.start_time)),
         ("rdb_last_bgsave_status", "ok"), ("aof_enabled", 0), ("aof_rewrite_in_progress", 0),
         ("aof_last_write_status", "ok"),
-    ])()
+    ]
     st = core.stats
     ops_per_sec, in_kbps, out_kbps = core.observe.rates()
     sections["stats"] = [
@@ -557,15 +502,15 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         ("pubsub_channels", 0), ("pubsub_patterns", 0),
         ("total_error_replies", st.error_replies),
         ("total_reads_processed", st.reads_processed), ("total_writes_processed", st.writes_processed),
-    ] + core.extra.get("info_stats_replication", list)()
-    sections["replication"] = core.extra.get("info_replication", lambda: [
+    ] + (core.replication.info_stats() if core.replication else [])
+    sections["replication"] = core.replication.info_fields() if core.replication else [
         ("role", "master"), ("connected_slaves", 0),
-        ("master_replid", core.extra.get("replid", "0" * 40)),
+        ("master_replid", "0" * 40),
         ("master_replid2", "0" * 40), ("master_repl_offset", 0),
         ("second_repl_offset", -1), ("repl_backlog_active", 0),
         ("repl_backlog_size", cfg["repl-backlog-size"]),
         ("repl_backlog_first_byte_offset", 0), ("repl_backlog_histlen", 0),
-    ])()
+    ]
     sections["cpu"] = [
         ("used_cpu_sys", f"{ru.ru_stime:.6f}"), ("used_cpu_user", f"{ru.ru_utime:.6f}"),
         ("used_cpu_sys_children", f"{ru_children.ru_stime:.6f}"),
@@ -585,7 +530,6 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
     # A single node: clients and harnesses read cluster_enabled to choose their mode.
     sections["cluster"] = [("cluster_enabled", 0)]
     sections["keyspace"] = ks
-    from .observe import latencystats_fields
     sections["latencystats"] = latencystats_fields(core) if cfg["latency-tracking"] else []
     return sections
 

@@ -26,6 +26,7 @@ from collections import defaultdict, deque
 from ..config import DIRECTIVES
 from ..engine import Stream
 from ..protocol.reply import OK, CommandError, Map, Status, Verbatim
+from ..server.limits import used_memory
 from .args import parse_int
 from .context import Ctx, syntax_error
 from .registry import command, subcommand
@@ -67,7 +68,6 @@ class Observer:
         self.monitors: dict[int, object] = {}   # client id -> Client in MONITOR mode
         # command name -> {bucket lower bound in ns: count}
         self.histograms: defaultdict[str, defaultdict[int, int]] = defaultdict(_new_histogram)
-        from .admin import used_memory
         self.startup_memory = used_memory(core)     # MEMORY STATS startup.allocated
         # (monotonic s, commands, net in, net out) taken by cron: INFO's instantaneous_*.
         self.rate_samples: deque = deque(maxlen=_RATE_SAMPLES)
@@ -521,11 +521,10 @@ def memory_usage(ctx: Ctx, argv):
 
 
 def _memory_numbers(core) -> dict:
-    from .admin import used_memory
     obs = core.observe
     used = used_memory(core)
-    peak = max(used, core.extra.get("peak_memory", 0))
-    core.extra["peak_memory"] = peak
+    peak = max(used, core.peak_memory)
+    core.peak_memory = peak
     startup = obs.startup_memory or used
     keys = sum(len(db.data) for db in core.keyspace.dbs)
     dataset = max(used - startup, 0)
@@ -538,7 +537,7 @@ def memory_stats(ctx: Ctx, argv):
     core = ctx.core
     m = _memory_numbers(core)
     clients_normal = sum(c.output_size + c.query_buffer for c in core.clients.values())
-    aof = core.extra.get("aof")
+    aof = core.aof
     aof_buffer = len(getattr(aof, "pending", b"")) if aof is not None else 0
     overhead = m["startup"] + clients_normal + aof_buffer
     out = [

@@ -1,6 +1,6 @@
 """Persistence commands: DUMP RESTORE BGREWRITEAOF, and the AOF's INFO and DEBUG hooks.
 
-The AOF object (persistence/aof.py) is attached by __main__ as ``core.extra["aof"]``;
+The AOF object (persistence/aof.py) is attached by __main__ as ``core.aof``;
 without it (``appendonly no``) these commands report that persistence is off.
 """
 
@@ -101,7 +101,7 @@ def _restore_more_nodes(ctx: Ctx, key: bytes, run, argv):
 
 
 def _aof(ctx: Ctx):
-    return ctx.core.extra.get("aof")
+    return ctx.core.aof
 
 
 @command("bgrewriteaof", 1, "admin noscript no-async-loading", since="1.0.0")
@@ -110,7 +110,7 @@ def bgrewriteaof(ctx: Ctx, argv):
     aof = _aof(ctx)
     if aof is None:
         raise CommandError("ERR Background append only file rewriting is not possible: appendonly is no")
-    snap = ctx.core.extra.get("snapshot")
+    snap = ctx.core.snapshotter
     if aof.rewrite_pid is not None:
         raise CommandError("ERR Background append only file rewriting already in progress")
     if snap is not None and snap.child_pid is not None:
@@ -120,7 +120,7 @@ def bgrewriteaof(ctx: Ctx, argv):
 
 
 def _snapshotter(ctx: Ctx):
-    return ctx.core.extra.get("snapshot")
+    return ctx.core.snapshotter
 
 
 @command("save", 1, "admin noscript no-async-loading no-multi", since="1.0.0")
@@ -158,8 +158,8 @@ def bgsave(ctx: Ctx, argv):
 
 
 def info_persistence(core) -> list[tuple[str, object]]:
-    aof = core.extra.get("aof")
-    snap = core.extra.get("snapshot")
+    aof = core.aof
+    snap = core.snapshotter
     fields: list[tuple[str, object]] = [
         ("loading", int(core.loading)),
         ("async_loading", 0),
@@ -167,7 +167,7 @@ def info_persistence(core) -> list[tuple[str, object]]:
         ("current_save_keys_processed", 0), ("current_save_keys_total", 0),
         ("rdb_changes_since_last_save", core.dirty),
         ("rdb_bgsave_in_progress", int(bool(snap and snap.in_progress))),
-        ("rdb_last_save_time", int(core.extra.get("last_save_time", core.start_time))),
+        ("rdb_last_save_time", int(core.last_save_time)),
         ("rdb_last_bgsave_status", "ok" if not snap or snap.last_ok else "err"),
         # StreamDB's own: what the last (incremental) snapshot wrote.
         ("rdb_last_save_bytes_written", (snap.last_stats or {}).get("bytes_written", 0) if snap else 0),
@@ -236,22 +236,17 @@ debug_aof_inject_fsync_error = _injector("inject_fsync_failures")
 
 def debug_reload(ctx: Ctx, argv):
     """DEBUG RELOAD: snapshot, empty the dataset, load the snapshot back."""
-    p = ctx.core.extra.get("persistence")
+    p = ctx.core.persistence
     if p is None:
         raise CommandError("ERR persistence is not configured")
     p.reload()
     return OK
 
 
-def _before_shutdown(core, save: bool, nosave: bool) -> None:
-    core.extra["shutdown_save"] = True if save else (False if nosave else None)
-
-
 def install(core) -> None:
-    """Attach the INFO, DEBUG and SHUTDOWN hooks to a core (called by __main__)."""
-    core.extra["info_persistence"] = lambda: info_persistence(core)
-    core.extra["debug_reload"] = debug_reload
-    core.extra["before_shutdown"] = lambda save, nosave: _before_shutdown(core, save, nosave)
-    core.extra["debug_loadaof"] = debug_loadaof
-    core.extra["debug_aof-inject-error"] = debug_aof_inject_error
-    core.extra["debug_aof-inject-fsync-error"] = debug_aof_inject_fsync_error
+    """Attach the INFO and DEBUG hooks to a core (called by __main__)."""
+    core.info_persistence = lambda: info_persistence(core)
+    core.debug_subcommands.update({
+        "reload": debug_reload, "loadaof": debug_loadaof,
+        "aof-inject-error": debug_aof_inject_error,
+        "aof-inject-fsync-error": debug_aof_inject_fsync_error})

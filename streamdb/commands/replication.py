@@ -1,6 +1,6 @@
 """Replication commands: REPLCONF PSYNC WAIT WAITAOF ROLE REPLICAOF SLAVEOF.
 
-The state lives in ``core.extra["replication"]`` (streamdb/replication); a core
+The state lives in ``core.replication`` (streamdb/replication); a core
 without it (unit tests) behaves as a primary with no replicas.
 """
 
@@ -21,7 +21,7 @@ WAITAOF_ON_REPLICA = ("ERR WAITAOF cannot be used with replica instances. Please
 
 
 def _repl(ctx: Ctx):
-    return ctx.core.extra.get("replication")
+    return ctx.core.replication
 
 
 @command("replconf", -1, "admin noscript loading stale allow-busy", since="3.0.0")

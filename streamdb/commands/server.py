@@ -202,7 +202,7 @@ def time_(ctx: Ctx, argv):
 @command("lastsave", 1, "fast", since="1.0.0")
 def lastsave(ctx: Ctx, argv):
     """LASTSAVE"""
-    return int(ctx.core.extra.get("last_save_time", ctx.core.start_time))
+    return int(ctx.core.last_save_time)
 
 
 @command("shutdown", -1, "admin no-multi loading stale", since="1.0.0")
@@ -214,9 +214,7 @@ def shutdown(ctx: Ctx, argv):
     opts = {a.lower() for a in argv[1:]}
     if b"abort" in opts:
         raise CommandError("ERR No shutdown in progress.")
-    hook = ctx.core.extra.get("before_shutdown")
-    if hook is not None:
-        hook(save=b"save" in opts, nosave=b"nosave" in opts)
+    ctx.core.shutdown_save = True if b"save" in opts else (False if b"nosave" in opts else None)
     if ctx.core.shutdown_requested is not None:
         ctx.core.shutdown_requested()
     ctx.client.close_after_reply = True
@@ -244,9 +242,9 @@ def debug(ctx: Ctx, argv):
         time.sleep(max(secs, 0))
         return OK
     if sub == b"set-active-expire" and len(argv) == 3:
-        ctx.core.extra["active_expire_disabled"] = argv[2] == b"0"
+        ctx.core.active_expire_disabled = argv[2] == b"0"
         return OK
-    hook = ctx.core.extra.get("debug_" + sub.decode("latin-1", "replace"))
+    hook = ctx.core.debug_subcommands.get(sub.decode("latin-1", "replace"))
     if hook is not None:
         return hook(ctx, argv)
     if sub == b"help":

@@ -641,7 +641,7 @@ class Aof:
             log.log(log.WARNING, "AOF write error solved: writes accepted again")
         self.last_write_ok = True
         self.last_error = ""
-        self.core.extra.pop("write_refusal", None)
+        self.core.write_refusal = None
 
     def flush_pending_retry(self) -> None:
         """Cron: retry a frame that failed to write even when no new turn comes."""
@@ -676,7 +676,7 @@ class Aof:
                                  f"until the disk works again (replies held, frame kept in memory)")
         self.last_write_ok = False
         self.last_error = e.strerror or str(e)
-        self.core.extra["write_refusal"] = f"MISCONF Errors writing to the AOF file: {self.last_error}"
+        self.core.write_refusal = f"MISCONF Errors writing to the AOF file: {self.last_error}"
 
     def _fsync_loop(self) -> None:
         """The aof-fsync thread: once a second under 'everysec'."""
@@ -805,7 +805,7 @@ class Aof:
             except OSError as e:
                 self.last_error = e.strerror or str(e)
                 self.last_write_ok = False
-                self.core.extra["write_refusal"] = \
+                self.core.write_refusal = \
                     f"MISCONF Errors writing to the AOF file: {self.last_error}"
                 return
         self._record_fsync_at(name, offset)

@@ -56,7 +56,7 @@ class Persistence:
             covered = info.get("aof_seq") if info else None
             core.effect_sinks.append(snap)
             if aof is not None:
-                core.extra["aof"] = aof
+                core.aof = aof
                 try:
                     last_pause = time.monotonic()
                     for _ in aof.load_steps(covered_seq=covered):
@@ -130,6 +130,6 @@ def open_persistence(core, server, cfg) -> Persistence:
         aof = Aof(core, os.path.join(cfg["dir"], cfg["appenddirname"]), cfg["appendfilename"],
                   cfg["appendfsync"], cfg["aof-load-truncated"])
     p = Persistence(core, aof, snapshotter)
-    core.extra["snapshot"] = snapshotter
-    core.extra["persistence"] = p
+    core.snapshotter = snapshotter
+    core.persistence = p
     return p

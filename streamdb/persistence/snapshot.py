@@ -250,7 +250,7 @@ class Snapshotter:
         self.last_stats: dict = {}
         self.in_progress = False
         self.last_save_time = int(core.clock())
-        core.extra["last_save_time"] = self.last_save_time
+        core.last_save_time = self.last_save_time
 
     # -- the effect sink (Core.effect_sinks) ---------------------------------------
 
@@ -302,7 +302,7 @@ class Snapshotter:
         self.last_stats = stats
         self.core.dirty = max(self.core.dirty - dirty_before, 0)
         self.last_save_time = int(self.core.clock())
-        self.core.extra["last_save_time"] = self.last_save_time
+        self.core.last_save_time = self.last_save_time
         if self.aof is not None and covered is not None:
             self.aof.retire_through(covered)
 

@@ -31,9 +31,7 @@ def install(core, server) -> Replication:
     are refused while it loads its own data); ``start`` then connects.
     """
     repl = Replication(core, server)
-    core.extra["replication"] = repl
-    core.extra["info_replication"] = repl.info_fields
-    core.extra["info_stats_replication"] = repl.info_stats
+    core.replication = repl
     server.before_reply_hooks.append(repl.flush)
     server.cron_hooks.append(repl.cron)
     try:
@@ -54,7 +52,7 @@ def start(repl: Replication) -> None:
     """After the data set is loaded: adopt the saved replication state if the AOF
     proves it (state.py), then start following the primary, if configured."""
     st, repl.cached_state = repl.cached_state, None
-    aof = repl.core.extra.get("aof")
+    aof = repl.core.aof
     if aof is not None:
         aof.durable_listeners.append(repl.aof_durable)
     side = repl.replica

@@ -50,7 +50,7 @@ GETACK_CMD = encode_command([b"REPLCONF", b"GETACK", b"*"])
 def local_fsynced(core, client) -> int:
     """1 when this server's AOF has fsynced ``client``'s writes (its ``aof_woff``), else 0
     (always 0 without an AOF)."""
-    aof = core.extra.get("aof")
+    aof = core.aof
     return int(aof is not None and aof.fsynced(client.aof_woff))
 
 

@@ -405,13 +405,13 @@ class ReplicaSide:
 
     @property
     def fsynced_mark(self) -> int:
-        aof = self.core.extra.get("aof")
+        aof = self.core.aof
         return aof.durable_pos if aof is not None else 0
 
     def fack_offset(self) -> int | None:
         """The primary's offset up to which our AOF has fsynced what we applied
         (Redis's fsynced_reploff), or None without an AOF (no FACK is sent)."""
-        aof = self.core.extra.get("aof")
+        aof = self.core.aof
         if aof is None:
             return None
         marks = self.unsynced_marks

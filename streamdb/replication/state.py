@@ -92,7 +92,7 @@ def remove(cfg) -> None:
 def aof_position(core) -> tuple[str, int] | None:
     """Where the AOF ends now: (last segment, its size); None without an AOF or while
     effects of this turn are not written yet (the state would run ahead of the file)."""
-    aof = core.extra.get("aof")
+    aof = core.aof
     if aof is None or not aof.manifest.incrs or aof.pending or aof.buf:
         return None
     return aof.manifest.incrs[-1], aof.size

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from .. import log
 from ..protocol.reply import CommandError
+from ..server.client import client_info_line
 from .acl import User
 
 __all__ = ["command_denied", "login", "log_auth_failure", "refresh_clients", "dryrun_denial"]
 
 
 def _client_info(core, client) -> str:
-    from ..commands.admin import client_info_line   # commands import this module
     return client_info_line(core, client).decode("utf-8", "replace")
 
 

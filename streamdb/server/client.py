@@ -1,10 +1,11 @@
-"""Per-connection state that commands can see (no sockets here)."""
+"""Per-connection state that commands can see (no sockets here), and the line that
+describes a client in CLIENT LIST / CLIENT INFO, the ACL LOG and the server log."""
 
 from __future__ import annotations
 
 from typing import Callable
 
-__all__ = ["Client"]
+__all__ = ["Client", "client_info_line"]
 
 
 class Client:
@@ -50,3 +51,44 @@ class Client:
         self.aof_woff = 0            # the AOF mark of its last write (WAITAOF; Aof.fsynced)
         # The client's User when that user is restricted, else None (security/enforce.py).
         self.acl_check = None
+
+
+_KIND_FLAGS = {"replica": "S", "master": "M"}
+
+
+def _client_flags(core, c) -> str:
+    """Redis's CLIENT LIST flags letters for the states we have."""
+    flags = _KIND_FLAGS.get(c.kind, "")
+    if c.id in core.observe.monitors:
+        flags += "O"
+    if c.in_multi:
+        flags += "x"
+    if c.blocked is not None:
+        flags += "b"
+    if c.dirty_cas:
+        flags += "d"
+    if c.close_after_reply:
+        flags += "c"
+    return flags or "N"
+
+
+def client_info_line(core, c) -> bytes:
+    """Redis's CLIENT LIST line for client ``c``."""
+    now = core.now_ms()
+    flags = _client_flags(core, c)
+    # What we hold for the client: queued MULTI commands, unparsed input, pending output.
+    multi_mem = sum(len(a) for argv in c.multi_queue for a in argv)
+    cmd = c.last_cmd.replace("|", "|")
+    fields = [
+        f"id={c.id}", f"addr={c.addr}", f"laddr={c.laddr}", "fd=8",
+        f"name={c.name.decode('utf-8', 'replace')}", f"age={(now - c.created_ms) // 1000}",
+        f"idle={(now - c.last_ms) // 1000}", f"flags={flags}", f"db={c.db}", "sub=0", "psub=0",
+        "ssub=0", f"multi={len(c.multi_queue) if c.in_multi else -1}", f"qbuf={c.query_buffer}",
+        "qbuf-free=0", "argv-mem=0", f"multi-mem={multi_mem}", "rbs=0", "rbp=0", "obl=0", "oll=0",
+        f"omem={c.output_size}", f"tot-mem={c.query_buffer + c.output_size + multi_mem}",
+        "events=r", f"cmd={cmd}",
+        f"user={c.user.decode('utf-8', 'replace')}", "redir=-1", f"resp={c.resp}",
+        f"lib-name={c.lib_name.decode('utf-8', 'replace')}",
+        f"lib-ver={c.lib_ver.decode('utf-8', 'replace')}",
+    ]
+    return " ".join(fields).encode()

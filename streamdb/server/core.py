@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections import defaultdict, deque
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .. import log
 from ..commands import registry
@@ -39,6 +39,12 @@ from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status
 from ..security.acl import Acl
 from ..security.enforce import command_denied, reset_to_default
 from .client import Client
+
+if TYPE_CHECKING:
+    from ..persistence.aof import Aof
+    from ..persistence.recovery import Persistence
+    from ..persistence.snapshot import Snapshotter
+    from ..replication.primary import Replication
 
 __all__ = ["Core", "BLOCKED", "DROP", "Stats"]
 
@@ -141,7 +147,24 @@ class Core:
         self.on_client_blocked: Callable[[Client], None] | None = None
         self.on_client_unblocked: Callable[[Client], None] | None = None
         self.shutdown_requested: Callable | None = None
-        self.extra = {}                      # subsystems hang state here (aof, replication)
+        # The subsystems __main__ attaches (None in a bare core, as in unit tests).
+        self.persistence: Persistence | None = None      # persistence/recovery.open_persistence
+        self.snapshotter: Snapshotter | None = None      # persistence/recovery.open_persistence
+        self.aof: Aof | None = None                      # Persistence.load, once the snapshot is in
+        self.replication: Replication | None = None      # replication.install
+        # Hooks of commands/persistence.py for commands defined elsewhere (set by its install).
+        self.info_persistence: Callable[[], list[tuple[str, object]]] | None = None  # INFO persistence
+        self.debug_subcommands: dict[str, Callable] = {}   # DEBUG RELOAD, LOADAOF, AOF-INJECT-*
+        # Called with the directive names CONFIG SET changed (__main__, limits.install).
+        self.config_listeners: list[Callable[[list[str]], None]] = []
+        self.run_id = "0" * 40               # INFO run_id; __main__ draws a random one
+        self.last_save_time = self.start_time   # LASTSAVE; the Snapshotter's last save (seconds)
+        self.peak_memory = 0                 # INFO / MEMORY STATS: highest used_memory seen
+        # The MISCONF error writes get while the AOF cannot write (set and cleared by aof.py).
+        self.write_refusal: str | None = None
+        # SHUTDOWN SAVE (True) / NOSAVE (False); None: as configured (read by __main__).
+        self.shutdown_save: bool | None = None
+        self.active_expire_disabled = False  # DEBUG SET-ACTIVE-EXPIRE 0 (only recorded)
         # Used memory is above maxmemory: commands that grow data get -OOM (limits.py).
         self.out_of_memory = False
         # The client whose command's effects are being emitted (None for the server's
@@ -262,7 +285,7 @@ class Core:
                     f"ERR Command not allowed inside a transaction"), spec.name, rejected=True)
             client.multi_queue.append(argv)
             return QUEUED
-        refusal = self.extra.get("write_refusal")
+        refusal = self.write_refusal
         if refusal and client.kind == "normal" and (spec.is_write or (
                 name == "exec" and any(_is_write(a) for a in client.multi_queue))):
             if name == "exec":

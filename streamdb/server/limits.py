@@ -17,11 +17,26 @@
 
 from __future__ import annotations
 
+import os
+import resource
 import time
 
 from .. import log
 
-__all__ = ["Limits", "output_limit_reached", "pending_output"]
+__all__ = ["Limits", "output_limit_reached", "pending_output", "used_memory"]
+
+
+def used_memory(core) -> int:
+    """Our equivalent of Redis's used_memory: the process's resident set size.
+
+    Python has no cheap allocator-level counter; RSS is what an operator's
+    memory limit sees, and it is what the benchmark compares.
+    """
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def output_class(client) -> str:
@@ -90,7 +105,6 @@ class Limits:
                 self.close_idle_clients()
 
     def refresh_memory(self) -> None:
-        from ..commands.admin import used_memory   # the figure INFO reports
         core = self.core
         maxmemory = core.config["maxmemory"]
         core.out_of_memory = bool(maxmemory) and not core.is_replica \
@@ -114,11 +128,5 @@ class Limits:
 def install(core, server) -> Limits:
     limits = Limits(core, server)
     server.cron_hooks.append(limits.cron)
-    previous = core.extra.get("config_changed")
-
-    def config_changed(names: list[str]) -> None:
-        if previous is not None:
-            previous(names)
-        limits.config_changed(names)
-    core.extra["config_changed"] = config_changed
+    core.config_listeners.append(limits.config_changed)
     return limits

@@ -22,10 +22,10 @@ import asyncio
 import time
 
 from .. import log
-from ..commands.admin import used_memory
 from ..engine.groups import ENTRIES_READ_INVALID
 from ..engine.lag import group_lag
 from ..engine.stream import Stream
+from .limits import used_memory
 
 __all__ = ["start_metrics", "render", "Exposition", "escape_label_value"]
 
@@ -140,9 +140,8 @@ def _server_metrics(core, out: Exposition, now: float) -> None:
     out.add("streamdb_used_memory_bytes", used_memory(core))
     out.add("streamdb_commands_processed_total", core.stats.commands_processed)
 
-    info_persistence = core.extra.get("info_persistence")
-    persist = dict(info_persistence()) if info_persistence else {}
-    aof = core.extra.get("aof")
+    persist = dict(core.info_persistence()) if core.info_persistence else {}
+    aof = core.aof
     out.add("streamdb_aof_enabled", int(aof is not None))
     out.add("streamdb_aof_last_write_ok", int(persist.get("aof_last_write_status", "ok") == "ok"))
     if aof is not None:
@@ -154,7 +153,7 @@ def _server_metrics(core, out: Exposition, now: float) -> None:
     out.add("streamdb_snapshot_bgsave_in_progress", int(persist.get("rdb_bgsave_in_progress", 0)))
     out.add("streamdb_snapshot_last_bgsave_ok", int(persist.get("rdb_last_bgsave_status", "ok") == "ok"))
 
-    repl = core.extra.get("replication")
+    repl = core.replication
     is_replica = bool(core.is_replica and repl is not None and repl.replica is not None)
     out.add("streamdb_replication_role", 1, {"role": "slave" if is_replica else "master"})
     if repl is None:

@@ -20,6 +20,7 @@ from .. import log
 from ..protocol import ProtocolError, RequestParser, encode_reply
 from ..security import protected
 from . import tls
+from .client import client_info_line
 from .core import BLOCKED, DROP, Core
 from .limits import output_limit_reached
 
@@ -170,7 +171,6 @@ class Connection(asyncio.Protocol):
 
     def drop_for_output_limit(self) -> None:
         """Redis's closeClientOnOutputBufferLimitReached: drop, without flushing."""
-        from ..commands.admin import client_info_line
         info = client_info_line(self.core, self.client).decode("utf-8", "replace")
         log.log(log.WARNING, f"Client {info} scheduled to be closed ASAP for overcoming "
                              "of output buffer limits.")
