@@ -164,7 +164,7 @@ class Core:
         self.write_refusal: str | None = None
         # SHUTDOWN SAVE (True) / NOSAVE (False); None: as configured (read by __main__).
         self.shutdown_save: bool | None = None
-        self.active_expire_disabled = False  # DEBUG SET-ACTIVE-EXPIRE 0 (only recorded)
+        self.active_expire_disabled = False  # DEBUG SET-ACTIVE-EXPIRE 0: the cron deletes no expired key
         # Used memory is above maxmemory: commands that grow data get -OOM (limits.py).
         self.out_of_memory = False
         # The client whose command's effects are being emitted (None for the server's
@@ -544,7 +544,7 @@ class Core:
 
     def active_expire_cycle(self, budget: int = 200) -> int:
         """Delete up to ``budget`` expired keys (Redis's active expiry), propagating DELs."""
-        if self.is_replica:
+        if self.is_replica or self.active_expire_disabled:
             return 0
         self.current_client = None
         now = self.now_ms()

@@ -264,3 +264,21 @@ def test_redis_cli_talks_to_streamdb(server):
     out = subprocess.run(["redis-cli", "-p", str(server.port), "XRANGE", "cli", "-", "+"],
                          capture_output=True, text=True, timeout=10).stdout
     assert out.split() == ["1-1", "a", "b"]
+
+
+def test_debug_set_active_expire_0_stops_the_active_expiry(r):
+    # Redis's own tests use it to watch expired keys that nobody touches: DBSIZE counts
+    # them until the cron deletes them, which it must not while active expiry is off.
+    r.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "0")
+    try:
+        expired_before = r.info("stats")["expired_keys"]
+        r.set("short", "v", px=20)
+        time.sleep(0.5)                 # many cron ticks (hz 10) after the expiry time
+        assert r.dbsize() == 1
+        assert r.info("stats")["expired_keys"] == expired_before
+    finally:
+        r.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "1")
+    deadline = time.monotonic() + 5
+    while r.dbsize() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert r.dbsize() == 0
