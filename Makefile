@@ -12,7 +12,8 @@ RUN_STAMP  := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 # The install compiles the core (setup.py; see docs/ARCHITECTURE.md "Compiled core"):
 # an edited compiled module is rebuilt by installing again.
-BUILD_INPUTS := pyproject.toml $(wildcard setup.py streamdb/*/*.pyx streamdb/*/*.pxd)
+BUILD_INPUTS := pyproject.toml $(wildcard setup.py streamdb/compiled.py streamdb/*/*.pyx streamdb/*/*.pxd) \
+                $(shell sed -n 's/^ *"\(streamdb\/.*\.py\)",$$/\1/p' streamdb/compiled.py)
 
 .PHONY: run test soak deps test-deps redis-server java node-clients spark-deps bench clean
 

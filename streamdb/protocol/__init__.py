@@ -8,8 +8,8 @@ unless ``STREAMDB_PURE=1`` is set or it is not built; ``CORE`` says which runs
 ("compiled" or "python") and ``CORE_REASON`` why (start-up log, ``INFO server``).
 """
 import importlib
-import os
 
+from .. import compiled
 from . import reply, request
 from .reply import (CommandError, Double, Map, NULL_ARRAY, RSet, Status, Verbatim,
                     OK, QUEUED, PONG)
@@ -28,12 +28,11 @@ def select_core(pure: bool, module: str = COMPILED_MODULE):
     if pure:
         return "python", "STREAMDB_PURE is set", request.RequestParser, reply.encode_reply
     try:
-        compiled = importlib.import_module(module)
+        core_module = importlib.import_module(module)
     except ImportError as e:
         return ("python", f"the compiled core is not built ({e})",
                 request.RequestParser, reply.encode_reply)
-    return "compiled", module, compiled.RequestParser, compiled.encode_reply
+    return "compiled", module, core_module.RequestParser, core_module.encode_reply
 
 
-CORE, CORE_REASON, RequestParser, encode_reply = select_core(
-    os.environ.get("STREAMDB_PURE", "") not in ("", "0"))
+CORE, CORE_REASON, RequestParser, encode_reply = select_core(compiled.PURE)

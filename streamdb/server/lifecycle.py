@@ -17,7 +17,7 @@ import fcntl
 import os
 import signal
 
-from .. import __version__, log, protocol
+from .. import __version__, compiled, log
 from ..engine.stream import Stream
 
 __all__ = ["LOCK_NAME", "LifecycleError", "DataDirLock", "PidFile", "install_signal_handlers",
@@ -140,10 +140,11 @@ def log_startup_banner(cfg) -> None:
     """What an operator needs to know first: which binary, which config, where the data goes."""
     log.log(log.NOTICE, "oO0OoO0OoO0Oo StreamDB is starting oO0OoO0OoO0Oo")
     log.log(log.NOTICE, f"StreamDB version={__version__}, bits=64, pid={os.getpid()}, just started")
-    if protocol.CORE == "compiled":
-        log.log(log.NOTICE, "Core: compiled (the RESP parser and encoder are C)")
+    core, why = compiled.status()
+    if core == "compiled":
+        log.log(log.NOTICE, f"Core: compiled ({why}: the request path is C)")
     else:
-        log.log(log.WARNING, f"Core: python, slower ({protocol.CORE_REASON})")
+        log.log(log.WARNING, f"Core: python, slower ({why})")
     if cfg.file:
         log.log(log.NOTICE, f"Configuration loaded from {os.path.abspath(cfg.file)}")
     else:

@@ -8,13 +8,19 @@ the same buffered() counts, and the same reply bytes in RESP2 and RESP3.
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
+import shutil
+import subprocess
+import sys
+import time
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from streamdb import protocol
+from helpers import ROOT
+from streamdb import compiled, protocol
 from streamdb.protocol import reply, request
 from streamdb.protocol.request import ProtocolError, encode_request
 
@@ -37,6 +43,32 @@ def test_the_compiled_core_runs_unless_streamdb_pure_is_set():
         assert protocol.CORE == "compiled", protocol.CORE_REASON
         assert protocol.RequestParser is _resp.RequestParser
         assert protocol.encode_reply is _resp.encode_reply
+
+
+def test_every_pure_mode_module_runs_compiled_unless_streamdb_pure_is_set():
+    for name in sorted(compiled.PURE_MODE_MODULES):
+        module = importlib.import_module(name)
+        assert compiled.is_compiled(module) == (not compiled.PURE), name
+    assert compiled.status()[0] == ("python" if compiled.PURE else "compiled")
+
+
+def test_a_source_newer_than_its_build_runs_as_python(tmp_path):
+    """An edited pure-mode module whose extension was not rebuilt must not run the
+    old compiled code: its source runs, and the status says why."""
+    if compiled.PURE or not compiled.PURE_MODE_MODULES:
+        pytest.skip("needs the compiled build")
+    copy = tmp_path / "streamdb"
+    shutil.copytree(ROOT / "streamdb", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    name = sorted(compiled.PURE_MODE_MODULES)[0]
+    source = tmp_path / (name.replace(".", "/") + ".py")
+    os.utime(source, (time.time() + 10, time.time() + 10))
+    out = subprocess.run(
+        [sys.executable, "-c", "from streamdb import compiled; print(*compiled.status(), sep='|')"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path), "STREAMDB_PURE": ""},
+        capture_output=True, text=True, check=True).stdout.strip()
+    core, why = out.split("|")
+    assert core == "python" and why.startswith("stale build: "), out
+    assert name.replace(".", "/") + ".py" in why
 
 
 def test_a_core_that_does_not_import_leaves_the_python_path():
