@@ -87,7 +87,8 @@ def test_replace_section_refuses_a_document_without_one_marker_pair(text):
 
 def test_the_projects_documents_have_every_tools_markers():
     performance = (ROOT / DOCS["PERFORMANCE"]).read_text()
-    for tool in ("bench.py", "bench_persistence.py", "bench_replication.py", "bench_spark.py"):
+    for tool in ("bench.py", "bench_breakdown.py", "bench_persistence.py", "bench_replication.py",
+                 "bench_spark.py"):
         bench.replace_section(performance, tool, "")
     bench.replace_section((ROOT / DOCS["README"]).read_text(), "bench-headline", "")
 
@@ -170,3 +171,19 @@ def test_bench_spark_writes_its_section_with_the_sink_target(tmp_path):
         before["PERFORMANCE"], (tmp_path / DOCS["PERFORMANCE"]).read_bytes(),
         "bench_spark.py").decode()
     assert "| sink, XADD IDMP (exactly once) " in section and ">= 100,000 entries/s" in section
+
+
+@needs_redis
+def test_breakdown_writes_cpu_per_request_for_both_servers(tmp_path):
+    before = copy_docs(tmp_path)
+    out = run_tool("bench_breakdown.py", "--workload", "ping-p1", "--requests", "10000",
+                   "--no-python-path", "--write", "--docs-root", str(tmp_path))
+    assert out.returncode == 0, out.stderr[-2000:]
+    section = assert_only_section_changed(
+        before["PERFORMANCE"], (tmp_path / DOCS["PERFORMANCE"]).read_bytes(),
+        "bench_breakdown.py").decode()
+    assert "| CPU us per request" in section and "| Redis 7.0" in section
+    assert "| StreamDB " in section and "Python path" not in section
+    total = next(line for line in section.splitlines() if "total (user + system)" in line)
+    assert all(float(cell) > 0 for cell in total.strip("| \n").split("|")[1:])
+    assert (tmp_path / DOCS["README"]).read_bytes() == before["README"]
