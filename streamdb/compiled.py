@@ -84,12 +84,13 @@ def is_compiled(module) -> bool:
     return (getattr(module, "__file__", None) or "").endswith(_EXTENSION_SUFFIXES)
 
 
-def status() -> tuple[str, str]:
+def status(parser_core: str, parser_reason: str) -> tuple[str, str]:
     """``("compiled", what)`` when every compiled module runs compiled, else
-    ``("python", why)``: the first reason one of them runs from its source."""
-    from . import protocol    # the parser's choice is protocol/__init__'s
-    if protocol.CORE != "compiled":
-        return "python", protocol.CORE_REASON
+    ``("python", why)``: the first reason one of them runs from its source.
+    ``parser_core``/``parser_reason``: the parser's choice (``protocol.CORE``,
+    ``protocol.CORE_REASON``), made by protocol/__init__.py, which imports this module."""
+    if parser_core != "compiled":
+        return "python", parser_reason
     for name in sorted(PURE_MODE_MODULES):
         module = importlib.import_module(name)
         if not is_compiled(module):

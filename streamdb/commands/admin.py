@@ -7,7 +7,7 @@ import resource
 import sys
 import time
 
-from .. import __version__, compiled, log
+from .. import __version__, compiled, log, protocol
 from ..config import ConfigError, directive
 from ..engine import Stream
 from ..protocol.reply import OK, CommandError, Map, RSet, Status, Verbatim
@@ -447,7 +447,7 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
     sections: dict[str, list[tuple[str, object]]] = {}
     sections["server"] = [
         ("redis_version", cfg["redis-version-compat"]), ("streamdb_version", __version__),
-        ("streamdb_core", compiled.status()[0]),
+        ("streamdb_core", compiled.status(protocol.CORE, protocol.CORE_REASON)[0]),
         ("redis_git_sha1", "00000000"), ("redis_git_dirty", 0), ("redis_build_id", "streamdb"),
         ("redis_mode", "standalone"), ("os", f"{platform.system()} {platform.release()} {platform.machine()}"),
         ("arch_bits", 64), ("multiplexing_api", "epoll"), ("atomicvar_api", "python"),

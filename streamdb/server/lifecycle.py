@@ -17,7 +17,7 @@ import fcntl
 import os
 import signal
 
-from .. import __version__, compiled, log
+from .. import __version__, compiled, log, protocol
 from ..engine.stream import Stream
 
 __all__ = ["LOCK_NAME", "LifecycleError", "DataDirLock", "PidFile", "install_signal_handlers",
@@ -140,7 +140,7 @@ def log_startup_banner(cfg) -> None:
     """What an operator needs to know first: which binary, which config, where the data goes."""
     log.log(log.NOTICE, "oO0OoO0OoO0Oo StreamDB is starting oO0OoO0OoO0Oo")
     log.log(log.NOTICE, f"StreamDB version={__version__}, bits=64, pid={os.getpid()}, just started")
-    core, why = compiled.status()
+    core, why = compiled.status(protocol.CORE, protocol.CORE_REASON)
     if core == "compiled":
         log.log(log.NOTICE, f"Core: compiled ({why}: the request path is C)")
     else:

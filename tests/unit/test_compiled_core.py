@@ -49,7 +49,8 @@ def test_every_pure_mode_module_runs_compiled_unless_streamdb_pure_is_set():
     for name in sorted(compiled.PURE_MODE_MODULES):
         module = importlib.import_module(name)
         assert compiled.is_compiled(module) == (not compiled.PURE), name
-    assert compiled.status()[0] == ("python" if compiled.PURE else "compiled")
+    core = compiled.status(protocol.CORE, protocol.CORE_REASON)[0]
+    assert core == ("python" if compiled.PURE else "compiled")
 
 
 def test_a_source_newer_than_its_build_runs_as_python(tmp_path):
@@ -63,7 +64,8 @@ def test_a_source_newer_than_its_build_runs_as_python(tmp_path):
     source = tmp_path / (name.replace(".", "/") + ".py")
     os.utime(source, (time.time() + 10, time.time() + 10))
     out = subprocess.run(
-        [sys.executable, "-c", "from streamdb import compiled; print(*compiled.status(), sep='|')"],
+        [sys.executable, "-c", "from streamdb import compiled, protocol; "
+         "print(*compiled.status(protocol.CORE, protocol.CORE_REASON), sep='|')"],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path), "STREAMDB_PURE": ""},
         capture_output=True, text=True, check=True).stdout.strip()
     core, why = out.split("|")
