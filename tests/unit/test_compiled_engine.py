@@ -323,3 +323,18 @@ def test_id_formatting_agrees_with_the_source(ms, seq):
     assert (fast.id_ms(sid), fast.id_seq(sid)) == (spec.id_ms(sid), spec.id_seq(sid)) == (ms, seq)
     assert fast.format_id(sid) == spec.format_id(sid) == b"%d-%d" % (ms, seq)
     assert fast.parse_id(fast.format_id(sid)) == (sid, True)
+
+
+@pytest.mark.parametrize("text", [
+    b"18446744073709551615-18446744073709551615", b"18446744073709551616-0",
+    b"18446744073709551619-0", b"0-18446744073709551620", b"1844674407370955161-5",
+    b"000000000000000000000000000001-1", b"0-", b"-0", b"1--1", b"1-2-3", b"-", b"+",
+    b"1-*", b"1\x00-2", b" 1-2", b"1-+2", b"\xff1-2", b"1-2\xb9", b"9" * 127, b"1-" + b"2" * 126,
+])
+def test_id_parsing_edges_agree_with_the_source(text):
+    """The compiled fast path's edges: U64 exactly and one past it, bytes that are
+    not ASCII digits, a second dash, the 127-byte limit."""
+    fast, spec = both("streamdb.engine.ids")
+    for star in (False, True):
+        assert outcome(lambda: fast.parse_id(text, 7, allow_seq_star=star)) \
+            == outcome(lambda: spec.parse_id(text, 7, allow_seq_star=star))
