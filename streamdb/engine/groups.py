@@ -12,11 +12,18 @@ Invariants (checked by tests/unit/test_groups.py):
   XAUTOCLAIM cursor and history reads walk them in order).
 
 Times are milliseconds given by the caller: the engine has no clock.
+
+Compiled in Cython's pure mode (streamdb/compiled.py): the three classes are
+extension types; their attributes are public because the commands, persistence
+and metrics layers read and set them.  Times, counts and ids stay Python ints
+(a RESTORE payload may hold any int: it must not overflow a C field).
 """
 
 from __future__ import annotations
 
 from itertools import repeat
+
+import cython
 
 from .ids import MIN_ID
 from .sortedids import SortedIds
@@ -37,13 +44,17 @@ def next_delivery_count(count: int) -> int:
     return count + 1 if count < MAX_DELIVERY_COUNT else MAX_DELIVERY_COUNT
 
 
+@cython.final
+@cython.cclass
 class PendingEntry:
     """A delivered, not yet acknowledged entry (Redis's streamNACK).
 
     ``consumer`` is None for an entry released by XNACK: unowned, delivery time 0,
     claimable by anyone at once."""
 
-    __slots__ = ("consumer", "delivery_time", "delivery_count")
+    consumer = cython.declare(object, visibility="public")
+    delivery_time = cython.declare(object, visibility="public")
+    delivery_count = cython.declare(object, visibility="public")
 
     def __init__(self, consumer: "Consumer | None", delivery_time: int,
                  delivery_count: int = 1) -> None:
@@ -69,8 +80,13 @@ class PendingEntry:
         return self.consumer is None or now_ms - self.delivery_time >= min_idle
 
 
+@cython.final
+@cython.cclass
 class Consumer:
-    __slots__ = ("name", "seen_time", "active_time", "pending")
+    name = cython.declare(bytes, visibility="public")
+    seen_time = cython.declare(object, visibility="public")
+    active_time = cython.declare(object, visibility="public")
+    pending = cython.declare(object, visibility="public")   # a SortedIds
 
     def __init__(self, name: bytes, now_ms: int) -> None:
         self.name = name
@@ -79,8 +95,14 @@ class Consumer:
         self.pending = SortedIds()          # ids, as a set (values None)
 
 
+@cython.final
+@cython.cclass
 class ConsumerGroup:
-    __slots__ = ("name", "last_id", "entries_read", "pel", "consumers")
+    name = cython.declare(bytes, visibility="public")
+    last_id = cython.declare(object, visibility="public")
+    entries_read = cython.declare(object, visibility="public")
+    pel = cython.declare(object, visibility="public")   # a SortedIds
+    consumers = cython.declare(dict, visibility="public")
 
     def __init__(self, name: bytes, last_id: int = MIN_ID,
                  entries_read: int = ENTRIES_READ_INVALID) -> None:
@@ -88,7 +110,7 @@ class ConsumerGroup:
         self.last_id = last_id
         self.entries_read = entries_read
         self.pel = SortedIds()                       # id -> PendingEntry
-        self.consumers: dict[bytes, Consumer] = {}
+        self.consumers = {}                          # name -> Consumer
 
     # -- consumers ----------------------------------------------------------
 
@@ -115,7 +137,7 @@ class ConsumerGroup:
 
     def add_pending(self, sid: int, consumer: Consumer, now_ms: int, count: int = 1) -> PendingEntry:
         """Record ``sid`` as delivered to ``consumer``, moving it if someone else held it."""
-        pe = self.pel.get(sid)
+        pe: PendingEntry = self.pel.get(sid)
         if pe is None:
             pe = PendingEntry(consumer, now_ms, count)
             self.pel[sid] = pe
@@ -129,10 +151,10 @@ class ConsumerGroup:
         consumer.pending.add(sid)
         return pe
 
-    def add_new_pending(self, sids: list[int], consumer: "Consumer", now_ms: int) -> list:
+    def add_new_pending(self, sids: list[int], consumer: Consumer, now_ms: int) -> list:
         """``add_pending(sid, consumer, now_ms)`` of each of ``sids``: entries new to
         the group (XREADGROUP ``>``), ascending; returns their PendingEntry."""
-        pes = [PendingEntry(consumer, now_ms, 1) for _ in sids]
+        pes: list = [PendingEntry(consumer, now_ms, 1) for _ in sids]
         if not (self.pel.append_new(sids, pes) and consumer.pending.append_new(sids, repeat(None))):
             # Not above everything pending (an XCLAIM FORCE of ids never delivered):
             # one at a time.  (The first append_new changes nothing when it fails;
@@ -142,10 +164,11 @@ class ConsumerGroup:
 
     def ack_many(self, sids: list[int]) -> int:
         """``ack`` of each of ``sids`` in turn; returns how many were pending."""
-        pes = self.pel.pop_many(sids)
-        acked = 0
-        owner = None
-        mine: list[int] = []
+        pes: list = self.pel.pop_many(sids)
+        acked: cython.Py_ssize_t = 0
+        owner: Consumer = None
+        mine: list = []
+        pe: PendingEntry
         for sid, pe in zip(sids, pes):
             if pe is None:
                 continue
@@ -162,7 +185,7 @@ class ConsumerGroup:
         return acked
 
     def ack(self, sid: int) -> bool:
-        pe = self.pel.pop(sid, None)
+        pe: PendingEntry = self.pel.pop(sid, None)
         if pe is None:
             return False
         if pe.consumer is not None:

@@ -3,11 +3,20 @@
 An ID is one Python int: ``ms << 64 | seq``.  Comparisons, ``bisect`` and dict
 lookups on it all run at C speed; the ``<ms>-<seq>`` text form exists only at
 the protocol edge (``parse_*`` on the way in, ``format_id`` on the way out).
+
+Compiled in Cython's pure mode (streamdb/compiled.py).  The two conversions every
+reply and every XACK id goes through, ``format_id`` and parse_id's usual
+``<ms>-<seq>`` form, have a C form as well (``_format_id_c``, ``_plain_id_c``:
+digits in a C buffer instead of building a format tuple, a partition tuple and
+three bytes objects); the interpreter runs the Python lines beside them, which
+remain the specification, and tests/unit/test_compiled_engine.py holds the two equal.
 """
 
 from __future__ import annotations
 
 import re
+
+import cython
 
 U64 = (1 << 64) - 1
 SEQ_MASK = U64
@@ -41,7 +50,33 @@ def id_seq(sid: int) -> int:
 
 
 def format_id(sid: int) -> bytes:
+    if cython.compiled and MIN_ID <= sid <= MAX_ID:
+        return _format_id_c(sid)
     return b"%d-%d" % (sid >> 64, sid & SEQ_MASK)
+
+
+@cython.cfunc
+@cython.inline
+def _put_digits(buf: cython.p_char, end: cython.Py_ssize_t,
+                value: cython.ulonglong) -> cython.Py_ssize_t:
+    """Write ``value`` in decimal just before ``buf[end]``; returns where it starts."""
+    while True:
+        end -= 1
+        buf[end] = 48 + value % 10          # '0' + digit
+        value //= 10
+        if value == 0:
+            return end
+
+
+@cython.cfunc
+def _format_id_c(sid) -> bytes:
+    """format_id of an id in range, formatted in a C buffer (compiled form only)."""
+    buf = cython.declare(cython.char[42])   # two 20-digit halves and the dash
+    start: cython.Py_ssize_t = _put_digits(buf, 42, sid & SEQ_MASK)
+    start -= 1
+    buf[start] = 45                         # '-'
+    start = _put_digits(buf, start, sid >> 64)
+    return buf[start:42]
 
 
 # Redis parses each half of an ID with string2ull(): a strict signed parse
@@ -82,12 +117,17 @@ def parse_id(text: bytes, missing_seq: int = 0, *, strict: bool = False,
     in the sequence of a bare ``<ms>``.  ``strict`` rejects ``-`` and ``+``.
     Raises InvalidID.
     """
-    ms_part, dash, seq_part = text.partition(b"-")
-    if seq_part.isdigit() and ms_part.isdigit() and len(text) <= 127:
-        # The usual "<ms>-<seq>" in plain digits: what the general path below gives.
-        ms, seq = int(ms_part), int(seq_part)
-        if ms <= U64 and seq <= U64:
-            return (ms << 64) | seq, True
+    if cython.compiled and type(text) is bytes:
+        sid = _plain_id_c(text)
+        if sid is not None:
+            return sid, True
+    else:
+        ms_part, dash, seq_part = text.partition(b"-")
+        if seq_part.isdigit() and ms_part.isdigit() and len(text) <= 127:
+            # The usual "<ms>-<seq>" in plain digits: what the general path below gives.
+            ms, seq = int(ms_part), int(seq_part)
+            if ms <= U64 and seq <= U64:
+                return (ms << 64) | seq, True
     if len(text) > 127:
         raise InvalidID(text)
     if b"\0" in text:
@@ -110,6 +150,52 @@ def parse_id(text: bytes, missing_seq: int = 0, *, strict: bool = False,
     if seq is None:
         raise InvalidID(text)
     return (ms << 64) | seq, True
+
+
+# C integers: a literal this large would be a Python int in the compiled code.
+_U64_TENTH = cython.declare(cython.ulonglong, U64 // 10)
+
+
+@cython.cfunc
+def _digits_u64(text: bytes, start: cython.Py_ssize_t, end: cython.Py_ssize_t,
+              out: cython.p_ulonglong) -> cython.bint:
+    """Whether text[start:end] is one or more ASCII digits worth at most U64 (the
+    value then in ``*out``): bytes.isdigit() and int() <= U64, in C."""
+    p: cython.p_uchar = text
+    value: cython.ulonglong = 0
+    digit: cython.uint
+    if start >= end:
+        return False
+    while start < end:
+        digit = p[start] - 48
+        if digit > 9:
+            return False
+        if value > _U64_TENTH or (value == _U64_TENTH and digit > 5):
+            return False                    # more than U64 (18446744073709551615)
+        value = value * 10 + digit
+        start += 1
+    out[0] = value
+    return True
+
+
+@cython.cfunc
+def _plain_id_c(text: bytes):
+    """parse_id's usual case, ``<ms>-<seq>`` in plain digits each at most U64, as
+    an id; None for anything else (the general path decides).  Compiled form only."""
+    n: cython.Py_ssize_t = len(text)
+    if n > 127:
+        return None
+    p: cython.p_uchar = text
+    dash: cython.Py_ssize_t = 0
+    while dash < n and p[dash] != 45:       # the first '-' (bytes.find parses its arguments)
+        dash += 1
+    ms: cython.ulonglong
+    seq: cython.ulonglong
+    if dash == n or not _digits_u64(text, 0, dash, cython.address(ms)) \
+            or not _digits_u64(text, dash + 1, n, cython.address(seq)):
+        return None
+    high: object = ms
+    return (high << 64) | seq
 
 
 def parse_strict_id(text: bytes, missing_seq: int = 0) -> int:

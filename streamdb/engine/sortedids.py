@@ -15,6 +15,10 @@ sorted list of ids for order, where:
 
 Ordered walks (``irange``, iteration, ``items``) skip tombstones.  Used as a
 set (a consumer's pending ids), the values are None: ``add``/``discard``.
+
+Compiled in Cython's pure mode (streamdb/compiled.py): an extension type whose
+dict, list and positions are C fields, so each step of XREADGROUP's adds and
+XACK's removals is a C API call rather than interpreted attribute lookups.
 """
 
 from __future__ import annotations
@@ -22,17 +26,25 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from itertools import islice
 
+import cython
+
 __all__ = ["SortedIds"]
 
 _MISSING = object()
 
 
+@cython.final
+@cython.cclass
 class SortedIds:
-    __slots__ = ("_map", "_order", "_head", "_dead")
+    _map: dict
+    # Readable (not writable) from Python: tests check that tombstones are dropped.
+    _order = cython.declare(list, visibility="readonly")
+    _head = cython.declare(cython.Py_ssize_t, visibility="readonly")
+    _dead: cython.Py_ssize_t
 
     def __init__(self) -> None:
-        self._map: dict[int, object] = {}
-        self._order: list[int] = []     # ascending; ids not in _map are tombstones
+        self._map = {}                  # id -> value
+        self._order = []                # ascending; ids not in _map are tombstones
         self._head = 0                  # _order[:_head] are all tombstones
         self._dead = 0                  # tombstones in _order[_head:]
 
@@ -56,12 +68,13 @@ class SortedIds:
     # -- adding -----------------------------------------------------------------
 
     def __setitem__(self, sid: int, value) -> None:
-        m = self._map
+        m: dict = self._map
         if sid in m:
             m[sid] = value
             return
         m[sid] = value
-        order = self._order
+        order: list = self._order
+        i: cython.Py_ssize_t
         if not order or sid > order[-1]:
             order.append(sid)
             return
@@ -80,13 +93,13 @@ class SortedIds:
     # -- removing ---------------------------------------------------------------
 
     def pop(self, sid: int, default=_MISSING):
-        m = self._map
+        m: dict = self._map
         value = m.pop(sid, _MISSING)
         if value is _MISSING:
             if default is _MISSING:
                 raise KeyError(sid)
             return default
-        order = self._order
+        order: list = self._order
         if sid == order[-1]:
             order.pop()
             while len(order) > self._head and order[-1] not in m:
@@ -107,23 +120,25 @@ class SortedIds:
             self.clear()
         return value
 
-    def append_new(self, sids: list[int], values) -> bool:
+    def append_new(self, sids: list, values) -> bool:
         """Add ``sids`` (ascending) with ``values`` (an iterable as long) at once,
         when all of them lie above every id here (XREADGROUP's new entries);
         False, having changed nothing, when they do not."""
-        order = self._order
+        order: list = self._order
         if order and sids[0] <= order[-1]:
             return False
         self._map.update(zip(sids, values))
         order += sids
         return True
 
-    def pop_many(self, sids: list[int]) -> list:
+    def pop_many(self, sids: list) -> list:
         """``pop(sid, None)`` of each of ``sids`` in turn, the values in a list (None
         where an id was not here); the order list is tidied once at the end."""
-        m = self._map
-        values = [m.pop(sid, _MISSING) for sid in sids]
-        gone = len(values) - values.count(_MISSING)
+        m: dict = self._map
+        values: list = [m.pop(sid, _MISSING) for sid in sids]
+        gone: cython.Py_ssize_t = len(values) - values.count(_MISSING)
+        order: list
+        head: cython.Py_ssize_t
         if not gone:
             return [None] * len(values)
         if not m:
@@ -156,8 +171,9 @@ class SortedIds:
         self._order = []
         self._head = self._dead = 0
 
-    def _compact(self) -> None:
-        m = self._map
+    @cython.cfunc
+    def _compact(self) -> cython.void:
+        m: dict = self._map
         self._order = [sid for sid in islice(self._order, self._head, None) if sid in m]
         self._head = self._dead = 0
 

@@ -17,6 +17,13 @@ Layout (see docs/ARCHITECTURE.md, "Data structures"):
 * Decoded sealed nodes are kept in a small LRU cache for readers.
 
 Nothing here does I/O or reads a clock.
+
+This module is compiled in Cython's pure mode (streamdb/compiled.py): ``Node`` and
+``Stream`` are extension types whose attributes are C struct fields, declared
+public because the persistence, commands and spark layers read and set them.  Ids
+and the counters a document sets stay Python ints (an id is 128 bits; a counter
+from a hostile RESTORE payload may be any int, and must fail the RESTORE, not
+overflow); the loops' indexes are C integers.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from itertools import repeat
 from operator import add, and_, itemgetter, lshift, or_, rshift, sub
 from typing import Iterator
 
+import cython
 import msgpack
 
 from .ids import MAX_ID, MIN_ID, PAST_MAX_ID, SEQ_MASK
@@ -43,13 +51,25 @@ _ENTRY_OVERHEAD = 6
 _DECODED_CACHE_SIZE = 64
 _FIELDS = itemgetter(slice(None, None, 2))   # fv[0::2]
 _VALUES = itemgetter(slice(1, None, 2))      # fv[1::2]
+# A COUNT above this is no limit at all (range() keeps its count in a C integer).
+_NO_LIMIT = 1 << 62
 
 
+@cython.final
+@cython.cclass
 class Node:
     """A run of consecutive entries: open (lists) or sealed (one msgpack blob)."""
 
-    __slots__ = ("first", "last", "total", "live", "nbytes", "master",
-                 "ids", "entries", "blob", "deleted")
+    first = cython.declare(object, visibility="public")
+    last = cython.declare(object, visibility="public")
+    total = cython.declare(object, visibility="public")
+    live = cython.declare(object, visibility="public")
+    nbytes = cython.declare(object, visibility="public")
+    master = cython.declare(list, visibility="public")
+    ids = cython.declare(list, visibility="public")
+    entries = cython.declare(list, visibility="public")
+    blob = cython.declare(bytes, visibility="public")
+    deleted = cython.declare(set, visibility="public")
 
     def __init__(self, first_id: int, fields: list) -> None:
         self.first = first_id
@@ -58,10 +78,10 @@ class Node:
         self.live = 0
         self.nbytes = 0
         self.master = fields[0::2]
-        self.ids: list[int] | None = []
-        self.entries: list[list] | None = []
-        self.blob: bytes | None = None
-        self.deleted: set[int] | None = None   # ids marked deleted
+        self.ids = []           # None once sealed
+        self.entries = []       # None once sealed
+        self.blob = None        # the sealed form
+        self.deleted = None     # ids marked deleted
 
     # -- encoding ---------------------------------------------------------
 
@@ -81,14 +101,16 @@ class Node:
         self.blob = None
         _cache.pop(self, None)
 
-    def contents(self) -> tuple[list[int], list[list]]:
+    @cython.ccall
+    def contents(self) -> tuple:
         """(ids, entries) including deleted ones; sealed nodes decode through the cache."""
         if self.blob is None:
             return self.ids, self.entries
-        d = self._decoded()
+        d: _Decoded = self._decoded()
         return d.ids, d.entries if d.entries is not None else d.build_entries()
 
-    def _decoded(self) -> "_Decoded":
+    @cython.cfunc
+    def _decoded(self) -> _Decoded:
         d = _cache.get(self)
         if d is not None:
             _cache.move_to_end(self)
@@ -101,27 +123,36 @@ class Node:
     def forget(self) -> None:
         _cache.pop(self, None)
 
-    def is_deleted(self, sid: int) -> bool:
+    @cython.ccall
+    def is_deleted(self, sid) -> cython.bint:
         return self.deleted is not None and sid in self.deleted
 
 
+@cython.final
+@cython.cclass
 class _Decoded:
     """A sealed node unpacked (Node._decoded): its ids, its stored value rows and
     master field names, and its entries once someone needs them as lists."""
 
-    __slots__ = ("ids", "master", "rows", "entries")
+    ids: list
+    master: list
+    rows: list
+    entries: list
 
     def __init__(self, blob: bytes) -> None:
         base_ms, self.master, id_pairs, self.rows = msgpack.unpackb(blob, raw=True,
                                                                     use_list=True)
         self.ids = list(map(or_, map(lshift, map(add, id_pairs[0::2], repeat(base_ms)),
                                      repeat(64)), id_pairs[1::2]))
-        self.entries: list[list] | None = None
+        self.entries = None
 
-    def build_entries(self) -> list[list]:
+    @cython.ccall
+    def build_entries(self) -> list:
         """The entries as field-value lists (the rows are then dropped)."""
-        master = self.master
-        entries = []
+        master: list = self.master
+        entries: list = []
+        e: list
+        fv: list
         for e in self.rows:
             if e and e[0] is None:
                 del e[0]
@@ -149,16 +180,17 @@ def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -
     base_ms = first >> 64
     # C-level passes (map over operator functions), not Python loops: sealing
     # runs once per node on every XADD path, AOF replay included.
+    # (Compiled code assigns only a list to an extended slice: hence list(...).)
     n = len(ids)
     id_pairs = [0] * (2 * n)
     if ids[-1] - first == n - 1 and ids[-1] >> 64 == base_ms:
         # Consecutive ids of one millisecond (a pipelined producer's node): every
         # ms delta is 0 and the sequences are a range.
         seq = first & SEQ_MASK
-        id_pairs[1::2] = range(seq, seq + n)
+        id_pairs[1::2] = list(range(seq, seq + n))
     else:
-        id_pairs[0::2] = map(sub, map(rshift, ids, repeat(64)), repeat(base_ms))
-        id_pairs[1::2] = map(and_, ids, repeat(SEQ_MASK))
+        id_pairs[0::2] = list(map(sub, map(rshift, ids, repeat(64)), repeat(base_ms)))
+        id_pairs[1::2] = list(map(and_, ids, repeat(SEQ_MASK)))
     same = list(map(master.__eq__, map(_FIELDS, entries)))
     if all(same):      # entries are field-value pairs: same fields, same length
         packed = list(map(_VALUES, entries))
@@ -168,7 +200,7 @@ def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -
 
 
 def decode_node(blob: bytes) -> tuple[list[int], list[list]]:
-    d = _Decoded(blob)
+    d: _Decoded = _Decoded(blob)
     return d.ids, d.build_entries()
 
 
@@ -180,28 +212,37 @@ def _entry_bytes(fv: list, same_fields: bool) -> int:
     return n
 
 
+@cython.final
+@cython.cclass
 class Stream:
     """A Redis stream: entries, its counters, and its consumer groups."""
 
-    __slots__ = ("nodes", "firsts", "length", "last_id", "entries_added",
-                 "max_deleted_id", "groups", "idmp")
+    nodes = cython.declare(list, visibility="public")
+    firsts = cython.declare(list, visibility="public")
+    length = cython.declare(object, visibility="public")
+    last_id = cython.declare(object, visibility="public")
+    entries_added = cython.declare(object, visibility="public")
+    max_deleted_id = cython.declare(object, visibility="public")
+    groups = cython.declare(dict, visibility="public")
+    idmp = cython.declare(object, visibility="public")
 
     def __init__(self) -> None:
-        self.nodes: list[Node] = []
-        self.firsts: list[int] = []
+        self.nodes = []         # of Node
+        self.firsts = []        # each node's first id
         self.length = 0
         self.last_id = MIN_ID
         self.entries_added = 0
         self.max_deleted_id = MIN_ID
         # name -> ConsumerGroup; created on demand (most streams have none).
-        self.groups: dict | None = None
+        self.groups = None
         self.idmp = None   # idempotent-producer state (engine.idmp), on demand
 
     # -- appending ------------------------------------------------------------
 
     def append(self, sid: int, fv: list, max_entries: int, max_bytes: int) -> None:
         """Add an entry whose ID is already known to be > last_id."""
-        tail = self.nodes[-1] if self.nodes else None
+        tail: Node = self.nodes[-1] if self.nodes else None
+        size: cython.Py_ssize_t
         if tail is not None:
             vals = fv[1::2] if len(fv) == 2 * len(tail.master) and fv[0::2] == tail.master else fv
             size = _ENTRY_OVERHEAD + sum(map(len, vals)) + _ELEMENT_OVERHEAD * len(vals)   # _entry_bytes
@@ -224,10 +265,11 @@ class Stream:
         self.last_id = sid
         self.entries_added += 1
 
-    def _open_node(self, sid: int, fv: list) -> Node:
+    @cython.cfunc
+    def _open_node(self, sid, fv: list) -> Node:
         """A new tail node for entry (sid, fv), whose field names become its master
         fields; its byte count holds the header only: the entry is the caller's to add."""
-        node = Node(sid, fv)
+        node: Node = Node(sid, fv)
         node.nbytes = sum(len(f) + _ELEMENT_OVERHEAD for f in node.master) + 8
         self.nodes.append(node)
         self.firsts.append(sid)
@@ -239,7 +281,7 @@ class Stream:
         """ID of the first live entry, 0-0 when empty (Redis's s->first_id)."""
         if not self.length:
             return MIN_ID
-        node = self.nodes[0]
+        node: Node = self.nodes[0]
         if node.deleted is None:
             return node.first
         ids, _ = node.contents()
@@ -250,10 +292,10 @@ class Stream:
 
     def get(self, sid: int) -> list | None:
         """The fields of entry ``sid``, or None if it does not exist (or was deleted)."""
-        i = bisect_right(self.firsts, sid) - 1
+        i: cython.Py_ssize_t = bisect_right(self.firsts, sid) - 1
         if i < 0:
             return None
-        node = self.nodes[i]
+        node: Node = self.nodes[i]
         if sid > node.last or node.is_deleted(sid):
             return None
         ids, entries = node.contents()
@@ -267,10 +309,18 @@ class Stream:
 
         ``count`` 0 means no limit.
         """
-        out: list[Entry] = []
+        out: list = []
         if start > end or not self.length:
             return out
-        nodes = self.nodes
+        want: cython.Py_ssize_t = count if count < _NO_LIMIT else _NO_LIMIT
+        nodes: list = self.nodes
+        i: cython.Py_ssize_t
+        j: cython.Py_ssize_t
+        n: cython.Py_ssize_t
+        node: Node
+        ids: list
+        entries: list
+        deleted: set
         if not rev:
             i = max(bisect_right(self.firsts, start) - 1, 0)
             while i < len(nodes):
@@ -288,7 +338,7 @@ class Stream:
                             return out
                         if deleted is None or sid not in deleted:
                             out.append((sid, entries[j]))
-                            if count and len(out) >= count:
+                            if want and len(out) >= want:
                                 return out
                         j += 1
                 i += 1
@@ -307,7 +357,7 @@ class Stream:
                         return out
                     if deleted is None or sid not in deleted:
                         out.append((sid, entries[j]))
-                        if count and len(out) >= count:
+                        if want and len(out) >= want:
                             return out
                     j -= 1
                 i -= 1
@@ -336,10 +386,10 @@ class Stream:
 
         Updates length and max-deleted-entry-id; drops a node left empty.
         """
-        i = bisect_right(self.firsts, sid) - 1
+        i: cython.Py_ssize_t = bisect_right(self.firsts, sid) - 1
         if i < 0:
             return False
-        node = self.nodes[i]
+        node: Node = self.nodes[i]
         if sid > node.last or node.is_deleted(sid):
             return False
         ids, _ = node.contents()
@@ -357,8 +407,9 @@ class Stream:
             self._drop_node(i)
         return True
 
-    def _drop_node(self, i: int) -> None:
-        node = self.nodes.pop(i)
+    @cython.cfunc
+    def _drop_node(self, i: cython.Py_ssize_t) -> cython.void:
+        node: Node = self.nodes.pop(i)
         self.firsts.pop(i)
         node.forget()
 
@@ -375,6 +426,7 @@ class Stream:
         ACKED policy).  ``removed``, if given, collects the removed ids.
         """
         deleted_total = 0
+        node: Node
         while self.nodes:
             if maxlen is not None and self.length <= maxlen:
                 break
