@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from streamdb import compiled
 
@@ -131,6 +131,7 @@ def test_node_encoding_agrees_with_the_source(first_ms, rows):
             break
         ids.append(sid)
         entries.append(list(fv))
+    assume(ids)     # the first id itself past the last possible millisecond: no node
     master = entries[0][0::2]
     blob = fast.encode_node(ids[0], master, ids, [list(e) for e in entries])
     assert blob == spec.encode_node(ids[0], master, ids, [list(e) for e in entries])
