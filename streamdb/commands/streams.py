@@ -15,7 +15,7 @@ from ..engine.idmp import (DURATION_MAX, DURATION_MIN, MAXSIZE_MAX, MAXSIZE_MIN,
 from ..engine.ids import PAST_MAX_ID, U64, InvalidID, id_ms, id_seq, make_id, parse_id
 from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map, encode_reply
 from .args import (eq, invalid_id_error, parse_int, parse_range_bound,
-                   parse_strict_stream_id)
+                   parse_strict_stream_id, parse_strict_stream_ids)
 from .context import BlockRequest, Ctx, syntax_error
 from .registry import command
 
@@ -340,7 +340,7 @@ def xdel(ctx: Ctx, argv: list[bytes]):
     s = ctx.lookup_stream(argv[1])
     if s is None:
         return 0
-    ids = [parse_strict_stream_id(raw) for raw in argv[2:]]
+    ids = parse_strict_stream_ids(argv[2:])
     deleted = 0
     for sid in ids:
         if s.delete(sid):
@@ -826,7 +826,7 @@ def parse_policy_ids(argv: list[bytes], pos: int) -> tuple[bytes, list[int]]:
             raise syntax_error()
     if ids is None:
         raise CommandError("ERR IDS option is required")
-    return policy or TRIM_KEEPREF, [parse_strict_stream_id(raw) for raw in ids]
+    return policy or TRIM_KEEPREF, parse_strict_stream_ids(ids)
 
 
 @command("xdelex", -5, "write fast", keys=(1, 1, 1), group="stream", since="8.2.0")
