@@ -31,6 +31,9 @@ __all__ = ["COMPILED_SOURCES", "PURE", "install_source_finder", "status"]
 COMPILED_SOURCES = (
     "streamdb/protocol/_resp.pyx",
     "streamdb/engine/ids.py",
+    "streamdb/commands/args.py",
+    "streamdb/commands/streams.py",
+    "streamdb/commands/groups.py",
 )
 
 PURE = os.environ.get("STREAMDB_PURE", "") not in ("", "0")

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from itertools import islice, repeat
 
+import cython
+
 from ..engine import MAX_ID, MIN_ID, Stream, format_id
 from ..engine.groups import (ENTRIES_READ_INVALID, MAX_DELIVERY_COUNT, Consumer,
                              ConsumerGroup, PendingEntry, next_delivery_count)
@@ -337,6 +339,8 @@ def _entry_size(entry: list, resp3: bool) -> int:
     return len(encode_reply(entry, resp3))
 
 
+@cython.locals(got=list, entries=list, sids=list, effects=list, fetched=cython.Py_ssize_t,
+               n=cython.Py_ssize_t)
 def _deliver_new(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Consumer,
                  count: int, noack: bool, out: list, claim_shape: bool = False,
                  budget: ReadBudget | None = None) -> None:
@@ -603,7 +607,7 @@ def xack(ctx: Ctx, argv: list[bytes]):
     g = _group_of(s, argv[2])
     if g is None:
         return 0
-    ids = parse_strict_stream_ids(argv[3:])
+    ids: list = parse_strict_stream_ids(argv[3:])
     acked = g.ack_many(ids)
     if acked:
         ctx.propagate_as_is(dirty=acked)
