@@ -563,15 +563,14 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
             after.append(NEW_ONLY if sid == MAX_ID else sid)
     # Redis looks each key up again to serve it (xreadCommand): INFO counts both.
     ctx.count_lookups_again(streams)
-    for key, g, gt in zip(a.keys, groups, after):
+    for s, g, gt in zip(streams, groups, after):
         if gt == NEW_ONLY:       # before anything is served: an error must change nothing
-            check_pel_room(ctx, ctx.db.data[key], g, a.noack)
+            check_pel_room(ctx, s, g, a.noack)
     items = []
     budget = a.budget(ctx.resp3)
-    for key, g, gt in zip(a.keys, groups, after):
+    for key, s, g, gt in zip(a.keys, streams, groups, after):
         if budget is not None and budget.exhausted():
             break                       # as Redis: no further stream is looked at
-        s = ctx.db.data[key]
         if gt != NEW_ONLY:
             consumer = _consumer(ctx, key, g, a.consumer)
             if budget is not None:
