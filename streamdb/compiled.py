@@ -34,6 +34,9 @@ COMPILED_SOURCES = (
     "streamdb/engine/stream.py",
     "streamdb/engine/sortedids.py",
     "streamdb/engine/groups.py",
+    "streamdb/commands/args.py",
+    "streamdb/commands/streams.py",
+    "streamdb/commands/groups.py",
 )
 
 PURE = os.environ.get("STREAMDB_PURE", "") not in ("", "0")

@@ -6,6 +6,7 @@ from ..engine.ids import InvalidID, parse_id, parse_interval_id
 from ..protocol.reply import CommandError
 
 __all__ = ["parse_int", "parse_positive", "parse_stream_id", "parse_strict_stream_id",
+           "parse_strict_stream_ids",
            "parse_range_bound", "invalid_id_error", "NOT_INTEGER", "eq"]
 
 NOT_INTEGER = "ERR value is not an integer or out of range"
@@ -49,6 +50,15 @@ def parse_stream_id(raw: bytes, missing_seq: int = 0) -> int:
 def parse_strict_stream_id(raw: bytes, missing_seq: int = 0) -> int:
     try:
         return parse_id(raw, missing_seq, strict=True)[0]
+    except InvalidID:
+        raise CommandError(INVALID_ID) from None
+
+
+def parse_strict_stream_ids(raws: list[bytes]) -> list[int]:
+    """``parse_strict_stream_id`` of each of ``raws`` (XACK, XDEL, ... take many):
+    one frame and one ``try`` for the whole list instead of one per id."""
+    try:
+        return [parse_id(raw, 0, strict=True)[0] for raw in raws]
     except InvalidID:
         raise CommandError(INVALID_ID) from None
 

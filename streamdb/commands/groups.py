@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from itertools import islice, repeat
 
+import cython
+
 from ..engine import MAX_ID, MIN_ID, Stream, format_id
 from ..engine.groups import (ENTRIES_READ_INVALID, MAX_DELIVERY_COUNT, Consumer,
                              ConsumerGroup, PendingEntry, next_delivery_count)
@@ -32,14 +34,14 @@ from ..engine.lag import advance_entries_read_many, clamp_entries_read
 from ..protocol import encode_reply
 from ..protocol.reply import NULL_ARRAY, OK, CommandError, Status
 from .args import (eq, parse_int, parse_range_bound, parse_stream_id,
-                   parse_strict_stream_id)
+                   parse_strict_stream_id, parse_strict_stream_ids)
 from .context import BlockRequest, Ctx, syntax_error
 from .registry import command, subcommand
 from .streams import (XREAD_BLOCKED_DEFAULT_COUNT, ReadArgs, ReadBudget, _stream_key_positions,
                       delete_with_policy, parse_ids_block, parse_policy_ids, parse_read_args,
                       xread_reply)
 
-__all__ = ["xclaim_effect", "setid_effect"]
+__all__ = ["xclaim_effect", "new_delivery_effects", "setid_effect"]
 
 NEW_ONLY = -1     # the ">" id of XREADGROUP
 
@@ -73,6 +75,17 @@ def xclaim_effect(key: bytes, g: ConsumerGroup, sid: int, pe: PendingEntry,
             b"TIME", b"%d" % pe.delivery_time, b"RETRYCOUNT", b"%d" % pe.delivery_count,
             b"FORCE", b"JUSTID", b"LASTID",
             text if last_id == sid else format_id(g.last_id if last_id is None else last_id)]
+
+
+def new_delivery_effects(key: bytes, g: ConsumerGroup, consumer: Consumer, now: int,
+                         texts: list[bytes]) -> list[list[bytes]]:
+    """``xclaim_effect(key, g, sid, pe, sid)`` of each entry just delivered to
+    ``consumer`` by a ">" read (``texts``: their formatted ids): a first delivery
+    at ``now`` and, as Redis propagates it, LASTID the entry's own id (the group's
+    last id right after reading it).  The parts they share are formatted once."""
+    head = [b"XCLAIM", key, g.name, consumer.name, b"0"]
+    tail = [b"TIME", b"%d" % now, b"RETRYCOUNT", b"1", b"FORCE", b"JUSTID", b"LASTID"]
+    return [[*head, text, *tail, text] for text in texts]
 
 
 def setid_effect(key: bytes, g: ConsumerGroup) -> list[bytes]:
@@ -326,6 +339,8 @@ def _entry_size(entry: list, resp3: bool) -> int:
     return len(encode_reply(entry, resp3))
 
 
+@cython.locals(got=list, entries=list, sids=list, effects=list, fetched=cython.Py_ssize_t,
+               n=cython.Py_ssize_t)
 def _deliver_new(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Consumer,
                  count: int, noack: bool, out: list, claim_shape: bool = False,
                  budget: ReadBudget | None = None) -> None:
@@ -346,8 +361,8 @@ def _deliver_new(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Co
         got = s.range(g.last_id + 1, MAX_ID, want)
         # A CLAIM read carries each entry with its idle time and earlier
         # deliveries: 0 and 0 for a new one.
-        entries = [[format_id(sid), fv, 0, 0] if claim_shape else [format_id(sid), fv]
-                   for sid, fv in got]
+        entries = ([[format_id(sid), fv, 0, 0] for sid, fv in got] if claim_shape
+                   else [[format_id(sid), fv] for sid, fv in got])
         fetched = len(entries)
         if budget is not None:
             # Cut before anything changes: what does not fit has no effect.
@@ -361,12 +376,12 @@ def _deliver_new(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Co
         advance_entries_read_many(s, g, sids)
         out += entries
         if not noack:
-            pes = g.add_new_pending(sids, consumer, now)
+            g.add_new_pending(sids, consumer, now)
             if ctx.core.effects_wanted():
-                for sid, pe in zip(sids, pes):
-                    # LASTID: the group's last id right after this entry was read, as
-                    # Redis propagates it (its id: every entry here is new to the group).
-                    ctx.propagate(xclaim_effect(key, g, sid, pe, sid))
+                effects = new_delivery_effects(key, g, consumer, now,
+                                               [entry[0] for entry in entries])
+                ctx.effects += effects
+                ctx.dirty += len(effects)
             else:
                 # Nobody records effects (no AOF, no replica): the XCLAIMs would be
                 # built for nothing; the SETID below still names the changed key.
@@ -548,15 +563,14 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
             after.append(NEW_ONLY if sid == MAX_ID else sid)
     # Redis looks each key up again to serve it (xreadCommand): INFO counts both.
     ctx.count_lookups_again(streams)
-    for key, g, gt in zip(a.keys, groups, after):
+    for s, g, gt in zip(streams, groups, after):
         if gt == NEW_ONLY:       # before anything is served: an error must change nothing
-            check_pel_room(ctx, ctx.db.data[key], g, a.noack)
+            check_pel_room(ctx, s, g, a.noack)
     items = []
     budget = a.budget(ctx.resp3)
-    for key, g, gt in zip(a.keys, groups, after):
+    for key, s, g, gt in zip(a.keys, streams, groups, after):
         if budget is not None and budget.exhausted():
             break                       # as Redis: no further stream is looked at
-        s = ctx.db.data[key]
         if gt != NEW_ONLY:
             consumer = _consumer(ctx, key, g, a.consumer)
             if budget is not None:
@@ -592,7 +606,7 @@ def xack(ctx: Ctx, argv: list[bytes]):
     g = _group_of(s, argv[2])
     if g is None:
         return 0
-    ids = [parse_strict_stream_id(raw) for raw in argv[3:]]
+    ids: list = parse_strict_stream_ids(argv[3:])
     acked = g.ack_many(ids)
     if acked:
         ctx.propagate_as_is(dirty=acked)
@@ -673,7 +687,7 @@ def xnack(ctx: Ctx, argv: list[bytes]):
             raise CommandError(f"ERR Unrecognized XNACK option '{_s(argv[i])}'")
     if raw_ids is None:
         raise CommandError("ERR syntax error, expected IDS keyword")
-    ids = [parse_strict_stream_id(raw) for raw in raw_ids]
+    ids = parse_strict_stream_ids(raw_ids)
     released = 0
     for sid in ids:
         pe = g.pel.get(sid)

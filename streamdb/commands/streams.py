@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from itertools import repeat
 
+import cython
+
 from ..engine import MAX_ID, MIN_ID, Stream, format_id
 from ..engine.idmp import (DURATION_MAX, DURATION_MIN, MAXSIZE_MAX, MAXSIZE_MIN,
                            IdmpState, auto_iid)
 from ..engine.ids import PAST_MAX_ID, U64, InvalidID, id_ms, id_seq, make_id, parse_id
 from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map, encode_reply
 from .args import (eq, invalid_id_error, parse_int, parse_range_bound,
-                   parse_strict_stream_id)
+                   parse_strict_stream_id, parse_strict_stream_ids)
 from .context import BlockRequest, Ctx, syntax_error
 from .registry import command
 
@@ -40,33 +42,48 @@ def entry_size(sid: int, fv: list) -> int:
 TRIM_KEEPREF, TRIM_DELREF, TRIM_ACKED = b"keepref", b"delref", b"acked"
 
 
+@cython.cclass
 class TrimArgs:
-    """Parsed ``[NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT n]] [KEEPREF|DELREF|ACKED]``."""
+    """Parsed ``[NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT n]] [KEEPREF|DELREF|ACKED]``.
 
-    __slots__ = ("strategy", "maxlen", "minid", "approx", "limit", "limit_given",
-                 "nomkstream", "id_arg", "policy", "id", "seq_given",
-                 "idmp_pid", "idmp_iid", "idmp_auto")
+    A C struct when compiled (XADD reads several fields per request); only this
+    module uses it, so the fields are private to the compiled form."""
+
+    strategy: object        # "maxlen", "minid" or None
+    maxlen: object
+    minid: object
+    approx: cython.bint
+    limit: object
+    limit_given: cython.bint
+    nomkstream: cython.bint
+    id_arg: object          # XADD: index of the ID argument
+    policy: bytes
+    id: object              # XADD: explicit ID (None for "*")
+    seq_given: cython.bint  # False for the "<ms>-*" form
+    idmp_pid: object        # XADD IDMP/IDMPAUTO producer id
+    idmp_iid: object        # XADD IDMP idempotent id (None for IDMPAUTO)
+    idmp_auto: cython.bint
 
     def __init__(self) -> None:
-        self.strategy: str | None = None
+        self.strategy = None
         self.maxlen = -1
         self.minid = MIN_ID
         self.approx = False
         self.limit = 0
         self.limit_given = False
         self.nomkstream = False
-        self.id_arg: int | None = None     # XADD: index of the ID argument
+        self.id_arg = None
         self.policy = TRIM_KEEPREF
-        self.id: int | None = None         # XADD: explicit ID (None for "*")
-        self.seq_given = True              # False for the "<ms>-*" form
-        self.idmp_pid: bytes | None = None # XADD IDMP/IDMPAUTO producer id
-        self.idmp_iid: bytes | None = None # XADD IDMP idempotent id (None for IDMPAUTO)
+        self.id = None
+        self.seq_given = True
+        self.idmp_pid = None
+        self.idmp_iid = None
         self.idmp_auto = False
 
 
 def parse_trim_args(ctx: Ctx, argv: list[bytes], xadd: bool) -> TrimArgs:
     """Parse the options of XADD (up to and including the ID) or XTRIM."""
-    a = TrimArgs()
+    a: TrimArgs = TrimArgs()
     i = 2
     n = len(argv)
     policy_given = False
@@ -154,7 +171,7 @@ def parse_trim_args(ctx: Ctx, argv: list[bytes], xadd: bool) -> TrimArgs:
 
 
 # What parse_trim_args returns for ``XADD key * ...``; shared, never modified.
-_PLAIN_XADD = TrimArgs()
+_PLAIN_XADD = cython.declare(TrimArgs, TrimArgs())
 _PLAIN_XADD.id_arg = 2
 
 
@@ -232,7 +249,7 @@ def xadd(ctx: Ctx, argv: list[bytes]):
     ``XADD key <id> ..`` then ``XIDMPRECORD key pid iid <id>``.
     """
     # The common form ``XADD key * f v ..`` (no options) parses to the defaults.
-    a = _PLAIN_XADD if argv[2] == b"*" else parse_trim_args(ctx, argv, xadd=True)
+    a: TrimArgs = _PLAIN_XADD if argv[2] == b"*" else parse_trim_args(ctx, argv, xadd=True)
     idpos = a.id_arg
     if idpos is None:
         raise CommandError("ERR wrong number of arguments for 'xadd' command")
@@ -340,7 +357,7 @@ def xdel(ctx: Ctx, argv: list[bytes]):
     s = ctx.lookup_stream(argv[1])
     if s is None:
         return 0
-    ids = [parse_strict_stream_id(raw) for raw in argv[2:]]
+    ids = parse_strict_stream_ids(argv[2:])
     deleted = 0
     for sid in ids:
         if s.delete(sid):
@@ -423,21 +440,33 @@ NEW_ONLY = -1          # the ">" id of XREADGROUP
 LAST_ENTRY = -2        # the "+" id of XREAD (last entry of the stream)
 
 
+@cython.cclass
 class ReadArgs:
-    __slots__ = ("timeout", "count", "keys", "raw_ids", "group", "consumer", "noack",
-                 "claim_min_idle", "maxcount", "maxsize")
+    """Parsed XREAD/XREADGROUP options: a C struct when compiled, its fields public
+    (groups.py reads them)."""
+
+    timeout = cython.declare(object, visibility="public")         # -1 = no BLOCK
+    count = cython.declare(object, visibility="public")
+    keys = cython.declare(list, visibility="public")
+    raw_ids = cython.declare(list, visibility="public")
+    group = cython.declare(object, visibility="public")           # bytes | None
+    consumer = cython.declare(object, visibility="public")        # bytes | None
+    noack = cython.declare(cython.bint, visibility="public")
+    claim_min_idle = cython.declare(object, visibility="public")  # int | None
+    maxcount = cython.declare(object, visibility="public")  # MAXCOUNT: entries of the whole reply; 0 = no cap
+    maxsize = cython.declare(object, visibility="public")   # MAXSIZE: bytes of the whole reply's entries; 0 = no cap
 
     def __init__(self) -> None:
-        self.timeout = -1          # -1 = no BLOCK
+        self.timeout = -1
         self.count = 0
-        self.keys: list[bytes] = []
-        self.raw_ids: list[bytes] = []
-        self.group: bytes | None = None
-        self.consumer: bytes | None = None
+        self.keys = []
+        self.raw_ids = []
+        self.group = None
+        self.consumer = None
         self.noack = False
-        self.claim_min_idle: int | None = None
-        self.maxcount = 0          # MAXCOUNT: entries of the whole reply; 0 = no cap
-        self.maxsize = 0           # MAXSIZE: bytes of the whole reply's entries; 0 = no cap
+        self.claim_min_idle = None
+        self.maxcount = 0
+        self.maxsize = 0
 
     def budget(self, resp3: bool) -> "ReadBudget | None":
         """A fresh budget for one serving of the read (None without MAXCOUNT/MAXSIZE)."""
@@ -528,6 +557,9 @@ def _parse_read_cap(raw: bytes, name: str) -> int:
     return n
 
 
+@cython.locals(a=ReadArgs, n=cython.Py_ssize_t, i=cython.Py_ssize_t, more=cython.Py_ssize_t,
+               streams_arg=cython.Py_ssize_t, nargs=cython.Py_ssize_t, half=cython.Py_ssize_t,
+               lo=bytes)
 def parse_read_args(argv: list[bytes], group_cmd: bool) -> ReadArgs:
     a = ReadArgs()
     n = len(argv)
@@ -826,7 +858,7 @@ def parse_policy_ids(argv: list[bytes], pos: int) -> tuple[bytes, list[int]]:
             raise syntax_error()
     if ids is None:
         raise CommandError("ERR IDS option is required")
-    return policy or TRIM_KEEPREF, [parse_strict_stream_id(raw) for raw in ids]
+    return policy or TRIM_KEEPREF, parse_strict_stream_ids(ids)
 
 
 @command("xdelex", -5, "write fast", keys=(1, 1, 1), group="stream", since="8.2.0")
