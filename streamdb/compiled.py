@@ -31,6 +31,10 @@ __all__ = ["COMPILED_SOURCES", "PURE", "install_source_finder", "status"]
 COMPILED_SOURCES = (
     "streamdb/protocol/_resp.pyx",
     "streamdb/engine/ids.py",
+    "streamdb/commands/registry.py",
+    "streamdb/commands/context.py",
+    "streamdb/server/client.py",
+    "streamdb/server/core.py",
 )
 
 PURE = os.environ.get("STREAMDB_PURE", "") not in ("", "0")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import cython
+
 from ..engine import Stream
 from ..protocol.reply import CommandError
 
@@ -43,10 +45,10 @@ class BlockRequest:
         self.command = command
 
 
+# Compiled, a cclass whose attributes are the C fields declared in context.pxd
+# (one is made per request); interpreted, a plain class.
+@cython.cclass
 class Ctx:
-    __slots__ = ("core", "client", "db", "now_ms", "effects", "argv", "config",
-                 "in_exec", "replaying", "dirty")
-
     def __init__(self, core, client, now_ms: int, argv: list[bytes],
                  in_exec: bool = False, replaying: bool = False) -> None:
         self.core = core

@@ -29,9 +29,12 @@ import traceback
 from collections import defaultdict, deque
 from typing import TYPE_CHECKING, Callable
 
+import cython
+
 from .. import log
 from ..commands import registry
 from ..commands.context import BlockRequest, Ctx
+from ..commands.registry import CommandSpec
 from ..commands.observe import Observer
 from ..config import Config
 from ..engine import Keyspace
@@ -90,9 +93,8 @@ _REPLAY_KINDS = frozenset(("aof", "master"))
 _MULTI_IMMEDIATE = {"exec", "discard", "multi", "watch", "quit", "reset", "unwatch"}
 
 
+@cython.cclass
 class CommandStats:
-    __slots__ = ("calls", "usec", "rejected", "failed")
-
     def __init__(self) -> None:
         self.calls = 0
         self.usec = 0
@@ -124,6 +126,9 @@ class Stats:
         self.writes_processed = 0
 
 
+# Compiled, a cclass: the attributes the dispatch reads per request are C fields
+# (core.pxd), the rest live in its __dict__.
+@cython.cclass
 class Core:
     def __init__(self, config: Config | None = None, clock: Callable[[], float] = time.time) -> None:
         self.config = config or Config()
@@ -205,8 +210,9 @@ class Core:
     def execute(self, client: Client, argv: list[bytes]):
         """Run one request.  Returns the reply, BLOCKED (reply comes via client.deliver),
         or DROP (close the connection now, without a reply)."""
-        spec = registry.lookup(argv)
-        now = int(self.clock() * 1000)   # self.now_ms(), inlined: this runs per request
+        spec: CommandSpec = registry.lookup(argv)
+        sspec: CommandSpec
+        now: cython.longlong = int(self.clock() * 1000)   # self.now_ms(), inlined: per request
         client.last_ms = now
         if spec is None:
             if argv[0].lower() in _CROSS_PROTOCOL_NAMES and client.kind not in _REPLAY_KINDS:
@@ -313,11 +319,12 @@ class Core:
             self._cross_protocol_logged_ms = now
         return DROP
 
-    def _call(self, client: Client, spec, argv, now: int, in_exec: bool = False):
+    def _call(self, client: Client, spec: CommandSpec, argv, now,
+              in_exec: cython.bint = False) -> tuple:
         """Run a handler; returns (reply, effects, db index).  Errors become replies."""
-        ctx = Ctx(self, client, now, argv, in_exec, client.kind in _REPLAY_KINDS)
-        stats = self.stats.commands[spec.name]
-        t0 = time.perf_counter_ns()
+        ctx: Ctx = Ctx(self, client, now, argv, in_exec, client.kind in _REPLAY_KINDS)
+        stats: CommandStats = self.stats.commands[spec.name]
+        t0: cython.longlong = time.perf_counter_ns()
         try:
             reply = spec.handler(ctx, argv)
             if isinstance(reply, BlockRequest) and (in_exec or ctx.replaying):
@@ -332,7 +339,7 @@ class Core:
             reply = CommandError(f"ERR internal error in '{spec.name}': {type(e).__name__}")
             stats.failed += 1
             self._count_error(reply)
-        elapsed_ns = time.perf_counter_ns() - t0
+        elapsed_ns: cython.longlong = time.perf_counter_ns() - t0
         stats.calls += 1
         stats.usec += elapsed_ns // 1000
         self.stats.commands_processed += 1
