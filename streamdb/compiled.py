@@ -33,6 +33,7 @@ COMPILED_SOURCES = (
     "streamdb/engine/ids.py",
     "streamdb/commands/registry.py",
     "streamdb/commands/context.py",
+    "streamdb/commands/observe.py",
     "streamdb/server/client.py",
     "streamdb/server/core.py",
 )

@@ -2,6 +2,9 @@
 # compiled dispatch (server/core.py cimports this) makes and reads one without
 # look-ups.  Every attribute any handler sets is here (a compiled Ctx has no __dict__).
 
+cdef class BlockRequest:
+    cdef public object keys, timeout_ms, serve, timeout_reply, command
+
 cdef class Ctx:
     cdef public object core, client, db, now_ms, argv, config
     cdef public list effects

@@ -26,6 +26,9 @@ def syntax_error() -> CommandError:
     return CommandError("ERR syntax error")
 
 
+# A cclass when compiled: the dispatch asks isinstance(reply, BlockRequest) of
+# every reply, a C type check then.
+@cython.cclass
 class BlockRequest:
     """Returned by a handler that must wait for ``keys`` (XREAD/XREADGROUP BLOCK).
 
@@ -33,8 +36,6 @@ class BlockRequest:
     the reply, or None to keep waiting, and may raise CommandError.
     ``timeout_ms`` 0 waits forever; on timeout the client gets ``timeout_reply``.
     """
-
-    __slots__ = ("keys", "timeout_ms", "serve", "timeout_reply", "command")
 
     def __init__(self, keys: list[bytes], timeout_ms: int, serve: Callable,
                  timeout_reply, command: str) -> None:

@@ -32,10 +32,9 @@ from typing import TYPE_CHECKING, Callable
 import cython
 
 from .. import log
-from ..commands import registry
 from ..commands.context import BlockRequest, Ctx
-from ..commands.registry import CommandSpec
 from ..commands.observe import Observer
+from ..commands.registry import CommandSpec, lookup
 from ..config import Config
 from ..engine import Keyspace
 from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status
@@ -85,6 +84,10 @@ CROSS_PROTOCOL_WARNING = (
 # otherwise fill the log.
 _CROSS_PROTOCOL_LOG_INTERVAL_MS = 60_000
 
+# A module global: the compiled _call reads it twice per request without an
+# attribute look-up on the time module.
+_perf_counter_ns = time.perf_counter_ns
+
 # Commands allowed before AUTH when a password is set.
 _NO_AUTH_OK = {"auth", "hello", "quit", "reset"}
 # Clients that apply effects (AOF load, a replica's link to its primary).
@@ -102,6 +105,8 @@ class CommandStats:
         self.failed = 0
 
 
+# A cclass when compiled: the dispatch counts into its C fields (core.pxd).
+@cython.cclass
 class Stats:
     def __init__(self) -> None:
         self.reset()
@@ -210,7 +215,7 @@ class Core:
     def execute(self, client: Client, argv: list[bytes]):
         """Run one request.  Returns the reply, BLOCKED (reply comes via client.deliver),
         or DROP (close the connection now, without a reply)."""
-        spec: CommandSpec = registry.lookup(argv)
+        spec: CommandSpec = lookup(argv)
         sspec: CommandSpec
         now: cython.longlong = int(self.clock() * 1000)   # self.now_ms(), inlined: per request
         client.last_ms = now
@@ -324,7 +329,7 @@ class Core:
         """Run a handler; returns (reply, effects, db index).  Errors become replies."""
         ctx: Ctx = Ctx(self, client, now, argv, in_exec, client.kind in _REPLAY_KINDS)
         stats: CommandStats = self.stats.commands[spec.name]
-        t0: cython.longlong = time.perf_counter_ns()
+        t0: cython.longlong = _perf_counter_ns()
         try:
             reply = spec.handler(ctx, argv)
             if isinstance(reply, BlockRequest) and (in_exec or ctx.replaying):
@@ -339,7 +344,7 @@ class Core:
             reply = CommandError(f"ERR internal error in '{spec.name}': {type(e).__name__}")
             stats.failed += 1
             self._count_error(reply)
-        elapsed_ns: cython.longlong = time.perf_counter_ns() - t0
+        elapsed_ns: cython.longlong = _perf_counter_ns() - t0
         stats.calls += 1
         stats.usec += elapsed_ns // 1000
         self.stats.commands_processed += 1
@@ -377,7 +382,7 @@ class Core:
         db_at_start = cur_db = client.db
         now = self.now_ms()
         for argv in queue:
-            spec = registry.lookup(argv)
+            spec = lookup(argv)
             if spec.subcommands:
                 spec = spec.subcommands[argv[1].decode("latin-1").lower()]
             # The user's rules may have changed since the command was queued (Redis checks again).
@@ -451,7 +456,7 @@ class Core:
                                   else [int(a) for a in argv[1:]] if name == b"swapdb"
                                   else [cur])
                 continue
-            spec = registry.lookup(argv)
+            spec = lookup(argv)
             if spec.subcommands:
                 spec = spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
             for key in spec.keys(argv):
@@ -604,14 +609,14 @@ def _refused_for_memory(spec, client: Client) -> bool:
 
 
 def _is_denyoom(argv: list[bytes]) -> bool:
-    spec = registry.lookup(argv)
+    spec = lookup(argv)
     if spec is not None and spec.subcommands and len(argv) > 1:
         spec = spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
     return spec is not None and "denyoom" in spec.flags
 
 
 def _is_write(argv: list[bytes]) -> bool:
-    spec = registry.lookup(argv)
+    spec = lookup(argv)
     return spec is not None and spec.is_write
 
 
