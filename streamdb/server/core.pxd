@@ -28,3 +28,4 @@ cdef class Core:
     cdef public list effect_sinks
 
     cpdef tuple _call(self, Client client, CommandSpec spec, argv, now, bint in_exec=*)
+    cpdef _emit(self, Py_ssize_t db_index, list effects, bint atomic=*)

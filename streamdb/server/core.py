@@ -432,7 +432,7 @@ class Core:
         they stand for in ``ctx.dirty`` itself)."""
         return any(getattr(sink, "records_commands", True) for sink in self.effect_sinks)
 
-    def _emit(self, db_index: int, effects: list[list[bytes]], atomic: bool = True) -> None:
+    def _emit(self, db_index: cython.Py_ssize_t, effects: list, atomic: cython.bint = True) -> None:
         """The one path every change takes: WATCH, blocked clients, then the sinks.
 
         ``atomic``: the effects are one command's, so a batch of several is
