@@ -2,6 +2,8 @@
 # compiled dispatch (server/core.py cimports this) makes and reads one without
 # look-ups.  Every attribute any handler sets is here (a compiled Ctx has no __dict__).
 
+from streamdb.server.client cimport Client
+
 cdef class BlockRequest:
     cdef public object keys, timeout_ms, serve, timeout_reply, command
 

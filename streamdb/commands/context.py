@@ -16,6 +16,7 @@ import cython
 
 from ..engine import Stream
 from ..protocol.reply import CommandError
+from ..server.client import Client
 
 __all__ = ["Ctx", "BlockRequest", "WRONGTYPE", "syntax_error"]
 
@@ -50,7 +51,7 @@ class BlockRequest:
 # (one is made per request); interpreted, a plain class.
 @cython.cclass
 class Ctx:
-    def __init__(self, core, client, now_ms: int, argv: list[bytes],
+    def __init__(self, core, client: Client, now_ms: int, argv: list[bytes],
                  in_exec: bool = False, replaying: bool = False) -> None:
         self.core = core
         self.client = client
