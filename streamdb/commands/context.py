@@ -38,6 +38,8 @@ class BlockRequest:
     ``timeout_ms`` 0 waits forever; on timeout the client gets ``timeout_reply``.
     """
 
+    __slots__ = ("keys", "timeout_ms", "serve", "timeout_reply", "command")
+
     def __init__(self, keys: list[bytes], timeout_ms: int, serve: Callable,
                  timeout_reply, command: str) -> None:
         self.keys = keys
@@ -51,6 +53,9 @@ class BlockRequest:
 # (one is made per request); interpreted, a plain class.
 @cython.cclass
 class Ctx:
+    __slots__ = ("core", "client", "db", "now_ms", "effects", "argv", "config",
+                 "in_exec", "replaying", "dirty")
+
     def __init__(self, core, client: Client, now_ms: int, argv: list[bytes],
                  in_exec: bool = False, replaying: bool = False) -> None:
         self.core = core

@@ -103,7 +103,9 @@ class Observer:
         name = spec.name
         bits: cython.int
         if settings["latency-tracking"]:
-            bits = _bit_length(elapsed_ns) - _HIST_BITS
+            # (int.bit_length, which the compiled form would make a Python int for)
+            bits = (_bit_length(elapsed_ns) if cython.compiled
+                    else elapsed_ns.bit_length()) - _HIST_BITS
             self.histograms[name][elapsed_ns >> bits << bits if bits > 0 else elapsed_ns] += 1
         usec: cython.longlong = elapsed_ns // 1000
         threshold: cython.longlong = settings["slowlog-log-slower-than"]
@@ -180,9 +182,7 @@ class Observer:
 @cython.cfunc
 @cython.inline
 def _bit_length(n: cython.longlong) -> cython.int:
-    """int.bit_length of a duration (>= 0), without making it a Python int when compiled."""
-    if not cython.compiled:
-        return n.bit_length()
+    """int.bit_length of a duration (>= 0) in C."""
     bits: cython.int = 0
     while n > 0:
         n >>= 1

@@ -11,9 +11,17 @@ __all__ = ["Client", "client_info_line"]
 
 
 # Compiled, a cclass whose attributes are the C fields declared in client.pxd
-# (what the compiled dispatch reads per request); interpreted, a plain class.
+# (what the compiled dispatch reads per request); interpreted, a plain class
+# with the same attributes as slots.
 @cython.cclass
 class Client:
+    __slots__ = ("id", "name", "db", "resp", "authenticated", "user", "addr", "laddr",
+                 "created_ms", "last_ms", "last_cmd", "in_multi", "multi_queue",
+                 "multi_error", "watched", "dirty_cas", "blocked", "block_timer",
+                 "deliver", "close", "lib_name", "lib_ver", "flags", "kind",
+                 "close_after_reply", "query_buffer", "output_size", "woff", "aof_woff",
+                 "acl_check")
+
     def __init__(self, cid: int, now_ms: int, deliver: Callable | None = None,
                  addr: str = "", laddr: str = "") -> None:
         self.id = cid

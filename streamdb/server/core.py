@@ -98,6 +98,8 @@ _MULTI_IMMEDIATE = {"exec", "discard", "multi", "watch", "quit", "reset", "unwat
 
 @cython.cclass
 class CommandStats:
+    __slots__ = ("calls", "usec", "rejected", "failed")
+
     def __init__(self) -> None:
         self.calls = 0
         self.usec = 0
