@@ -109,7 +109,7 @@ class Observer:
             self.histograms[name][elapsed_ns >> bits << bits if bits > 0 else elapsed_ns] += 1
         usec: cython.longlong = elapsed_ns // 1000
         threshold: cython.longlong = settings["slowlog-log-slower-than"]
-        ms_threshold: cython.longlong = settings["latency-monitor-threshold"]
+        ms_threshold = settings["latency-monitor-threshold"]   # (a Python int: * 1000 below)
         if not (0 <= threshold <= usec or ms_threshold or self.monitors):
             return          # the usual case: nothing more to record
         if 0 <= threshold <= usec and name != "exec":

@@ -1,9 +1,10 @@
-"""The compiled dispatch (server/core.py, commands/registry.py and the cclasses it
-types) held equal to its source.
+"""The compiled dispatch (server/core.py, commands/registry.py, the per-command
+hook of commands/observe.py and the cclasses they type) held equal to its source.
 
 ``compiled.load_source`` runs a pure-mode module from its ``.py`` beside the
 built one; Hypothesis drives both with the same random input: command names and
-argv through the registry's look-up and key positions, and random sequences of
+argv through the registry's look-up and key positions, random durations and
+settings through the per-command hook, and random sequences of
 requests (the checks' error paths, MULTI/EXEC, SELECT, streams and groups)
 through a compiled Core and a source Core, which must give the same reply
 bytes, the same effects and the same counters.  Under STREAMDB_PURE both sides
@@ -16,12 +17,27 @@ from hypothesis import given, settings, strategies as st
 
 from streamdb import compiled
 from streamdb.commands import registry
+from streamdb.commands.observe import Observer
 from streamdb.config import Config
 from streamdb.protocol import encode_reply
 from streamdb.server import core as core_module
 
 SOURCE_REGISTRY = compiled.load_source("streamdb.commands.registry")
 SOURCE_CORE = compiled.load_source("streamdb.server.core")
+
+
+def _load_source_observe():
+    """observe.py from its source; its @command registrations would replace the
+    table's (compiled) handlers, so the table is put back as it was."""
+    table = dict(registry.COMMANDS)
+    try:
+        return compiled.load_source("streamdb.commands.observe")
+    finally:
+        registry.COMMANDS.clear()
+        registry.COMMANDS.update(table)
+
+
+SOURCE_OBSERVE = _load_source_observe()
 
 NAMES = sorted(registry.COMMANDS)
 
@@ -94,6 +110,34 @@ def test_a_compiled_core_and_a_source_core_answer_alike(requests):
     assert _run(core_module.Core, requests) == _run(SOURCE_CORE.Core, requests)
 
 
-def test_the_source_core_really_is_the_source():
+def _observe(observer_class, settings, calls):
+    core = core_module.Core(Config(), clock=lambda: 1_700_000_000.5)
+    core.config.values.update(settings)
+    observer = observer_class(core)
+    client = core.new_client()
+    for name, argv, elapsed_ns in calls:
+        observer.command_done(registry.COMMANDS[name], client, argv, elapsed_ns)
+    histograms = {name: dict(h) for name, h in observer.histograms.items()}
+    latency = {name: (ev.max, list(ev.samples)) for name, ev in observer.latency.items()}
+    return histograms, list(observer.slowlog), observer.slowlog_next_id, latency
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.fixed_dictionaries({
+           "latency-tracking": st.booleans(),
+           "slowlog-log-slower-than": st.sampled_from([-1, 0, 1, 1000, 2**63 - 1]),
+           "latency-monitor-threshold": st.sampled_from([0, 1, 5, 2**63 - 1])}),
+       st.lists(st.tuples(st.sampled_from(["ping", "xadd", "exec", "config"]),
+                          st.lists(st.binary(max_size=3), min_size=1, max_size=3),
+                          st.one_of(st.integers(0, 2**20), st.integers(0, 2**62))),
+                max_size=20))
+def test_the_per_command_hook_records_as_the_source(settings_, calls):
+    assert (_observe(Observer, settings_, calls)
+            == _observe(SOURCE_OBSERVE.Observer, settings_, calls))
+
+
+def test_the_source_modules_really_are_the_source():
     assert not compiled.is_compiled(SOURCE_CORE)
     assert not compiled.is_compiled(SOURCE_REGISTRY)
+    assert not compiled.is_compiled(SOURCE_OBSERVE)
+    assert registry.COMMANDS["slowlog"].handler.__module__ == "streamdb.commands.observe"
