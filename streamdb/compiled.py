@@ -37,6 +37,11 @@ COMPILED_SOURCES = (
     "streamdb/commands/args.py",
     "streamdb/commands/streams.py",
     "streamdb/commands/groups.py",
+    "streamdb/commands/registry.py",
+    "streamdb/commands/context.py",
+    "streamdb/commands/observe.py",
+    "streamdb/server/client.py",
+    "streamdb/server/core.py",
 )
 
 PURE = os.environ.get("STREAMDB_PURE", "") not in ("", "0")

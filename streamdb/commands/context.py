@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from typing import Callable
 
+import cython
+
 from ..engine import Stream
 from ..protocol.reply import CommandError
+from ..server.client import Client
 
 __all__ = ["Ctx", "BlockRequest", "WRONGTYPE", "syntax_error"]
 
@@ -24,6 +27,9 @@ def syntax_error() -> CommandError:
     return CommandError("ERR syntax error")
 
 
+# A cclass when compiled: the dispatch asks isinstance(reply, BlockRequest) of
+# every reply, a C type check then.
+@cython.cclass
 class BlockRequest:
     """Returned by a handler that must wait for ``keys`` (XREAD/XREADGROUP BLOCK).
 
@@ -43,11 +49,14 @@ class BlockRequest:
         self.command = command
 
 
+# Compiled, a cclass whose attributes are the C fields declared in context.pxd
+# (one is made per request); interpreted, a plain class.
+@cython.cclass
 class Ctx:
     __slots__ = ("core", "client", "db", "now_ms", "effects", "argv", "config",
                  "in_exec", "replaying", "dirty")
 
-    def __init__(self, core, client, now_ms: int, argv: list[bytes],
+    def __init__(self, core, client: Client, now_ms: int, argv: list[bytes],
                  in_exec: bool = False, replaying: bool = False) -> None:
         self.core = core
         self.client = client

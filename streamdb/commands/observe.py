@@ -23,13 +23,15 @@ import sys
 import time
 from collections import defaultdict, deque
 
+import cython
+
 from ..config import DIRECTIVES
 from ..engine import Stream
 from ..protocol.reply import OK, CommandError, Map, Status, Verbatim
 from ..server.limits import used_memory
 from .args import parse_int
 from .context import Ctx, syntax_error
-from .registry import command, subcommand
+from .registry import CommandSpec, command, subcommand
 
 __all__ = ["Observer", "latencystats_fields", "rewrite_config_file"]
 
@@ -56,21 +58,23 @@ def _new_histogram() -> defaultdict:
     return defaultdict(int)
 
 
+# Compiled, a cclass (observe.pxd): the dispatch calls command_done per request.
+@cython.cclass
 class Observer:
     """State of the observability commands; one per Core (``core.observe``)."""
 
     def __init__(self, core) -> None:
         self.core = core
         self.settings = core.config.values
-        self.slowlog: deque = deque()          # newest first, as SLOWLOG GET replies
+        self.slowlog = deque()                 # newest first, as SLOWLOG GET replies
         self.slowlog_next_id = 0
-        self.latency: dict[str, LatencyEvent] = {}
-        self.monitors: dict[int, object] = {}   # client id -> Client in MONITOR mode
+        self.latency = {}                      # event name -> LatencyEvent
+        self.monitors = {}                     # client id -> Client in MONITOR mode
         # command name -> {bucket lower bound in ns: count}
-        self.histograms: defaultdict[str, defaultdict[int, int]] = defaultdict(_new_histogram)
+        self.histograms = defaultdict(_new_histogram)
         self.startup_memory = used_memory(core)     # MEMORY STATS startup.allocated
         # (monotonic s, commands, net in, net out) taken by cron: INFO's instantaneous_*.
-        self.rate_samples: deque = deque(maxlen=_RATE_SAMPLES)
+        self.rate_samples = deque(maxlen=_RATE_SAMPLES)
 
     def cron(self) -> None:
         """Server cron hook: sample the counters for the instantaneous_* rates."""
@@ -93,16 +97,19 @@ class Observer:
 
     # -- the per-command hook ----------------------------------------------------
 
-    def command_done(self, spec, client, argv: list[bytes], elapsed_ns: int) -> None:
+    def command_done(self, spec: CommandSpec, client, argv, elapsed_ns: cython.longlong) -> None:
         """One request ``argv`` of ``client`` ran ``spec``, taking ``elapsed_ns``."""
         settings = self.settings
         name = spec.name
+        bits: cython.int
         if settings["latency-tracking"]:
-            bits = elapsed_ns.bit_length() - _HIST_BITS
+            # (int.bit_length, which the compiled form would make a Python int for)
+            bits = (_bit_length(elapsed_ns) if cython.compiled
+                    else elapsed_ns.bit_length()) - _HIST_BITS
             self.histograms[name][elapsed_ns >> bits << bits if bits > 0 else elapsed_ns] += 1
-        usec = elapsed_ns // 1000
-        threshold = settings["slowlog-log-slower-than"]
-        ms_threshold = settings["latency-monitor-threshold"]
+        usec: cython.longlong = elapsed_ns // 1000
+        threshold: cython.longlong = settings["slowlog-log-slower-than"]
+        ms_threshold = settings["latency-monitor-threshold"]   # (a Python int: * 1000 below)
         if not (0 <= threshold <= usec or ms_threshold or self.monitors):
             return          # the usual case: nothing more to record
         if 0 <= threshold <= usec and name != "exec":
@@ -170,6 +177,17 @@ class Observer:
                     out.append((p, _bucket_upper_ns(lower) / 1000.0))
                     break
         return out
+
+
+@cython.cfunc
+@cython.inline
+def _bit_length(n: cython.longlong) -> cython.int:
+    """int.bit_length of a duration (>= 0) in C."""
+    bits: cython.int = 0
+    while n > 0:
+        n >>= 1
+        bits += 1
+    return bits
 
 
 def _bucket_upper_ns(lower: int) -> int:

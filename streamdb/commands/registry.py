@@ -10,34 +10,43 @@ Arity follows Redis: positive = exact argc, negative = at least -arity.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable
+
+import cython
 
 from ..security.categories import category_override, extra_categories
 
 __all__ = ["CommandSpec", "COMMANDS", "command", "subcommand", "lookup"]
 
 
-@dataclass
+# Compiled, a cclass whose attributes are the C fields declared in registry.pxd
+# (the dispatch reads several per request); interpreted, a plain class.
+@cython.cclass
 class CommandSpec:
-    name: str                      # lower case; "xgroup|create" for subcommands
-    arity: int
-    flags: frozenset[str]
-    first_key: int = 0
-    last_key: int = 0
-    key_step: int = 0
-    handler: Callable | None = None
-    group: str = "generic"
-    grammar: str = ""              # the docstring's first line: "XLEN key"
-    since: str = "1.0.0"
-    acl_categories: tuple[str, ...] = ()
-    subcommands: dict[str, "CommandSpec"] = field(default_factory=dict)
-    # For commands whose keys cannot be described by first/last/step.
-    key_finder: Callable[[list[bytes]], list[int]] | None = None
+    def __init__(self, name: str, arity: int, flags: frozenset, first_key: int = 0,
+                 last_key: int = 0, key_step: int = 0, handler: Callable | None = None,
+                 group: str = "generic", grammar: str = "", since: str = "1.0.0",
+                 acl_categories: tuple = (), subcommands: dict | None = None,
+                 key_finder: Callable | None = None) -> None:
+        self.name = name               # lower case; "xgroup|create" for subcommands
+        self.arity = arity
+        self.flags = flags
+        self.first_key = first_key
+        self.last_key = last_key
+        self.key_step = key_step
+        self.handler = handler
+        self.group = group
+        self.grammar = grammar         # the docstring's first line: "XLEN key"
+        self.since = since
+        self.acl_categories = acl_categories
+        self.subcommands = {} if subcommands is None else subcommands
+        # For commands whose keys cannot be described by first/last/step.
+        self.key_finder = key_finder
+        # Asked per request (replica read-only, MISCONF); flags never change.
+        self.is_write = "write" in flags
 
-    @property
-    def is_write(self) -> bool:
-        return "write" in self.flags
+    def __repr__(self) -> str:
+        return f"CommandSpec({self.name!r}, arity={self.arity})"
 
     def key_positions(self, argv: list[bytes]) -> list[int]:
         if self.key_finder is not None:
@@ -116,11 +125,11 @@ def subcommand(parent: str, name: str, arity: int, flags: str = "",
 # argv[0] exactly as clients send it ("XADD", "xadd") -> spec: saves a decode
 # and a lower() per request.  Bounded (odd casings are not cached past the
 # bound) and cleared whenever the table changes.
-_BY_RAW: dict[bytes, CommandSpec] = {}
+_BY_RAW = {}   # bytes -> CommandSpec
 _BY_RAW_MAX = 2048
 
 
-def lookup(argv: list[bytes]) -> CommandSpec | None:
+def lookup(argv) -> CommandSpec | None:
     """The spec of the command named by argv[0] (not resolving subcommands)."""
     try:
         raw = argv[0]

@@ -29,10 +29,12 @@ import traceback
 from collections import defaultdict, deque
 from typing import TYPE_CHECKING, Callable
 
+import cython
+
 from .. import log
-from ..commands import registry
 from ..commands.context import BlockRequest, Ctx
 from ..commands.observe import Observer
+from ..commands.registry import CommandSpec, lookup
 from ..config import Config
 from ..engine import Keyspace
 from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status
@@ -82,6 +84,10 @@ CROSS_PROTOCOL_WARNING = (
 # otherwise fill the log.
 _CROSS_PROTOCOL_LOG_INTERVAL_MS = 60_000
 
+# A module global: the compiled _call reads it twice per request without an
+# attribute look-up on the time module.
+_perf_counter_ns = time.perf_counter_ns
+
 # Commands allowed before AUTH when a password is set.
 _NO_AUTH_OK = {"auth", "hello", "quit", "reset"}
 # Clients that apply effects (AOF load, a replica's link to its primary).
@@ -90,6 +96,7 @@ _REPLAY_KINDS = frozenset(("aof", "master"))
 _MULTI_IMMEDIATE = {"exec", "discard", "multi", "watch", "quit", "reset", "unwatch"}
 
 
+@cython.cclass
 class CommandStats:
     __slots__ = ("calls", "usec", "rejected", "failed")
 
@@ -100,6 +107,8 @@ class CommandStats:
         self.failed = 0
 
 
+# A cclass when compiled: the dispatch counts into its C fields (core.pxd).
+@cython.cclass
 class Stats:
     def __init__(self) -> None:
         self.reset()
@@ -124,6 +133,9 @@ class Stats:
         self.writes_processed = 0
 
 
+# Compiled, a cclass: the attributes the dispatch reads per request are C fields
+# (core.pxd), the rest live in its __dict__.
+@cython.cclass
 class Core:
     def __init__(self, config: Config | None = None, clock: Callable[[], float] = time.time) -> None:
         self.config = config or Config()
@@ -205,8 +217,9 @@ class Core:
     def execute(self, client: Client, argv: list[bytes]):
         """Run one request.  Returns the reply, BLOCKED (reply comes via client.deliver),
         or DROP (close the connection now, without a reply)."""
-        spec = registry.lookup(argv)
-        now = int(self.clock() * 1000)   # self.now_ms(), inlined: this runs per request
+        spec: CommandSpec = lookup(argv)
+        sspec: CommandSpec
+        now: cython.longlong = int(self.clock() * 1000)   # self.now_ms(), inlined: per request
         client.last_ms = now
         if spec is None:
             if argv[0].lower() in _CROSS_PROTOCOL_NAMES and client.kind not in _REPLAY_KINDS:
@@ -313,11 +326,12 @@ class Core:
             self._cross_protocol_logged_ms = now
         return DROP
 
-    def _call(self, client: Client, spec, argv, now: int, in_exec: bool = False):
+    def _call(self, client: Client, spec: CommandSpec, argv, now,
+              in_exec: cython.bint = False) -> tuple:
         """Run a handler; returns (reply, effects, db index).  Errors become replies."""
-        ctx = Ctx(self, client, now, argv, in_exec, client.kind in _REPLAY_KINDS)
-        stats = self.stats.commands[spec.name]
-        t0 = time.perf_counter_ns()
+        ctx: Ctx = Ctx(self, client, now, argv, in_exec, client.kind in _REPLAY_KINDS)
+        stats: CommandStats = self.stats.commands[spec.name]
+        t0: cython.longlong = _perf_counter_ns()
         try:
             reply = spec.handler(ctx, argv)
             if isinstance(reply, BlockRequest) and (in_exec or ctx.replaying):
@@ -332,7 +346,7 @@ class Core:
             reply = CommandError(f"ERR internal error in '{spec.name}': {type(e).__name__}")
             stats.failed += 1
             self._count_error(reply)
-        elapsed_ns = time.perf_counter_ns() - t0
+        elapsed_ns: cython.longlong = _perf_counter_ns() - t0
         stats.calls += 1
         stats.usec += elapsed_ns // 1000
         self.stats.commands_processed += 1
@@ -370,7 +384,7 @@ class Core:
         db_at_start = cur_db = client.db
         now = self.now_ms()
         for argv in queue:
-            spec = registry.lookup(argv)
+            spec = lookup(argv)
             if spec.subcommands:
                 spec = spec.subcommands[argv[1].decode("latin-1").lower()]
             # The user's rules may have changed since the command was queued (Redis checks again).
@@ -420,7 +434,7 @@ class Core:
         they stand for in ``ctx.dirty`` itself)."""
         return any(getattr(sink, "records_commands", True) for sink in self.effect_sinks)
 
-    def _emit(self, db_index: int, effects: list[list[bytes]], atomic: bool = True) -> None:
+    def _emit(self, db_index: cython.Py_ssize_t, effects: list, atomic: cython.bint = True) -> None:
         """The one path every change takes: WATCH, blocked clients, then the sinks.
 
         ``atomic``: the effects are one command's, so a batch of several is
@@ -444,7 +458,7 @@ class Core:
                                   else [int(a) for a in argv[1:]] if name == b"swapdb"
                                   else [cur])
                 continue
-            spec = registry.lookup(argv)
+            spec = lookup(argv)
             if spec.subcommands:
                 spec = spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
             for key in spec.keys(argv):
@@ -597,14 +611,14 @@ def _refused_for_memory(spec, client: Client) -> bool:
 
 
 def _is_denyoom(argv: list[bytes]) -> bool:
-    spec = registry.lookup(argv)
+    spec = lookup(argv)
     if spec is not None and spec.subcommands and len(argv) > 1:
         spec = spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
     return spec is not None and "denyoom" in spec.flags
 
 
 def _is_write(argv: list[bytes]) -> bool:
-    spec = registry.lookup(argv)
+    spec = lookup(argv)
     return spec is not None and spec.is_write
 
 

@@ -1,0 +1,14 @@
+# The compiled form of context.py's Ctx: its attributes as C fields, so that the
+# compiled dispatch (server/core.py cimports this) makes and reads one without
+# look-ups.  Every attribute any handler sets is here (a compiled Ctx has no __dict__).
+
+from streamdb.server.client cimport Client
+
+cdef class BlockRequest:
+    cdef public object keys, timeout_ms, serve, timeout_reply, command
+
+cdef class Ctx:
+    cdef public object core, client, db, now_ms, argv, config
+    cdef public list effects
+    cdef public bint in_exec, replaying
+    cdef public Py_ssize_t dirty

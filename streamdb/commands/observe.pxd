@@ -1,0 +1,12 @@
+# The compiled form of observe.py's Observer: its state as C fields and the
+# per-command hook as a C call from the compiled dispatch (server/core.py
+# cimports this).  Every attribute any module sets is here (no __dict__).
+
+from streamdb.commands.registry cimport CommandSpec
+
+cdef class Observer:
+    cdef public object core, slowlog, latency, monitors, histograms, startup_memory, rate_samples
+    cdef public dict settings
+    cdef public long long slowlog_next_id
+
+    cpdef command_done(self, CommandSpec spec, client, argv, long long elapsed_ns)

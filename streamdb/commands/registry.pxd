@@ -1,0 +1,14 @@
+# The compiled form of registry.py: CommandSpec's attributes as C fields and the
+# look-up as a C call, for the compiled dispatch (server/core.py cimports this).
+
+cdef class CommandSpec:
+    cdef public str name, group, grammar, since
+    cdef public Py_ssize_t arity, first_key, last_key, key_step
+    cdef public object flags, handler, key_finder
+    cdef public tuple acl_categories
+    cdef public dict subcommands
+    cdef readonly bint is_write
+
+cdef dict _BY_RAW
+
+cpdef CommandSpec lookup(argv)

@@ -1,0 +1,31 @@
+# The compiled form of core.py: the dispatch's per-request state as C fields and
+# its helpers as C calls.  Core keeps a __dict__ for the many attributes only the
+# subsystems read (persistence, replication, hooks): only the hot ones are here.
+
+from streamdb.commands.context cimport BlockRequest, Ctx
+from streamdb.commands.observe cimport Observer
+from streamdb.commands.registry cimport CommandSpec, lookup
+from streamdb.server.client cimport Client
+
+cdef class CommandStats:
+    cdef public long long calls, usec, rejected, failed
+
+cdef class Stats:
+    cdef public long long commands_processed, connections_received, rejected_connections
+    cdef public long long output_buffer_limit_disconnections, query_buffer_limit_disconnections
+    cdef public long long expired_keys, error_replies, net_input_bytes, net_output_bytes
+    cdef public long long keyspace_hits, keyspace_misses, reads_processed, writes_processed
+    cdef public object errors, commands
+
+cdef class Core:
+    cdef dict __dict__
+    cdef public object config, keyspace, clock, write_refusal, current_client
+    cdef public Observer observe
+    cdef public Stats stats
+    cdef public bint is_replica, loading, out_of_memory
+    cdef public Py_ssize_t dirty
+    cdef public dict ready_keys, blocking_keys
+    cdef public list effect_sinks
+
+    cpdef tuple _call(self, Client client, CommandSpec spec, argv, now, bint in_exec=*)
+    cpdef _emit(self, Py_ssize_t db_index, list effects, bint atomic=*)
