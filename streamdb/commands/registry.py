@@ -102,7 +102,7 @@ def command(name: str, arity: int, flags: str = "", keys: tuple[int, int, int] =
                            grammar=_grammar(fn), since=since, key_finder=key_finder,
                            acl_categories=categories or _categories(fl, group, name))
         COMMANDS[name] = spec
-        _BY_RAW.clear()
+        table_changed()
         return fn
     return register
 
@@ -127,6 +127,12 @@ def subcommand(parent: str, name: str, arity: int, flags: str = "",
 # bound) and cleared whenever the table changes.
 _BY_RAW = {}   # bytes -> CommandSpec
 _BY_RAW_MAX = 2048
+
+
+def table_changed() -> None:
+    """Forget the cached look-ups: COMMANDS was changed (a registration, or a test that
+    installs another table)."""
+    _BY_RAW.clear()
 
 
 def lookup(argv) -> CommandSpec | None:

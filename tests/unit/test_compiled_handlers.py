@@ -45,7 +45,7 @@ def _install(table: dict) -> None:
         spec.subcommands.clear()
         spec.subcommands.update(subs)
         registry.COMMANDS[name] = spec
-    registry._BY_RAW.clear()
+    registry.table_changed()
 
 
 @pytest.fixture(scope="module")
