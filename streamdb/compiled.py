@@ -13,9 +13,9 @@ The hot path is compiled with Cython when ``pip install`` runs (setup.py reads
 
 ``install_source_finder`` (run by ``streamdb/__init__.py``) makes the import
 system take a pure-mode module's source instead of its extension module when
-``STREAMDB_PURE=1`` is set, and when the source is newer than its build (an
-edited file whose extension was not rebuilt would otherwise silently run the old
-code).  ``status()`` says which path runs, for the start-up log and ``INFO server``.
+``STREAMDB_PURE=1`` is set, and when the source (or the ``.pxd`` beside it, which
+declares the compiled form's C fields) is newer than its build: an edited file
+whose extension was not rebuilt would otherwise silently run the old code.  ``status()`` says which path runs, for the start-up log and ``INFO server``.
 """
 
 from __future__ import annotations
@@ -75,11 +75,14 @@ class _SourceFinder:
                               fullname.rsplit(".", 1)[1] + ".py")
         if not os.path.exists(source):
             return None
+        # The build's inputs: the source and, when there is one, the .pxd that
+        # declares its C fields (Cython reads it beside the .py).
+        inputs = [source] + [p for p in (source[:-3] + ".pxd",) if os.path.exists(p)]
         if PURE:
             why = "STREAMDB_PURE is set"
-        elif os.path.getmtime(source) > os.path.getmtime(spec.origin):
-            why = (f"stale build: {fullname.replace('.', '/')}.py is newer than its compiled "
-                   "module (pip install -e . rebuilds it)")
+        elif max(map(os.path.getmtime, inputs)) > os.path.getmtime(spec.origin):
+            why = (f"stale build: {fullname.replace('.', '/')}.py or its .pxd is newer than "
+                   "its compiled module (pip install -e . rebuilds it)")
         else:
             return None
         _source_instead[fullname] = why
