@@ -60,16 +60,7 @@ _NO_LIMIT = 1 << 62
 class Node:
     """A run of consecutive entries: open (lists) or sealed (one msgpack blob)."""
 
-    first = cython.declare(object, visibility="public")
-    last = cython.declare(object, visibility="public")
-    total = cython.declare(object, visibility="public")
-    live = cython.declare(object, visibility="public")
-    nbytes = cython.declare(object, visibility="public")
-    master = cython.declare(list, visibility="public")
-    ids = cython.declare(list, visibility="public")
-    entries = cython.declare(list, visibility="public")
-    blob = cython.declare(bytes, visibility="public")
-    deleted = cython.declare(set, visibility="public")
+    # Its fields (C struct fields when compiled) are declared in stream.pxd.
 
     def __init__(self, first_id: int, fields: list) -> None:
         self.first = first_id
@@ -85,7 +76,8 @@ class Node:
 
     # -- encoding ---------------------------------------------------------
 
-    def seal(self) -> None:
+    @cython.ccall
+    def seal(self):
         """Pack the open node into its msgpack blob and drop the lists."""
         if self.blob is not None:
             return
@@ -134,10 +126,7 @@ class _Decoded:
     """A sealed node unpacked (Node._decoded): its ids, its stored value rows and
     master field names, and its entries once someone needs them as lists."""
 
-    ids: list
-    master: list
-    rows: list
-    entries: list
+    # Its fields (C struct fields when compiled) are declared in stream.pxd.
 
     def __init__(self, blob: bytes) -> None:
         base_ms, self.master, id_pairs, self.rows = msgpack.unpackb(blob, raw=True,
@@ -204,12 +193,30 @@ def decode_node(blob: bytes) -> tuple[list[int], list[list]]:
     return d.ids, d.build_entries()
 
 
-def _entry_bytes(fv: list, same_fields: bool) -> int:
+@cython.cfunc
+@cython.locals(n=cython.Py_ssize_t, i=cython.Py_ssize_t, step=cython.Py_ssize_t)
+def _entry_bytes(fv: list, same_fields: cython.bint) -> cython.Py_ssize_t:
+    """The bytes entry ``fv`` adds to a node: its values only when its field names
+    are the node's master fields, else all its elements."""
     n = _ENTRY_OVERHEAD
-    vals = fv[1::2] if same_fields else fv
-    for x in vals:
-        n += len(x) + _ELEMENT_OVERHEAD
+    # An index loop, not a slice: no list is made (XADD computes this per entry).
+    i, step = (1, 2) if same_fields else (0, 1)
+    while i < len(fv):
+        n += len(fv[i]) + _ELEMENT_OVERHEAD
+        i += step
     return n
+
+
+@cython.cfunc
+@cython.locals(j=cython.Py_ssize_t)
+def _has_master_fields(fv: list, master: list) -> cython.bint:
+    """``fv[0::2] == master``, without making the list."""
+    if len(fv) != 2 * len(master):
+        return False
+    for j in range(len(master)):
+        if fv[2 * j] != master[j]:
+            return False
+    return True
 
 
 @cython.final
@@ -217,14 +224,7 @@ def _entry_bytes(fv: list, same_fields: bool) -> int:
 class Stream:
     """A Redis stream: entries, its counters, and its consumer groups."""
 
-    nodes = cython.declare(list, visibility="public")
-    firsts = cython.declare(list, visibility="public")
-    length = cython.declare(object, visibility="public")
-    last_id = cython.declare(object, visibility="public")
-    entries_added = cython.declare(object, visibility="public")
-    max_deleted_id = cython.declare(object, visibility="public")
-    groups = cython.declare(dict, visibility="public")
-    idmp = cython.declare(object, visibility="public")
+    # Its fields (C struct fields when compiled) are declared in stream.pxd.
 
     def __init__(self) -> None:
         self.nodes = []         # of Node
@@ -239,13 +239,13 @@ class Stream:
 
     # -- appending ------------------------------------------------------------
 
-    def append(self, sid: int, fv: list, max_entries: int, max_bytes: int) -> None:
+    @cython.ccall
+    def append(self, sid, fv: list, max_entries, max_bytes):
         """Add an entry whose ID is already known to be > last_id."""
         tail: Node = self.nodes[-1] if self.nodes else None
         size: cython.Py_ssize_t
         if tail is not None:
-            vals = fv[1::2] if len(fv) == 2 * len(tail.master) and fv[0::2] == tail.master else fv
-            size = _ENTRY_OVERHEAD + sum(map(len, vals)) + _ELEMENT_OVERHEAD * len(vals)   # _entry_bytes
+            size = _entry_bytes(fv, _has_master_fields(fv, tail.master))
             if (max_bytes and tail.nbytes + size >= max_bytes) or \
                     (max_entries and tail.total >= max_entries):
                 tail.seal()

@@ -1,0 +1,6 @@
+# The compiled form of streams.py sees the C types of what its handlers touch
+# (a Ctx, a Stream): XADD then reads their fields and calls their methods without
+# look-ups.  Only cimports: the module's own classes need no declaration here.
+
+from streamdb.commands.context cimport Ctx
+from streamdb.engine.stream cimport Stream
