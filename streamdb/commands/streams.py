@@ -11,11 +11,12 @@ from itertools import repeat
 
 import cython
 
-from ..engine import MAX_ID, MIN_ID, format_id
+from ..engine import MAX_ID, MIN_ID
 from ..engine.idmp import (DURATION_MAX, DURATION_MIN, MAXSIZE_MAX, MAXSIZE_MIN,
                            IdmpState, auto_iid)
-from ..engine.ids import PAST_MAX_ID, U64, InvalidID, id_ms, id_seq, make_id, parse_id
-from ..engine.stream import Stream   # the module streams.pxd cimports it from
+from ..engine.ids import (PAST_MAX_ID, U64, InvalidID, format_id, id_ms, id_seq, make_id,
+                          parse_id)
+from ..engine.stream import Stream   # streams.pxd cimports Stream and format_id from these modules
 from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map, encode_reply
 from .args import (eq, invalid_id_error, parse_int, parse_range_bound,
                    parse_strict_stream_id, parse_strict_stream_ids)
