@@ -31,7 +31,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from itertools import repeat
-from operator import add, and_, itemgetter, lshift, or_, rshift, sub
+from operator import add, lshift, or_
 from typing import Iterator
 
 import cython
@@ -49,8 +49,6 @@ _ELEMENT_OVERHEAD = 2
 _ENTRY_OVERHEAD = 6
 
 _DECODED_CACHE_SIZE = 64
-_FIELDS = itemgetter(slice(None, None, 2))   # fv[0::2]
-_VALUES = itemgetter(slice(1, None, 2))      # fv[1::2]
 # A COUNT above this is no limit at all (range() keeps its count in a C integer).
 _NO_LIMIT = 1 << 62
 
@@ -166,25 +164,29 @@ def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -
     An entry with the master field names is stored as its values; any other
     entry as ``[None, f1, v1, ...]`` (a value is never None, so it is unambiguous).
     """
-    base_ms = first >> 64
-    # C-level passes (map over operator functions), not Python loops: sealing
-    # runs once per node on every XADD path, AOF replay included.
-    # (Compiled code assigns only a list to an extended slice: hence list(...).)
-    n = len(ids)
-    id_pairs = [0] * (2 * n)
+    base_ms: cython.ulonglong = first >> 64
+    # Sealing runs once per node on every XADD path, AOF replay included: the
+    # loops index typed lists (C loops when compiled), the ms deltas are C math.
+    n: cython.Py_ssize_t = len(ids)
+    i: cython.Py_ssize_t
+    ms: cython.ulonglong
+    id_pairs: list = [0] * (2 * n)
     if ids[-1] - first == n - 1 and ids[-1] >> 64 == base_ms:
         # Consecutive ids of one millisecond (a pipelined producer's node): every
         # ms delta is 0 and the sequences are a range.
+        # (Compiled code assigns only a list to an extended slice: hence list(...).)
         seq = first & SEQ_MASK
         id_pairs[1::2] = list(range(seq, seq + n))
     else:
-        id_pairs[0::2] = list(map(sub, map(rshift, ids, repeat(64)), repeat(base_ms)))
-        id_pairs[1::2] = list(map(and_, ids, repeat(SEQ_MASK)))
-    same = list(map(master.__eq__, map(_FIELDS, entries)))
-    if all(same):      # entries are field-value pairs: same fields, same length
-        packed = list(map(_VALUES, entries))
-    else:
-        packed = [fv[1::2] if s else [None, *fv] for fv, s in zip(entries, same)]
+        mask = SEQ_MASK
+        for i in range(n):
+            sid = ids[i]
+            ms = sid >> 64
+            id_pairs[2 * i] = ms - base_ms
+            id_pairs[2 * i + 1] = sid & mask
+    fv: list
+    packed: list = [fv[1::2] if _has_master_fields(fv, master) else [None, *fv]
+                    for fv in entries]
     return msgpack.packb([base_ms, master, id_pairs, packed], use_bin_type=True)
 
 
