@@ -12,3 +12,7 @@ cdef class Ctx:
     cdef public list effects
     cdef public bint in_exec, replaying
     cdef public Py_ssize_t dirty
+
+    cpdef propagate(self, list argv, Py_ssize_t dirty=*)
+    cpdef lookup(self, key, bint read=*)
+    cpdef lookup_stream(self, key, bint read=*)

@@ -75,7 +75,8 @@ class Ctx:
 
     # -- effects --------------------------------------------------------------
 
-    def propagate(self, argv: list[bytes], dirty: int = 1) -> None:
+    @cython.ccall
+    def propagate(self, argv: list, dirty: cython.Py_ssize_t = 1):
         """Record one deterministic effect of this command."""
         self.effects.append(argv)
         self.dirty += dirty
@@ -85,7 +86,8 @@ class Ctx:
 
     # -- key access -----------------------------------------------------------
 
-    def lookup(self, key: bytes, read: bool = False):
+    @cython.ccall
+    def lookup(self, key, read: cython.bint = False):
         """The value at ``key``, or None.  An expired key is deleted (and a DEL propagated).
 
         ``read``: the command reads the key (Redis's lookupKeyRead, as opposed to
@@ -125,7 +127,8 @@ class Ctx:
         stats.keyspace_misses += misses
         stats.keyspace_hits += len(values) - misses
 
-    def lookup_stream(self, key: bytes, read: bool = False) -> Stream | None:
+    @cython.ccall
+    def lookup_stream(self, key, read: cython.bint = False):
         """lookup() (``read`` as there), WRONGTYPE unless the value is a stream."""
         value = self.lookup(key, read)
         if value is None or type(value) is Stream:

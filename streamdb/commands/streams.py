@@ -11,10 +11,12 @@ from itertools import repeat
 
 import cython
 
-from ..engine import MAX_ID, MIN_ID, Stream, format_id
+from ..engine import MAX_ID, MIN_ID
 from ..engine.idmp import (DURATION_MAX, DURATION_MIN, MAXSIZE_MAX, MAXSIZE_MIN,
                            IdmpState, auto_iid)
-from ..engine.ids import PAST_MAX_ID, U64, InvalidID, id_ms, id_seq, make_id, parse_id
+from ..engine.ids import (PAST_MAX_ID, U64, InvalidID, format_id, id_ms, id_seq, make_id,
+                          parse_id)
+from ..engine.stream import Stream   # streams.pxd cimports Stream and format_id from these modules
 from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map, encode_reply
 from .args import (eq, invalid_id_error, parse_int, parse_range_bound,
                    parse_strict_stream_id, parse_strict_stream_ids)
@@ -231,7 +233,8 @@ def trim_effect(key: bytes, s: Stream, a: TrimArgs) -> list[bytes]:
 # ---------------------------------------------------------------------------
 
 
-def next_auto_id(last: int, now_ms: int) -> int | None:
+@cython.cfunc
+def next_auto_id(last, now_ms):
     """The ID for ``*``: now, or one more than the last ID if the clock is behind."""
     if now_ms > last >> 64:      # id_ms(last)
         return now_ms << 64      # make_id(now_ms, 0)
@@ -261,7 +264,7 @@ def xadd(ctx: Ctx, argv: list[bytes]):
     if explicit and seq_given and sid == MIN_ID:
         raise CommandError("ERR The ID specified in XADD must be greater than 0-0")
     key = argv[1]
-    s = ctx.lookup_stream(key)
+    s: Stream = ctx.lookup_stream(key)
     if s is None:
         if a.nomkstream:
             return None
@@ -293,7 +296,7 @@ def xadd(ctx: Ctx, argv: list[bytes]):
     fv = argv[idpos + 1:]
     if created:
         ctx.db.set(key, s, keep_ttl=True)
-    cfg = ctx.config.values
+    cfg: dict = ctx.config.values
     s.append(sid, fv, cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
     reply = format_id(sid)
     ctx.propagate([b"XADD", key, reply, *fv])

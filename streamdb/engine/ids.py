@@ -49,7 +49,8 @@ def id_seq(sid: int) -> int:
     return sid & SEQ_MASK
 
 
-def format_id(sid: int) -> bytes:
+@cython.ccall
+def format_id(sid) -> bytes:
     if cython.compiled and MIN_ID <= sid <= MAX_ID:
         return _format_id_c(sid)
     return b"%d-%d" % (sid >> 64, sid & SEQ_MASK)

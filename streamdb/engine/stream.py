@@ -31,7 +31,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from itertools import repeat
-from operator import add, and_, itemgetter, lshift, or_, rshift, sub
+from operator import add, lshift, or_
 from typing import Iterator
 
 import cython
@@ -49,8 +49,6 @@ _ELEMENT_OVERHEAD = 2
 _ENTRY_OVERHEAD = 6
 
 _DECODED_CACHE_SIZE = 64
-_FIELDS = itemgetter(slice(None, None, 2))   # fv[0::2]
-_VALUES = itemgetter(slice(1, None, 2))      # fv[1::2]
 # A COUNT above this is no limit at all (range() keeps its count in a C integer).
 _NO_LIMIT = 1 << 62
 
@@ -60,16 +58,7 @@ _NO_LIMIT = 1 << 62
 class Node:
     """A run of consecutive entries: open (lists) or sealed (one msgpack blob)."""
 
-    first = cython.declare(object, visibility="public")
-    last = cython.declare(object, visibility="public")
-    total = cython.declare(object, visibility="public")
-    live = cython.declare(object, visibility="public")
-    nbytes = cython.declare(object, visibility="public")
-    master = cython.declare(list, visibility="public")
-    ids = cython.declare(list, visibility="public")
-    entries = cython.declare(list, visibility="public")
-    blob = cython.declare(bytes, visibility="public")
-    deleted = cython.declare(set, visibility="public")
+    # Its fields (C struct fields when compiled) are declared in stream.pxd.
 
     def __init__(self, first_id: int, fields: list) -> None:
         self.first = first_id
@@ -85,7 +74,8 @@ class Node:
 
     # -- encoding ---------------------------------------------------------
 
-    def seal(self) -> None:
+    @cython.ccall
+    def seal(self):
         """Pack the open node into its msgpack blob and drop the lists."""
         if self.blob is not None:
             return
@@ -134,10 +124,7 @@ class _Decoded:
     """A sealed node unpacked (Node._decoded): its ids, its stored value rows and
     master field names, and its entries once someone needs them as lists."""
 
-    ids: list
-    master: list
-    rows: list
-    entries: list
+    # Its fields (C struct fields when compiled) are declared in stream.pxd.
 
     def __init__(self, blob: bytes) -> None:
         base_ms, self.master, id_pairs, self.rows = msgpack.unpackb(blob, raw=True,
@@ -177,25 +164,29 @@ def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -
     An entry with the master field names is stored as its values; any other
     entry as ``[None, f1, v1, ...]`` (a value is never None, so it is unambiguous).
     """
-    base_ms = first >> 64
-    # C-level passes (map over operator functions), not Python loops: sealing
-    # runs once per node on every XADD path, AOF replay included.
-    # (Compiled code assigns only a list to an extended slice: hence list(...).)
-    n = len(ids)
-    id_pairs = [0] * (2 * n)
+    base_ms: cython.ulonglong = first >> 64
+    # Sealing runs once per node on every XADD path, AOF replay included: the
+    # loops index typed lists (C loops when compiled), the ms deltas are C math.
+    n: cython.Py_ssize_t = len(ids)
+    i: cython.Py_ssize_t
+    ms: cython.ulonglong
+    id_pairs: list = [0] * (2 * n)
     if ids[-1] - first == n - 1 and ids[-1] >> 64 == base_ms:
         # Consecutive ids of one millisecond (a pipelined producer's node): every
         # ms delta is 0 and the sequences are a range.
+        # (Compiled code assigns only a list to an extended slice: hence list(...).)
         seq = first & SEQ_MASK
         id_pairs[1::2] = list(range(seq, seq + n))
     else:
-        id_pairs[0::2] = list(map(sub, map(rshift, ids, repeat(64)), repeat(base_ms)))
-        id_pairs[1::2] = list(map(and_, ids, repeat(SEQ_MASK)))
-    same = list(map(master.__eq__, map(_FIELDS, entries)))
-    if all(same):      # entries are field-value pairs: same fields, same length
-        packed = list(map(_VALUES, entries))
-    else:
-        packed = [fv[1::2] if s else [None, *fv] for fv, s in zip(entries, same)]
+        mask = SEQ_MASK
+        for i in range(n):
+            sid = ids[i]
+            ms = sid >> 64
+            id_pairs[2 * i] = ms - base_ms
+            id_pairs[2 * i + 1] = sid & mask
+    fv: list
+    packed: list = [fv[1::2] if _has_master_fields(fv, master) else [None, *fv]
+                    for fv in entries]
     return msgpack.packb([base_ms, master, id_pairs, packed], use_bin_type=True)
 
 
@@ -204,12 +195,30 @@ def decode_node(blob: bytes) -> tuple[list[int], list[list]]:
     return d.ids, d.build_entries()
 
 
-def _entry_bytes(fv: list, same_fields: bool) -> int:
+@cython.cfunc
+@cython.locals(n=cython.Py_ssize_t, i=cython.Py_ssize_t, step=cython.Py_ssize_t)
+def _entry_bytes(fv: list, same_fields: cython.bint) -> cython.Py_ssize_t:
+    """The bytes entry ``fv`` adds to a node: its values only when its field names
+    are the node's master fields, else all its elements."""
     n = _ENTRY_OVERHEAD
-    vals = fv[1::2] if same_fields else fv
-    for x in vals:
-        n += len(x) + _ELEMENT_OVERHEAD
+    # An index loop, not a slice: no list is made (XADD computes this per entry).
+    i, step = (1, 2) if same_fields else (0, 1)
+    while i < len(fv):
+        n += len(fv[i]) + _ELEMENT_OVERHEAD
+        i += step
     return n
+
+
+@cython.cfunc
+@cython.locals(j=cython.Py_ssize_t)
+def _has_master_fields(fv: list, master: list) -> cython.bint:
+    """``fv[0::2] == master``, without making the list."""
+    if len(fv) != 2 * len(master):
+        return False
+    for j in range(len(master)):
+        if fv[2 * j] != master[j]:
+            return False
+    return True
 
 
 @cython.final
@@ -217,14 +226,7 @@ def _entry_bytes(fv: list, same_fields: bool) -> int:
 class Stream:
     """A Redis stream: entries, its counters, and its consumer groups."""
 
-    nodes = cython.declare(list, visibility="public")
-    firsts = cython.declare(list, visibility="public")
-    length = cython.declare(object, visibility="public")
-    last_id = cython.declare(object, visibility="public")
-    entries_added = cython.declare(object, visibility="public")
-    max_deleted_id = cython.declare(object, visibility="public")
-    groups = cython.declare(dict, visibility="public")
-    idmp = cython.declare(object, visibility="public")
+    # Its fields (C struct fields when compiled) are declared in stream.pxd.
 
     def __init__(self) -> None:
         self.nodes = []         # of Node
@@ -239,13 +241,13 @@ class Stream:
 
     # -- appending ------------------------------------------------------------
 
-    def append(self, sid: int, fv: list, max_entries: int, max_bytes: int) -> None:
+    @cython.ccall
+    def append(self, sid, fv: list, max_entries, max_bytes):
         """Add an entry whose ID is already known to be > last_id."""
         tail: Node = self.nodes[-1] if self.nodes else None
         size: cython.Py_ssize_t
         if tail is not None:
-            vals = fv[1::2] if len(fv) == 2 * len(tail.master) and fv[0::2] == tail.master else fv
-            size = _ENTRY_OVERHEAD + sum(map(len, vals)) + _ELEMENT_OVERHEAD * len(vals)   # _entry_bytes
+            size = _entry_bytes(fv, _has_master_fields(fv, tail.master))
             if (max_bytes and tail.nbytes + size >= max_bytes) or \
                     (max_entries and tail.total >= max_entries):
                 tail.seal()

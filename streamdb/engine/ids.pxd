@@ -1,0 +1,4 @@
+# The compiled form of ids.py: format_id as a C call for the compiled handlers
+# that cimport it (every reply that holds an id formats it).
+
+cpdef bytes format_id(sid)
