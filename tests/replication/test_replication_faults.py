@@ -338,5 +338,9 @@ def test_kill9_of_a_followed_primary_notes_the_full_resync_before_ready(tmp_path
             assert len(mismatch) == 1 and mismatch[0] < ready[0], text
             assert f" * {STATE_MISMATCH}" in lines[mismatch[0]]      # notice level
             cp = client(p)
+            # The replica's data already equals the restarted primary's, so "synced" can
+            # hold before the replica has even reconnected: wait for the resync itself.
+            wait_until(lambda: cp.info("stats")["sync_full"] >= 1, 30, "the replica's resync")
             wait_synced(cp, cr, timeout=30)
             assert cp.info("stats")["sync_full"] == 1                # what the line announced
+            assert cp.info("stats")["sync_partial_ok"] == 0
