@@ -53,6 +53,7 @@ from operator import itemgetter
 import hiredis
 
 from .. import log
+from ..protocol import encode_reply
 from .child import fork_child, reap
 from .syncer import ChildGone, Syncer
 
@@ -79,10 +80,10 @@ class AofCorruption(AofError):
 
 
 def encode_command(argv: list[bytes]) -> bytes:
-    parts = [b"*%d\r\n" % len(argv)]
-    for a in argv:
-        parts.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(parts)
+    """One command in RESP, an array of bulk strings: exactly what the reply encoder
+    makes of a list of bytes, so effects are encoded by the protocol's encoder (the
+    compiled one when it runs: every write's effects pass here)."""
+    return encode_reply(argv, False)
 
 
 _HEAD = itemgetter(0)
@@ -91,7 +92,7 @@ _HEAD = itemgetter(0)
 def encode_commands(commands: list[list[bytes]]) -> bytes:
     """``encode_command`` of each command, concatenated: a batch of effects
     for the AOF or the replication stream."""
-    return b"".join(map(encode_command, commands))
+    return b"".join([encode_reply(argv, False) for argv in commands])
 
 
 def last_select(commands: list[list[bytes]]) -> int | None:
