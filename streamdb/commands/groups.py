@@ -71,10 +71,9 @@ def xclaim_effect(key: bytes, g: ConsumerGroup, sid: int, pe: PendingEntry,
     """The idempotent XCLAIM that recreates PEL entry ``sid`` exactly as it is now;
     its LASTID is ``last_id``, by default the group's last id now."""
     text = format_id(sid)
-    return [b"XCLAIM", key, g.name, pe.consumer.name, b"0", text,
-            b"TIME", b"%d" % pe.delivery_time, b"RETRYCOUNT", b"%d" % pe.delivery_count,
-            b"FORCE", b"JUSTID", b"LASTID",
-            text if last_id == sid else format_id(g.last_id if last_id is None else last_id)]
+    last = text if last_id == sid else format_id(g.last_id if last_id is None else last_id)
+    return _xclaim_form(key, g.name, pe.consumer.name, text, b"%d" % pe.delivery_time,
+                        b"%d" % pe.delivery_count, last)
 
 
 def new_delivery_effects(key: bytes, g: ConsumerGroup, consumer: Consumer, now: int,
@@ -82,10 +81,19 @@ def new_delivery_effects(key: bytes, g: ConsumerGroup, consumer: Consumer, now: 
     """``xclaim_effect(key, g, sid, pe, sid)`` of each entry just delivered to
     ``consumer`` by a ">" read (``texts``: their formatted ids): a first delivery
     at ``now`` and, as Redis propagates it, LASTID the entry's own id (the group's
-    last id right after reading it).  The parts they share are formatted once."""
-    head = [b"XCLAIM", key, g.name, consumer.name, b"0"]
-    tail = [b"TIME", b"%d" % now, b"RETRYCOUNT", b"1", b"FORCE", b"JUSTID", b"LASTID"]
-    return [[*head, text, *tail, text] for text in texts]
+    last id right after reading it).  The time is formatted once for them all."""
+    time_text = b"%d" % now
+    return [_xclaim_form(key, g.name, consumer.name, text, time_text, b"1", text)
+            for text in texts]
+
+
+@cython.cfunc
+@cython.inline
+def _xclaim_form(key: bytes, group: bytes, consumer: bytes, id_text: bytes, time_text: bytes,
+                 count_text: bytes, last_id_text: bytes) -> list:
+    """The XCLAIM effect that sets one PEL entry (both functions above)."""
+    return [b"XCLAIM", key, group, consumer, b"0", id_text, b"TIME", time_text,
+            b"RETRYCOUNT", count_text, b"FORCE", b"JUSTID", b"LASTID", last_id_text]
 
 
 def setid_effect(key: bytes, g: ConsumerGroup) -> list[bytes]:
