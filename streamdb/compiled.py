@@ -15,7 +15,8 @@ The hot path is compiled with Cython when ``pip install`` runs (setup.py reads
 system take a pure-mode module's source instead of its extension module when
 ``STREAMDB_PURE=1`` is set, and when the source (or the ``.pxd`` beside it, which
 declares the compiled form's C fields) is newer than its build: an edited file
-whose extension was not rebuilt would otherwise silently run the old code.  ``status()`` says which path runs, for the start-up log and ``INFO server``.
+whose extension was not rebuilt would otherwise silently run the old code.
+``status()`` says which path runs, for the start-up log and ``INFO server``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,11 @@ PURE_MODE_MODULES = frozenset(_module_name(s) for s in COMPILED_SOURCES if s.end
 _source_instead: dict[str, str] = {}
 
 
+def _source_beside(path: str, name: str) -> str:
+    """The .py source of module ``name`` whose file (source or extension) is ``path``."""
+    return os.path.join(os.path.dirname(path), name.rsplit(".", 1)[1] + ".py")
+
+
 class _SourceFinder:
     """A meta path finder for the pure-mode modules only: their source when the
     extension must not run, else nothing (the normal finders load the extension)."""
@@ -71,8 +77,7 @@ class _SourceFinder:
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or not (spec.origin or "").endswith(_EXTENSION_SUFFIXES):
             return None           # not built: the source loads the normal way
-        source = os.path.join(os.path.dirname(spec.origin),
-                              fullname.rsplit(".", 1)[1] + ".py")
+        source = _source_beside(spec.origin, fullname)
         if not os.path.exists(source):
             return None
         # The build's inputs: the source and, when there is one, the .pxd that
@@ -118,10 +123,8 @@ def load_source(name: str):
     ``<name>__source`` (beside the compiled one): what the property tests hold the
     compiled form equal to."""
     module = importlib.import_module(name)
-    path = module.__file__
-    if path.endswith(_EXTENSION_SUFFIXES):
-        path = os.path.join(os.path.dirname(path), name.rsplit(".", 1)[1] + ".py")
-    spec = importlib.util.spec_from_file_location(name + "__source", path)
+    spec = importlib.util.spec_from_file_location(name + "__source",
+                                                  _source_beside(module.__file__, name))
     source = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(source)
     return source

@@ -92,7 +92,7 @@ _HEAD = itemgetter(0)
 def encode_commands(commands: list[list[bytes]]) -> bytes:
     """``encode_command`` of each command, concatenated: a batch of effects
     for the AOF or the replication stream."""
-    return b"".join([encode_reply(argv, False) for argv in commands])
+    return b"".join(map(encode_command, commands))
 
 
 def last_select(commands: list[list[bytes]]) -> int | None:
