@@ -17,10 +17,14 @@ of that turn leaves the server before the frame is fdatasync()ed, but the fsync
 runs in a child process (``syncer.py``), pipelined with the loop: while the disk
 syncs the frames of earlier turns, the loop goes on executing and writing later
 turns, whose replies wait (``Server`` keeps them with the log position they need,
-``reply_barrier``) until an fsync covers them.  Throughput is then bound by the
-slower of the CPU and the disk rather than their sum, and one fdatasync covers
-every frame written while the previous one ran.  Because a frame is the unit of
-both writing and checking:
+``reply_barrier``) until an fsync covers them.  The frames of the turns that end
+while an fsync runs are kept back and written in one write the moment its
+answer arrives, and the next fsync is asked for in that same callback, before
+the replies the answer covers are released (``_sync_answered``): the disk never
+waits for the end of the loop's turn.  Throughput is then bound by the slower of
+the CPU and the disk rather than their sum, and one fdatasync covers every frame
+written while the previous one ran.  Because a frame is the unit of both writing
+and checking:
 
 * a torn last frame (short, or a bad checksum with nothing after it) is a torn
   tail: cut off on load when ``aof-load-truncated yes`` (logged with the
@@ -377,10 +381,8 @@ class Aof:
         self.syncer = None
         self._sync_inflight: tuple | None = None
         self._fd_generation = 0       # bumped whenever ``fd`` becomes another file
-        # Called with the new durable position (the server releases replies);
-        # whether the server's end of the current turn is still to come.
+        # Called with the new durable position (the server releases replies).
         self.on_durable = None
-        self.turn_pending = None
         # Also called with each new durable position: WAITAOF's waiters, a
         # replica's FACK (replication/).
         self.durable_listeners: list = []
@@ -585,8 +587,9 @@ class Aof:
         """The server's hook at the end of each loop turn: ``flush``, except that
         under 'always' a frame is kept back while an fsync is under way: its
         replies wait for the next fsync anyway, which can only start when this
-        one ends, so the frames of those turns go out then in one write
-        (``_sync_answered``) instead of one write per turn."""
+        one ends, so the frames of those turns go out then in one write, from
+        the callback of its answer (``_sync_answered``), instead of one write
+        per turn."""
         if self._sync_inflight is not None and self.policy == "always" and self.last_write_ok:
             self._frame_turn()
             return True
@@ -607,6 +610,11 @@ class Aof:
         turn's replies and the frame is retried on the next turn or tick.
         """
         self._frame_turn()
+        return self._write_pending()
+
+    def _write_pending(self) -> bool:
+        """Write the frames queued (``pending``) in one write; under 'always',
+        have them fsynced.  False when the write failed (see ``flush``)."""
         if not self.pending:
             return True
         frame = self.pending
@@ -736,26 +744,33 @@ class Aof:
         target, epoch, name, offset, started = self._sync_inflight
         self._sync_inflight = None
         if isinstance(err, ChildGone):
-            self._without_syncer("AOF fsync child exited")  # (the next request fsyncs)
-        else:
-            if err is None:
-                self._record_fsync_at(name, offset)
-                self.core.observe.latency_sample(
-                    "aof-fsync-always", int((time.perf_counter() - started) * 1000))
+            self._without_syncer("AOF fsync child exited")
+            self._sync_next()           # on the loop thread from now on
+            return
+        if err is not None:
+            # The frames are cut back; the next turn (or the cron) writes them again.
             self._fsync_done(target, err, epoch)
-        # The next fsync covers the frames kept back meanwhile (end_of_turn) and
-        # those of the requests that arrived with this answer: it is asked for
-        # at the end of this turn, or right after it when there is none.
-        self.loop.call_soon(self._sync_more)
+            return
+        self._record_fsync_at(name, offset)
+        self.core.observe.latency_sample(
+            "aof-fsync-always", int((time.perf_counter() - started) * 1000))
+        # Ask again before releasing the replies this answer covers: the disk
+        # then never waits for the end of the loop's current turn, nor for the
+        # replies' socket writes.
+        if self.pending or self.written_pos > target:
+            self._sync_next()
+        self._fsync_done(target, None, epoch)
 
-    def _sync_more(self) -> None:
-        if self.turn_pending is not None and self.turn_pending():
-            return          # the end of that turn asks, for its frame too (end_of_turn)
-        if self.policy == "always" and self.fd is not None and self._sync_inflight is None:
-            if self.pending and self.last_write_ok:
-                self.flush()
-            else:
-                self._request_sync()
+    def _sync_next(self) -> None:
+        """'always', no fsync in flight: write the frames that end_of_turn kept
+        back (one write for all of them) and ask for the fsync of everything
+        written."""
+        if self.policy != "always" or self.fd is None:
+            return
+        if self.pending and self.last_write_ok:
+            self._write_pending()
+        else:
+            self._request_sync()
 
     def _without_syncer(self, why: str) -> None:
         """No child to be had (it could not start, or died): fsync on the loop

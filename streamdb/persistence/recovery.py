@@ -74,7 +74,6 @@ class Persistence:
                 server.before_reply_hooks.append(aof.end_of_turn)
                 server.reply_barrier = aof.reply_barrier
                 aof.on_durable = server.durable_reached
-                aof.turn_pending = server.turn_pending
                 aof.loop = asyncio.get_running_loop()
                 snap.aof = aof
         finally:

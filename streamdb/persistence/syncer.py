@@ -10,9 +10,13 @@ the overlap saved).  A child process shares no GIL: the loop sends it the AOF's
 file descriptor and goes on executing the next turns, whose replies wait; the
 child's answer comes back on a socket the loop watches like a client's.  The
 bound becomes the slower of the CPU and the disk, and one fdatasync covers
-every frame written while the previous one ran.  (Where the time of one cycle
-goes, and the variants measured slower -- two children, a child that syncs
-again by itself, syncing on the loop -- are in docs/PERFORMANCE.md.)
+every frame written while the previous one ran.  The cycle is: the loop asks,
+the child wakes and fdatasyncs, the loop reads the answer and, in that same
+callback, writes the frames kept back meanwhile and asks again, then releases
+the replies the answer covers.  (Where the time of one cycle goes, and the
+variants measured slower -- two children, a child that syncs again by itself,
+syncing on the loop, asking at the end of the turn -- are in
+docs/PERFORMANCE.md.)
 
 The child (``fsync_child.py``) imports nothing of StreamDB and exits when its
 socket closes, so it never outlives the server, even after ``kill -9``.

@@ -260,16 +260,18 @@ class Server:
             conn.flush()
 
     def durable_reached(self, pos: int) -> None:
-        """The log is durable up to ``pos``: replies that waited for it go out.
-        (Called by the AOF, possibly in the middle of a turn: the release runs
-        on its own turn.)"""
-        if self._awaiting:
-            self.loop.call_soon(self._release_durable, pos)
-
-    def _release_durable(self, pos: int) -> None:
-        ready = [conn for conn, barrier in self._awaiting.items() if barrier <= pos]
+        """The log is durable up to ``pos``: replies that waited for it go out,
+        at once (the AOF calls this when the fsync's answer arrives, possibly in
+        the middle of a turn).  A connection with replies of the current turn
+        behind the waiting ones (``_to_flush``, or ``_held`` after a failed
+        write) stays: the end of the turn gives it a barrier covering them."""
+        awaiting = self._awaiting
+        if not awaiting:
+            return
+        ready = [conn for conn, barrier in awaiting.items()
+                 if barrier <= pos and conn not in self._to_flush and conn not in self._held]
         for conn in ready:
-            del self._awaiting[conn]
+            del awaiting[conn]
             if conn.transport is not None and not conn.transport.is_closing():
                 conn.flush()
 
