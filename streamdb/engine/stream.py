@@ -238,6 +238,7 @@ class Stream:
         # name -> ConsumerGroup; created on demand (most streams have none).
         self.groups = None
         self.idmp = None   # idempotent-producer state (engine.idmp), on demand
+        self.retention = None   # retention settings and counters (engine.retention), on demand
 
     # -- appending ------------------------------------------------------------
 

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ..persistence.recovery import Persistence
     from ..persistence.snapshot import Snapshotter
     from ..replication.primary import Replication
+    from ..commands.retention import Retention
 
 __all__ = ["Core", "BLOCKED", "DROP", "Stats"]
 
@@ -164,6 +165,7 @@ class Core:
         self.snapshotter: Snapshotter | None = None      # persistence/recovery.open_persistence
         self.aof: Aof | None = None                      # Persistence.load, once the snapshot is in
         self.replication: Replication | None = None      # replication.install
+        self.retention: Retention | None = None          # commands/retention.install
         # Hooks of commands/persistence.py for commands defined elsewhere (set by its install).
         self.info_persistence: Callable[[], list[tuple[str, object]]] | None = None  # INFO persistence
         self.debug_subcommands: dict[str, Callable] = {}   # DEBUG RELOAD, LOADAOF, AOF-INJECT-*
