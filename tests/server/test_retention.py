@@ -15,10 +15,12 @@ import time
 import pytest
 import redis
 
-from helpers import ServerProcess
+from docblocks import run_block
+from helpers import ROOT, ServerProcess
 from resp_raw import RawClient
 
 NODE = 10           # stream-node-max-entries in these tests
+DOC_BLOCKS = {"docs/OPERATIONS.md": {"retention"}}
 
 
 def wait_until(fn, timeout: float = 15.0, what: str = "condition"):
@@ -310,3 +312,20 @@ def test_retention_under_write_load_with_consumer_groups_reading(srv, rc):
     got = policy(rc, "load")
     assert got[b"trimmed-entries"] == total - rc.xlen("load")
     assert rc.xinfo_stream("load")["entries-added"] == total
+
+
+# ---------------------------------------------------------------------------
+# docs/OPERATIONS.md, "Retention", as written
+# ---------------------------------------------------------------------------
+
+
+def test_the_operations_guide_retention_block(srv, rc):
+    add_old(rc, "sensor:0", 35)
+    out = run_block("docs/OPERATIONS.md", "retention", cwd=ROOT, PORT=srv.port)
+    assert out.splitlines()[:2] == ["OK", "OK"]
+    assert "own-settings" in out and "1073741824" in out
+    assert "stream_retention_trimmed_entries:" in out
+    # The ids of 1970 are older than a day: all but the last node go.
+    wait_until(lambda: rc.xlen("sensor:0") == 5, what="the guide's policy to apply")
+    assert rc.config_get("stream-retention-max-age") == {
+        "stream-retention-max-age": "604800000"}
