@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 
 import pytest
 import redis
@@ -18,6 +19,7 @@ import redis
 from docblocks import run_block
 from helpers import ROOT, ServerProcess
 from resp_raw import RawClient
+from streamdb.tools.procs import free_port
 
 NODE = 10           # stream-node-max-entries in these tests
 DOC_BLOCKS = {"docs/OPERATIONS.md": {"retention"}}
@@ -329,3 +331,24 @@ def test_the_operations_guide_retention_block(srv, rc):
     wait_until(lambda: rc.xlen("sensor:0") == 5, what="the guide's policy to apply")
     assert rc.config_get("stream-retention-max-age") == {
         "stream-retention-max-age": "604800000"}
+
+
+def test_info_and_the_metrics_endpoint_count_retention_trims(tmp_path):
+    metrics_port = free_port()
+    srv = start(tmp_path / "m", "--appendonly", "no", "--metrics-port", str(metrics_port))
+    try:
+        rc = client(srv)
+        add_old(rc, "m:s", 50)
+        add_old(rc, "m:other", 5)
+        rc.config_set("stream-retention-max-age", "1")
+        wait_until(lambda: rc.xlen("m:s") == NODE, what="retention")
+        assert rc.info("stats")["stream_retention_trimmed_entries"] == 40
+        assert rc.info("stats")["stream_retention_trimmed_nodes"] == 4
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        assert "\nstreamdb_retention_trimmed_entries_total 40\n" in text
+        assert '\nstreamdb_stream_retention_trimmed_entries_total{db="0",key="m:s"} 40\n' in text
+        assert 'retention_trimmed_entries_total{db="0",key="m:other"}' not in text
+        rc.close()
+    finally:
+        srv.stop()
