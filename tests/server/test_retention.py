@@ -17,23 +17,12 @@ import pytest
 import redis
 
 from docblocks import run_block
-from helpers import ROOT, ServerProcess
+from helpers import ROOT, ServerProcess, wait_until
 from resp_raw import RawClient
 from streamdb.tools.procs import free_port
 
 NODE = 10           # stream-node-max-entries in these tests
 DOC_BLOCKS = {"docs/OPERATIONS.md": {"retention"}}
-
-
-def wait_until(fn, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 def client(srv) -> redis.Redis:
