@@ -172,6 +172,16 @@ def test_replica_and_aof_replay_end_identical_and_the_policy_survives_restart(tm
         p = client(primary)
         assert p.execute_command("DEBUG", "DIGEST") == digest
         assert policy(p, "s")[b"max-age"] == 1
+        # And from a snapshot (it covers the whole AOF so far).
+        p.execute_command("BGSAVE")
+        wait_until(lambda: p.info("persistence")["rdb_bgsave_in_progress"] == 0 and
+                   p.info("persistence")["rdb_last_bgsave_status"] == "ok", what="snapshot")
+        p.close()
+        primary.kill9()
+        primary.start()
+        p = client(primary)
+        assert p.execute_command("DEBUG", "DIGEST") == digest
+        assert policy(p, "s")[b"own-settings"] == [b"MAXAGE", b"1", b"ACKED"]
         p.close()
         rep.close()
     finally:
