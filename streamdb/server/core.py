@@ -43,11 +43,11 @@ from ..security.enforce import command_denied, reset_to_default
 from .client import Client
 
 if TYPE_CHECKING:
+    from ..commands.retention import Retention
     from ..persistence.aof import Aof
     from ..persistence.recovery import Persistence
     from ..persistence.snapshot import Snapshotter
     from ..replication.primary import Replication
-    from ..commands.retention import Retention
 
 __all__ = ["Core", "BLOCKED", "DROP", "Stats"]
 
