@@ -61,6 +61,8 @@ async def serve(cfg: Config) -> int:
     server.cron_hooks.append(core.observe.cron)
     from .server import limits
     limits.install(core, server)
+    from .commands import retention
+    retention.install(core, server)
     await server.start()
     # From here a signal takes the SHUTDOWN path (even while loading: it runs after the load).
     install_signal_handlers(asyncio.get_running_loop(), server.request_stop)

@@ -241,6 +241,9 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("stream-node-max-bytes", "4096", _parse_mem(0), "Approximate bytes per stream node before it is sealed."),
     _d("stream-idmp-duration", "100", _parse_int(1, 86400), "Seconds an IDMP idempotent id is remembered (XCFGSET overrides per stream)."),
     _d("stream-idmp-maxsize", "100", _parse_int(1, 10000), "Idempotent ids remembered per producer (XCFGSET overrides per stream)."),
+    _d("stream-retention-max-age", "0", _parse_int(0, 2**63 - 1), "Retention: milliseconds a stream node is kept after its last entry's id time (0 = no age limit). STREAMDB.RETENTION SET overrides per stream."),
+    _d("stream-retention-max-bytes", "0", _parse_mem(), "Retention: node bytes a stream keeps; leading nodes go while it holds more (0 = no size limit). STREAMDB.RETENTION SET overrides per stream."),
+    _d("stream-retention-acked", "no", _parse_bool, "Retention: yes = never remove an entry a consumer group of the stream has not both read and acknowledged. STREAMDB.RETENTION SET overrides per stream.", True, _render_bool),
     # -- persistence
     _d("appendonly", "yes", _parse_bool, "Log every write to the append-only file.", True, _render_bool),
     _d("appendfsync", "everysec", _parse_enum("always", "everysec", "no"), "When the AOF is fsynced."),

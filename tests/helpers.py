@@ -106,6 +106,18 @@ class RedisProcess:
         self.stop()
 
 
+def wait_until(fn, timeout: float = 15.0, what: str = "condition"):
+    """Poll ``fn`` until it returns something true (returned), at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
 def raw_exchange(port: int, payload: bytes, timeout: float = 2.0, expect_close: bool = False) -> bytes:
     """Send raw bytes, return everything received until the reply stops (or the peer closes)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:

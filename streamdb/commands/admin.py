@@ -502,7 +502,8 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         ("pubsub_channels", 0), ("pubsub_patterns", 0),
         ("total_error_replies", st.error_replies),
         ("total_reads_processed", st.reads_processed), ("total_writes_processed", st.writes_processed),
-    ] + (core.replication.info_stats() if core.replication else [])
+    ] + (core.replication.info_stats() if core.replication else []) \
+        + (core.retention.info_stats() if core.retention else [])
     sections["replication"] = core.replication.info_fields() if core.replication else [
         ("role", "master"), ("connected_slaves", 0),
         ("master_replid", "0" * 40),

@@ -292,6 +292,8 @@ def digest_value(key: bytes, value, expire: int | None):
                                  -1 if st.maxsize is None else st.maxsize, st.added))
         for pid, iid, sid, t in st.items():
             h.update(b"q%d:%s/%d:%s/%d/%d" % (len(pid), pid, len(iid), iid, sid, t))
+    if s.retention is not None and s.retention.has_settings():   # (its counters are statistics)
+        h.update(b"r%r" % (s.retention.settings(),))
     return h
 
 

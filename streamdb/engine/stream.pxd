@@ -30,6 +30,7 @@ cdef class Stream:
     cdef public object length, last_id, entries_added, max_deleted_id
     cdef public dict groups
     cdef public object idmp
+    cdef public object retention
 
     cpdef append(self, sid, list fv, max_entries, max_bytes)
     cdef Node _open_node(self, sid, list fv)

@@ -1083,6 +1083,8 @@ def value_commands(key: bytes, value, expire_at_ms: int | None):
             for pid, iid, sid, _ in st.items():
                 if s.get(sid) is not None:
                     yield [b"XIDMPRECORD", key, pid, iid, format_id(sid)]
+        if s.retention is not None and s.retention.has_settings():
+            yield [b"STREAMDB.RETENTION", b"SET", key, *s.retention.arguments()]
     if expire_at_ms is not None:
         yield [b"PEXPIREAT", key, b"%d" % expire_at_ms]
 

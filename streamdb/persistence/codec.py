@@ -16,6 +16,7 @@ import zlib
 import msgpack
 
 from ..engine import ConsumerGroup, Stream
+from ..engine.retention import RetentionPolicy
 from ..engine.stream import Node, decode_node, encode_node
 
 __all__ = ["encode_value", "decode_value", "clone_value", "dump_payload", "load_payload",
@@ -100,6 +101,8 @@ def _encode_stream(s: Stream, external: list | None, nodes=None) -> dict:
         "groups": groups,
         "idmp": s.idmp.dump() if s.idmp is not None else None,
     }
+    if s.retention is not None and s.retention.has_settings():
+        doc["retention"] = s.retention.dump()    # absent otherwise: older readers ignore it
     doc.update(_encode_nodes(nodes, external))
     return doc
 
@@ -230,6 +233,8 @@ def decode_value(raw: bytes, fetch=None):
         if doc.get("idmp") is not None:
             from ..engine.idmp import IdmpState
             s.idmp = IdmpState.load(doc["idmp"])
+        if doc.get("retention") is not None:
+            s.retention = RetentionPolicy.load(doc["retention"])
         # Inside the try: a hostile document's groups may have any shape.
         for name, last_id, entries_read, consumers, pel in doc["groups"]:
             g = ConsumerGroup(_bytes(name), _sid(last_id), _int(entries_read))

@@ -43,6 +43,7 @@ from ..security.enforce import command_denied, reset_to_default
 from .client import Client
 
 if TYPE_CHECKING:
+    from ..commands.retention import Retention
     from ..persistence.aof import Aof
     from ..persistence.recovery import Persistence
     from ..persistence.snapshot import Snapshotter
@@ -164,6 +165,7 @@ class Core:
         self.snapshotter: Snapshotter | None = None      # persistence/recovery.open_persistence
         self.aof: Aof | None = None                      # Persistence.load, once the snapshot is in
         self.replication: Replication | None = None      # replication.install
+        self.retention: Retention | None = None          # commands/retention.install
         # Hooks of commands/persistence.py for commands defined elsewhere (set by its install).
         self.info_persistence: Callable[[], list[tuple[str, object]]] | None = None  # INFO persistence
         self.debug_subcommands: dict[str, Callable] = {}   # DEBUG RELOAD, LOADAOF, AOF-INJECT-*

@@ -110,6 +110,8 @@ _FAMILIES = [
     ("streamdb_stream_length", "gauge", "Entries in the stream (XLEN)."),
     ("streamdb_stream_last_entry_age_seconds", "gauge", "Seconds between now and the time part of the stream's last entry id."),
     ("streamdb_stream_entries_added_total", "counter", "Entries ever added to the stream (XINFO STREAM entries-added)."),
+    ("streamdb_stream_retention_trimmed_entries_total", "counter", "Entries retention removed from the stream since start (STREAMDB.RETENTION GET trimmed-entries); absent before its first trim."),
+    ("streamdb_retention_trimmed_entries_total", "counter", "Entries retention removed from all streams since start (INFO stream_retention_trimmed_entries)."),
     ("streamdb_group_lag", "gauge", "Entries not yet delivered to the group (XINFO GROUPS lag); absent when Redis reports it as unknown."),
     ("streamdb_group_pending", "gauge", "Entries delivered to the group and not acknowledged (PEL size)."),
     ("streamdb_group_oldest_pending_idle_seconds", "gauge", "Seconds since the lowest-id pending entry was last delivered; absent when nothing is pending."),
@@ -139,6 +141,8 @@ def _server_metrics(core, out: Exposition, now: float) -> None:
     out.add("streamdb_blocked_clients", sum(1 for c in core.clients.values() if c.blocked is not None))
     out.add("streamdb_used_memory_bytes", used_memory(core))
     out.add("streamdb_commands_processed_total", core.stats.commands_processed)
+    out.add("streamdb_retention_trimmed_entries_total",
+            core.retention.trimmed_entries if core.retention is not None else 0)
 
     persist = dict(core.info_persistence()) if core.info_persistence else {}
     aof = core.aof
@@ -193,6 +197,9 @@ def _stream_metrics(core, out: Exposition, now: float, budget: int) -> None:
                 age_ms = now_ms - (value.last_id >> 64)
                 out.add("streamdb_stream_last_entry_age_seconds", round(age_ms / 1000.0, 3), labels)
             out.add("streamdb_stream_entries_added_total", value.entries_added, labels)
+            if value.retention is not None and value.retention.trimmed_entries:
+                out.add("streamdb_stream_retention_trimmed_entries_total",
+                        value.retention.trimmed_entries, labels)
             for gname, group in groups.items():
                 if budget <= 0:
                     truncated += 1 + len(group.consumers)
