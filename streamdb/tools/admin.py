@@ -393,7 +393,7 @@ def backup_summary(core) -> dict[str, object]:
     streams = [v for db in core.keyspace.dbs for v in db.data.values() if not isinstance(v, bytes)]
     return {"keys": sum(len(db.data) for db in core.keyspace.dbs), "streams": len(streams),
             "entries": sum(s.length for s in streams),
-            "groups": sum(len(s.groups) for s in streams), "digest": digest_keyspace(core)}
+            "groups": sum(len(s.groups or ()) for s in streams), "digest": digest_keyspace(core)}
 
 
 def cmd_verify_backup(_r, args, console: Console) -> int:
