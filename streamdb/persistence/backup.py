@@ -44,7 +44,7 @@ from .aof import Aof, AofError, Manifest, fsync_dir, read_segment, segment_seq
 from .child import fork_child, reap
 from .snapshot import MAP_SIZE, SnapshotError, load_snapshot, snapshot_info
 
-__all__ = ["Backup", "BackupError", "BACKUP_MANIFEST", "verify_backup"]
+__all__ = ["Backup", "BackupError", "BACKUP_MANIFEST", "restore_backup", "verify_backup"]
 
 BACKUP_MANIFEST = "backup.manifest"
 FORMAT = 1
@@ -407,3 +407,83 @@ def verify_backup(directory: str, core) -> dict:
         except AofError as e:
             raise BackupError(f"the AOF does not load: {e}") from None
     return doc
+
+
+# ---------------------------------------------------------------------------
+# Restoring (no server)
+# ---------------------------------------------------------------------------
+
+
+def _sha256_prefix(path: str, length: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        left = length
+        while left > 0:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                break
+            h.update(chunk)
+            left -= len(chunk)
+    return h.hexdigest()
+
+
+def restore_backup(directory: str, datadir: str, aof_from: str | None = None) -> dict:
+    """Copy the backup ``directory`` into ``datadir`` (absent or empty), checked on the way.
+
+    With ``aof_from`` (the old server's AOF directory), the segments the old server
+    wrote after the backup's position are added, so that a server started on
+    ``datadir`` replays them too (the point of restore goes past the backup).  They
+    must continue the backup's history: the old copy of the backup's last segment
+    starts with exactly the bytes the backup holds.  Returns what was done."""
+    doc = read_manifest(directory)
+    check_files(directory, doc)
+    if os.path.exists(datadir) and (not os.path.isdir(datadir) or os.listdir(datadir)):
+        raise BackupError(f"{datadir} is not an empty directory")
+    names, position = doc["names"], doc["position"]
+    later: list[str] = []
+    if aof_from is not None:
+        later = _later_segments(doc, directory, aof_from)
+    os.makedirs(datadir, exist_ok=True)
+    for entry in doc["files"]:
+        dest = os.path.join(datadir, entry["path"])
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.copyfile(os.path.join(directory, entry["path"]), dest)
+    added = 0
+    if later:
+        aof_dir = os.path.join(datadir, names["appenddirname"])
+        manifest_name = names["appendfilename"] + ".manifest"
+        with open(os.path.join(aof_dir, manifest_name), encoding="utf-8") as f:
+            manifest = Manifest.parse(f.read(), manifest_name)
+        for name in later:
+            shutil.copyfile(os.path.join(aof_from, name), os.path.join(aof_dir, name))
+            added += os.path.getsize(os.path.join(aof_dir, name))
+            if name not in manifest.incrs:
+                manifest.incrs.append(name)
+        manifest.seq = max(manifest.seq, max(segment_seq(n) for n in later))
+        manifest.save(aof_dir, manifest_name)
+    return {"position": position, "segments_added": later, "bytes_added": added}
+
+
+def _later_segments(doc: dict, directory: str, aof_from: str) -> list[str]:
+    """The old server's segments from the backup's last one on (that one whole)."""
+    names, position = doc["names"], doc["position"]
+    last = position.get("aof_segment")
+    if names["appenddirname"] is None or not last:
+        raise BackupError("the backup was taken without an AOF: there is no position to continue from")
+    manifest_path = os.path.join(aof_from, names["appendfilename"] + ".manifest")
+    try:
+        with open(manifest_path, encoding="utf-8") as f:
+            old = Manifest.parse(f.read(), manifest_path)
+    except OSError as e:
+        raise BackupError(f"cannot read {manifest_path}: {e.strerror or e}") from None
+    except AofError as e:
+        raise BackupError(str(e)) from None
+    if last not in old.incrs:
+        raise BackupError(f"{aof_from} no longer holds {last} (a snapshot or AOF rewrite after the "
+                          f"backup retired it): the writes after the backup cannot be replayed from it")
+    old_copy = os.path.join(aof_from, last)
+    ours = next(e for e in doc["files"] if e["path"] == f"{names['appenddirname']}/{last}")
+    if os.path.getsize(old_copy) < ours["size"] or _sha256_prefix(old_copy, ours["size"]) != ours["sha256"]:
+        raise BackupError(f"{old_copy} does not begin with the backup's copy of it: another "
+                          f"server's (or a damaged) AOF")
+    return [s for s in old.incrs if segment_seq(s) >= segment_seq(last)]

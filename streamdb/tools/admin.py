@@ -9,6 +9,8 @@ Subcommands:
                 (XAUTOCLAIM ... JUSTID loop)
   backup        STREAMDB.BACKUP DIR, then wait for it to finish (StreamDB only)
   verify-backup check a backup directory and load it in-process (no server)
+  restore       copy a backup into an empty data directory, optionally with the old
+                server's later AOF segments (no server)
 
 Who processes what: claim-idle only moves ownership.  It claims idle entries
 FOR the consumer named by --consumer, a live worker of the group that reads its
@@ -417,6 +419,23 @@ def cmd_verify_backup(_r, args, console: Console) -> int:
     return 0
 
 
+def cmd_restore(_r, args, console: Console) -> int:
+    from ..persistence.backup import BackupError, restore_backup
+    try:
+        done = restore_backup(args.backup, args.datadir, args.aof_from)
+    except BackupError as e:
+        Console(stderr=True, soft_wrap=True).print(f"error: {args.backup}: {e}", highlight=False)
+        return 1
+    pos = done["position"]
+    console.print(f"restored {args.backup} into {args.datadir}: the data at AOF "
+                  f"{pos.get('aof_segment') or '-'} offset {pos.get('aof_offset', '-')}", highlight=False)
+    if done["segments_added"]:
+        console.print(f"plus {len(done['segments_added'])} segment(s) of {args.aof_from} from "
+                      f"{done['segments_added'][0]} on ({done['bytes_added']} bytes): a server started "
+                      f"on it replays them", highlight=False)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     # The connection options are accepted before and after the subcommand.  Their
     # defaults are filled in after parsing (CONNECTION_DEFAULTS): a subparser's
@@ -502,6 +521,19 @@ def build_parser() -> argparse.ArgumentParser:
                                     "DIGEST a server started on it would give.  Exit 1 on any problem.")
     vb.add_argument("dir")
     vb.set_defaults(run=cmd_verify_backup)
+
+    rs = sub.add_parser("restore", add_help=False, parents=[common],
+                        help="copy a backup into an empty data directory (no server)",
+                        description="Check the backup's files and copy them into DATADIR (absent or "
+                                    "empty): a server started on it holds the data at the backup's "
+                                    "position.  --aof-from OLD_AOF_DIR adds the segments the old server "
+                                    "wrote after that position (they must continue the backup's own "
+                                    "copy), so the server replays them too.  Exit 1 on any problem.")
+    rs.add_argument("backup")
+    rs.add_argument("datadir")
+    rs.add_argument("--aof-from", default=None, metavar="OLD_AOF_DIR",
+                    help="the old server's AOF directory (<dir>/appendonlydir)")
+    rs.set_defaults(run=cmd_restore)
     return ap
 
 

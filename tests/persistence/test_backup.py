@@ -29,7 +29,7 @@ GUIDE = "docs/OPERATIONS.md"
 PREFILL = 200
 # Docs blocks of docs/OPERATIONS.md this module runs.
 DOC_BLOCKS = {"docs/OPERATIONS.md": {"online-backup", "verify-backup", "restore-backup",
-                                     "start-restored"}}
+                                     "start-restored", "point-of-restore"}}
 
 
 def admin(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -283,3 +283,58 @@ def test_the_guide_blocks_back_up_verify_and_restore(tmp_path):
     finally:
         restored.terminate()
         assert restored.wait(timeout=20) == 0
+
+
+def test_point_of_restore_replays_the_old_servers_later_segments(tmp_path):
+    data, backup, restore_dir = tmp_path / "source", tmp_path / "backup", tmp_path / "restore"
+    with ServerProcess(data, "--appendonly", "yes", "--save", "") as src:
+        r = redis.Redis(port=src.port)
+        run(r, prefill_commands())
+        r.execute_command("STREAMDB.BACKUP", str(backup))
+        assert wait_backup(r)["last_status"] == b"ok"
+        run(r, [writer_command(i) for i in range(300)])        # after the backup
+        final = r.execute_command("DEBUG", "DIGEST")
+        src.kill9()
+    shutil.rmtree(data / "snapshot.lmdb")                         # the disaster: the snapshot is gone
+    out = run_block(GUIDE, "point-of-restore", cwd=tmp_path, BACKUP=backup, RESTORE_DIR=restore_dir,
+                    DATA=data)
+    assert "plus 1 segment(s)" in out
+    with ServerProcess(restore_dir, "--appendonly", "yes", "--save", "") as restored:
+        rr = redis.Redis(port=restored.port)
+        assert writer_prefix_length(rr) == 300
+        assert rr.execute_command("DEBUG", "DIGEST") == final
+
+
+def test_point_of_restore_refuses_what_does_not_continue_the_backup(tmp_path):
+    data, backup = tmp_path / "source", tmp_path / "backup"
+    with ServerProcess(data, "--appendonly", "yes", "--save", "") as src:
+        r = redis.Redis(port=src.port)
+        run(r, prefill_commands())
+        r.execute_command("STREAMDB.BACKUP", str(backup))
+        assert wait_backup(r)["last_status"] == b"ok"
+        run(r, [writer_command(i) for i in range(10)])
+        position = json.loads((backup / "backup.manifest").read_text())["position"]["aof_segment"]
+        # Another history: the segment the backup ends in, with different bytes.
+        foreign_dir = tmp_path / "foreign"
+        shutil.copytree(data / "appendonlydir", foreign_dir)
+        _flip(foreign_dir / position, 5)
+        foreign = admin("restore", str(backup), str(tmp_path / "r1"), "--aof-from", str(foreign_dir))
+        assert foreign.returncode == 1
+        assert f"{foreign_dir / position} does not begin with the backup's copy" in foreign.stderr
+        assert not (tmp_path / "r1").exists()
+
+        r.bgsave()                  # a snapshot after the backup retires the segment it ends in
+        deadline = time.monotonic() + 20
+        while (data / "appendonlydir" / position).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    retired = admin("restore", str(backup), str(tmp_path / "r2"), "--aof-from", str(data / "appendonlydir"))
+    assert retired.returncode == 1
+    assert f"no longer holds {position}" in retired.stderr
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "x").write_text("x")
+    refused = admin("restore", str(backup), str(busy))
+    assert refused.returncode == 1 and "is not an empty directory" in refused.stderr
+    plain = admin("restore", str(backup), str(tmp_path / "r3"))
+    assert plain.returncode == 0 and "plus" not in plain.stdout
+    assert sorted(p.name for p in (tmp_path / "r3").iterdir()) == ["appendonlydir", "snapshot.lmdb"]
