@@ -73,11 +73,17 @@ def _sha256_copy(src_fd: int, length: int, dest: str) -> str:
     return h.hexdigest()
 
 
-def _sha256_file(path: str) -> str:
+def _sha256_file(path: str, length: int | None = None) -> str:
+    """sha256 of the file at ``path``, or of its first ``length`` bytes."""
     h = hashlib.sha256()
+    left = os.path.getsize(path) if length is None else length
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
+        while left > 0:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                break
             h.update(chunk)
+            left -= len(chunk)
     return h.hexdigest()
 
 
@@ -414,19 +420,6 @@ def verify_backup(directory: str, core) -> dict:
 # ---------------------------------------------------------------------------
 
 
-def _sha256_prefix(path: str, length: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        left = length
-        while left > 0:
-            chunk = f.read(min(_CHUNK, left))
-            if not chunk:
-                break
-            h.update(chunk)
-            left -= len(chunk)
-    return h.hexdigest()
-
-
 def restore_backup(directory: str, datadir: str, aof_from: str | None = None) -> dict:
     """Copy the backup ``directory`` into ``datadir`` (absent or empty), checked on the way.
 
@@ -483,7 +476,7 @@ def _later_segments(doc: dict, directory: str, aof_from: str) -> list[str]:
                           f"backup retired it): the writes after the backup cannot be replayed from it")
     old_copy = os.path.join(aof_from, last)
     ours = next(e for e in doc["files"] if e["path"] == f"{names['appenddirname']}/{last}")
-    if os.path.getsize(old_copy) < ours["size"] or _sha256_prefix(old_copy, ours["size"]) != ours["sha256"]:
+    if os.path.getsize(old_copy) < ours["size"] or _sha256_file(old_copy, ours["size"]) != ours["sha256"]:
         raise BackupError(f"{old_copy} does not begin with the backup's copy of it: another "
                           f"server's (or a damaged) AOF")
     return [s for s in old.incrs if segment_seq(s) >= segment_seq(last)]

@@ -363,6 +363,12 @@ CONNECTION_DEFAULTS = {"host": "127.0.0.1", "port": 6379, "password": "", "user"
 # ---------------------------------------------------------------------------
 
 
+def _error(message: str) -> int:
+    """The one way a subcommand reports a failure: a line on stderr, exit status 1."""
+    Console(stderr=True, soft_wrap=True).print(f"error: {message}", highlight=False)
+    return 1
+
+
 def _backup_status(r: redis.Redis) -> dict[str, str]:
     flat = r.execute_command("STREAMDB.BACKUP", "STATUS")
     return {_text(k): _text(v) for k, v in zip(flat[::2], flat[1::2])}
@@ -380,9 +386,7 @@ def cmd_backup(r: redis.Redis, args, console: Console) -> int:
             console.print(f"phase: {phase}", highlight=False)
         time.sleep(args.interval)
     if st["last_status"] != "ok":
-        Console(stderr=True, soft_wrap=True).print(f"error: backup failed: {st['last_error']}",
-                                                   highlight=False)
-        return 1
+        return _error(f"backup failed: {st['last_error']}")
     console.print(f"backup done: {st['last_dir']}, {st['last_bytes']} bytes, {st['last_seconds']} s, "
                   f"consistent at AOF {st['last_aof_segment'] or '-'} offset {st['last_aof_offset']}",
                   highlight=False)
@@ -407,8 +411,7 @@ def cmd_verify_backup(_r, args, console: Console) -> int:
     try:
         doc = verify_backup(args.dir, core)
     except BackupError as e:
-        Console(stderr=True, soft_wrap=True).print(f"error: {args.dir}: {e}", highlight=False)
-        return 1
+        return _error(f"{args.dir}: {e}")
     pos = doc["position"]
     console.print(f"backup of StreamDB {doc['server_version']}, {len(doc['files'])} files checked, "
                   f"consistent at AOF {pos.get('aof_segment') or '-'} offset {pos.get('aof_offset', '-')}",
@@ -424,8 +427,7 @@ def cmd_restore(_r, args, console: Console) -> int:
     try:
         done = restore_backup(args.backup, args.datadir, args.aof_from)
     except BackupError as e:
-        Console(stderr=True, soft_wrap=True).print(f"error: {args.backup}: {e}", highlight=False)
-        return 1
+        return _error(f"{args.backup}: {e}")
     pos = done["position"]
     console.print(f"restored {args.backup} into {args.datadir}: the data at AOF "
                   f"{pos.get('aof_segment') or '-'} offset {pos.get('aof_offset', '-')}", highlight=False)
@@ -548,8 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(r, args, console)
     except redis.ResponseError as e:
-        Console(stderr=True, soft_wrap=True).print(f"error: {e}", highlight=False)
-        return 1
+        return _error(str(e))
     except (redis.ConnectionError, redis.TimeoutError) as e:
         Console(stderr=True, soft_wrap=True).print(f"error: cannot talk to {args.host}:{args.port}: {e}", highlight=False)
         return 2
