@@ -102,11 +102,12 @@ def reference_digest(tmp_path: Path, n: int) -> bytes:
         return r.execute_command("DEBUG", "DIGEST")
 
 
-@pytest.mark.parametrize("fsync", ["everysec", "always"])
-def test_backup_under_write_load_restores_the_data_at_its_position(tmp_path, fsync):
+@pytest.mark.parametrize("fsync, save", [("everysec", ""), ("always", ""),
+                                         ("everysec", "1 1")])   # snapshots of their own meanwhile
+def test_backup_under_write_load_restores_the_data_at_its_position(tmp_path, fsync, save):
     backup = tmp_path / "backup"
     with ServerProcess(tmp_path / "source", "--appendonly", "yes", "--appendfsync", fsync,
-                       "--save", "") as src:
+                       "--save", save) as src:
         r = redis.Redis(port=src.port)
         run(r, prefill_commands())
         writer = Writer(src.port)
@@ -338,3 +339,22 @@ def test_point_of_restore_refuses_what_does_not_continue_the_backup(tmp_path):
     plain = admin("restore", str(backup), str(tmp_path / "r3"))
     assert plain.returncode == 0 and "plus" not in plain.stdout
     assert sorted(p.name for p in (tmp_path / "r3").iterdir()) == ["appendonlydir", "snapshot.lmdb"]
+
+
+def test_a_backup_waits_for_a_rewrite_under_way(tmp_path):
+    backup = tmp_path / "backup"
+    with ServerProcess(tmp_path / "source", "--appendonly", "yes", "--save", "") as src:
+        r = redis.Redis(port=src.port)
+        run(r, prefill_commands())
+        pipe = r.pipeline(transaction=False)
+        pipe.execute_command("BGREWRITEAOF")
+        pipe.execute_command("STREAMDB.BACKUP", str(backup))
+        pipe.execute_command("INFO", "persistence")
+        rewrite, started, info = pipe.execute()
+        assert info["aof_rewrite_in_progress"] == 1 and info["rdb_bgsave_in_progress"] == 0
+        assert info["backup_in_progress"] == 1 and info["backup_phase"] == "snapshot"
+        assert wait_backup(r)["last_status"] == b"ok"
+        digest = r.execute_command("DEBUG", "DIGEST")
+    verified = admin("verify-backup", str(backup))
+    assert verified.returncode == 0, verified.stderr
+    assert f"digest: {digest.decode()}" in verified.stdout
