@@ -1,5 +1,5 @@
 """Command families.  Importing this package fills the registry."""
-from . import acl, admin, groups, info, keys, observe, persistence, replication, server, streams  # noqa: F401  (registration)
+from . import acl, admin, backup, groups, info, keys, observe, persistence, replication, server, streams  # noqa: F401  (registration)
 from . import retention  # noqa: F401  (registration)
 from .registry import COMMANDS, CommandSpec, lookup
 

@@ -335,6 +335,8 @@ DOCS: dict[str, CommandDoc] = {
          complexity='O(1)'),
     'slowlog|reset': _doc('Clear all entries from the slow log', 'server',
          complexity='O(N) where N is the number of entries in the slowlog'),
+    'streamdb.backup': _doc("Write a consistent copy of the server's data into a directory, in the background (StreamDB)", 'server',
+         complexity='O(N) where N is the size of the data: done by child processes'),
     'swapdb': _doc('Swaps two Redis databases', 'server',
          complexity='O(N) where N is the count of clients watching or blocking on keys from both databases.'),
     'sync': _doc('Internal command used for replication', 'server'),

@@ -7,6 +7,7 @@ without it (``appendonly no``) these commands report that persistence is off.
 from __future__ import annotations
 
 from ..persistence import codec
+from . import backup
 from ..protocol.reply import OK, CommandError, Status
 from .args import parse_int
 from .context import Ctx, syntax_error
@@ -179,7 +180,7 @@ def info_persistence(core) -> list[tuple[str, object]]:
         ("aof_rewrites", aof.rewrites if aof else 0),
         ("aof_last_write_status", "ok" if not aof or aof.last_write_ok else "err"),
         ("aof_last_cow_size", 0),
-    ]
+    ] + backup.info_fields(core)
     if aof is not None:
         fields += [
             ("aof_current_size", aof.total_size), ("aof_base_size", aof.base_size),

@@ -16,6 +16,7 @@ import time
 
 from .. import log
 from .aof import Aof, AofError
+from .backup import Backup
 from .snapshot import Snapshotter, SnapshotError, load_snapshot
 
 __all__ = ["Persistence", "RecoveryError", "open_persistence"]
@@ -32,6 +33,7 @@ class Persistence:
         self.core = core
         self.aof = aof
         self.snapshotter = snapshotter
+        self.backup = Backup(core)       # STREAMDB.BACKUP (commands/backup.py)
 
     async def load(self, server) -> None:
         """Recover the data set while the server is already listening.
@@ -83,6 +85,7 @@ class Persistence:
 
     def cron(self) -> None:
         self.snapshotter.poll()
+        self.backup.poll()          # after the snapshotter's poll: it reaps the backup's snapshot
         if self.aof is not None:
             self.aof.poll_rewrite()
             self.aof.flush_pending_retry()
@@ -90,6 +93,7 @@ class Persistence:
 
     def shutdown(self, save: bool | None = None) -> None:
         """Flush and fsync the AOF; snapshot if asked (or if save rules exist and data changed)."""
+        self.backup.abort()
         self.snapshotter.wait()
         if self.aof is not None:
             while self.aof.rewrite_pid is not None:

@@ -7,6 +7,10 @@ Subcommands:
   dead-letter   move entries delivered more than N times to a dead-letter stream
   claim-idle    hand entries idle longer than a threshold to a live processor
                 (XAUTOCLAIM ... JUSTID loop)
+  backup        STREAMDB.BACKUP DIR, then wait for it to finish (StreamDB only)
+  verify-backup check a backup directory and load it in-process (no server)
+  restore       copy a backup into an empty data directory, optionally with the old
+                server's later AOF segments (no server)
 
 Who processes what: claim-idle only moves ownership.  It claims idle entries
 FOR the consumer named by --consumer, a live worker of the group that reads its
@@ -16,8 +20,8 @@ entry's delivery count grows only when a processor actually reads it, and
 dead-letter --max-deliveries N moves only entries that processors were given
 more than N times.  Running both tools together is safe.
 
-Only standard Redis commands are used, so every subcommand works against
-redis-server as well as StreamDB.
+The stream subcommands use only standard Redis commands, so they work against
+redis-server as well as StreamDB; backup and verify-backup are StreamDB's own.
 """
 
 from __future__ import annotations
@@ -354,6 +358,86 @@ def cmd_claim_idle(r: redis.Redis, args, console: Console) -> int:
 CONNECTION_DEFAULTS = {"host": "127.0.0.1", "port": 6379, "password": "", "user": ""}
 
 
+# ---------------------------------------------------------------------------
+# backup, verify-backup
+# ---------------------------------------------------------------------------
+
+
+def _error(message: str) -> int:
+    """The one way a subcommand reports a failure: a line on stderr, exit status 1."""
+    Console(stderr=True, soft_wrap=True).print(f"error: {message}", highlight=False)
+    return 1
+
+
+def _backup_status(r: redis.Redis) -> dict[str, str]:
+    flat = r.execute_command("STREAMDB.BACKUP", "STATUS")
+    return {_text(k): _text(v) for k, v in zip(flat[::2], flat[1::2])}
+
+
+def cmd_backup(r: redis.Redis, args, console: Console) -> int:
+    console.print(_text(r.execute_command("STREAMDB.BACKUP", args.dir)), highlight=False)
+    phase = None
+    while True:
+        st = _backup_status(r)
+        if st["in_progress"] == "0":
+            break
+        if st["phase"] != phase:
+            phase = st["phase"]
+            console.print(f"phase: {phase}", highlight=False)
+        time.sleep(args.interval)
+    if st["last_status"] != "ok":
+        return _error(f"backup failed: {st['last_error']}")
+    console.print(f"backup done: {st['last_dir']}, {st['last_bytes']} bytes, {st['last_seconds']} s, "
+                  f"consistent at AOF {st['last_aof_segment'] or '-'} offset {st['last_aof_offset']}",
+                  highlight=False)
+    return 0
+
+
+def backup_summary(core) -> dict[str, object]:
+    """What verify-backup prints of a loaded backup: counts and the DEBUG DIGEST."""
+    from ..commands.server import digest_keyspace
+    streams = [v for db in core.keyspace.dbs for v in db.data.values() if not isinstance(v, bytes)]
+    return {"keys": sum(len(db.data) for db in core.keyspace.dbs), "streams": len(streams),
+            "entries": sum(s.length for s in streams),
+            "groups": sum(len(s.groups or ()) for s in streams), "digest": digest_keyspace(core)}
+
+
+def cmd_verify_backup(_r, args, console: Console) -> int:
+    from .. import log
+    from ..persistence.backup import BackupError, verify_backup
+    from ..server.core import Core
+    log.configure("warning")
+    core = Core()
+    try:
+        doc = verify_backup(args.dir, core)
+    except BackupError as e:
+        return _error(f"{args.dir}: {e}")
+    pos = doc["position"]
+    console.print(f"backup of StreamDB {doc['server_version']}, {len(doc['files'])} files checked, "
+                  f"consistent at AOF {pos.get('aof_segment') or '-'} offset {pos.get('aof_offset', '-')}",
+                  highlight=False)
+    for name, value in backup_summary(core).items():
+        console.print(f"{name}: {value}", highlight=False)
+    console.print("backup OK", highlight=False)
+    return 0
+
+
+def cmd_restore(_r, args, console: Console) -> int:
+    from ..persistence.backup import BackupError, restore_backup
+    try:
+        done = restore_backup(args.backup, args.datadir, args.aof_from)
+    except BackupError as e:
+        return _error(f"{args.backup}: {e}")
+    pos = done["position"]
+    console.print(f"restored {args.backup} into {args.datadir}: the data at AOF "
+                  f"{pos.get('aof_segment') or '-'} offset {pos.get('aof_offset', '-')}", highlight=False)
+    if done["segments_added"]:
+        console.print(f"plus {len(done['segments_added'])} segment(s) of {args.aof_from} from "
+                      f"{done['segments_added'][0]} on ({done['bytes_added']} bytes): a server started "
+                      f"on it replays them", highlight=False)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     # The connection options are accepted before and after the subcommand.  Their
     # defaults are filled in after parsing (CONNECTION_DEFAULTS): a subparser's
@@ -421,6 +505,37 @@ def build_parser() -> argparse.ArgumentParser:
     ci.add_argument("--max-backoff", type=float, default=10.0,
                     help="longest wait between reconnection attempts (default 10 s)")
     ci.set_defaults(run=cmd_claim_idle)
+
+    bk = sub.add_parser("backup", add_help=False, parents=[common],
+                        help="online backup into DIR (STREAMDB.BACKUP), waiting until it is done",
+                        description="Run STREAMDB.BACKUP DIR on the server, show its progress and wait "
+                                    "for the end; exit 1 if the server refuses or the backup fails.  DIR "
+                                    "is a path on the server's machine, absent or empty.")
+    bk.add_argument("dir")
+    bk.add_argument("--interval", type=float, default=0.2, help="seconds between status polls")
+    bk.set_defaults(run=cmd_backup)
+
+    vb = sub.add_parser("verify-backup", add_help=False, parents=[common],
+                        help="check a backup directory and load it in-process (no server)",
+                        description="Check the backup's manifest, the size and sha256 of every file, "
+                                    "then load it through the server's recovery code into a fresh "
+                                    "keyspace and print keys, streams, entries, groups and the DEBUG "
+                                    "DIGEST a server started on it would give.  Exit 1 on any problem.")
+    vb.add_argument("dir")
+    vb.set_defaults(run=cmd_verify_backup)
+
+    rs = sub.add_parser("restore", add_help=False, parents=[common],
+                        help="copy a backup into an empty data directory (no server)",
+                        description="Check the backup's files and copy them into DATADIR (absent or "
+                                    "empty): a server started on it holds the data at the backup's "
+                                    "position.  --aof-from OLD_AOF_DIR adds the segments the old server "
+                                    "wrote after that position (they must continue the backup's own "
+                                    "copy), so the server replays them too.  Exit 1 on any problem.")
+    rs.add_argument("backup")
+    rs.add_argument("datadir")
+    rs.add_argument("--aof-from", default=None, metavar="OLD_AOF_DIR",
+                    help="the old server's AOF directory (<dir>/appendonlydir)")
+    rs.set_defaults(run=cmd_restore)
     return ap
 
 
@@ -435,8 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(r, args, console)
     except redis.ResponseError as e:
-        Console(stderr=True, soft_wrap=True).print(f"error: {e}", highlight=False)
-        return 1
+        return _error(str(e))
     except (redis.ConnectionError, redis.TimeoutError) as e:
         Console(stderr=True, soft_wrap=True).print(f"error: cannot talk to {args.host}:{args.port}: {e}", highlight=False)
         return 2
