@@ -2,6 +2,8 @@
 # its helpers as C calls.  Core keeps a __dict__ for the many attributes only the
 # subsystems read (persistence, replication, hooks): only the hot ones are here.
 
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
+
 from streamdb.commands.context cimport BlockRequest, Ctx
 from streamdb.commands.observe cimport Observer
 from streamdb.commands.registry cimport CommandSpec, lookup
@@ -27,5 +29,8 @@ cdef class Core:
     cdef public dict ready_keys, blocking_keys
     cdef public list effect_sinks
 
-    cpdef tuple _call(self, Client client, CommandSpec spec, argv, now, bint in_exec=*)
+    cpdef tuple _call(self, Client client, CommandSpec spec, argv, now, long long started_ns,
+                      bint in_exec=*)
     cpdef _emit(self, Py_ssize_t db_index, list effects, bint atomic=*)
+
+cdef long long _wall_clock_ns()
