@@ -158,6 +158,15 @@ class _Decoded:
 _cache: "OrderedDict[Node, _Decoded]" = OrderedDict()
 
 
+# encode_node's Packer, made once: msgpack.packb is a Python function that makes a
+# Packer per call, whose 1 MiB buffer is a fresh malloc each time.  One Packer
+# (autoreset: pack returns the bytes and empties the buffer, also after an error)
+# is safe to share: packing lists of bytes, ints and None calls no Python code,
+# so it holds the GIL from start to end.  Measured (callgrind, a 100-entry node):
+# 143.5k -> 140.2k instructions per node.
+_node_packer = msgpack.Packer(use_bin_type=True)
+
+
 def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -> bytes:
     """Blob = [master_fields, [ms_delta, seq, ...], [entry, ...]].
 
@@ -187,7 +196,7 @@ def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -
     fv: list
     packed: list = [fv[1::2] if _has_master_fields(fv, master) else [None, *fv]
                     for fv in entries]
-    return msgpack.packb([base_ms, master, id_pairs, packed], use_bin_type=True)
+    return _node_packer.pack([base_ms, master, id_pairs, packed])
 
 
 def decode_node(blob: bytes) -> tuple[list[int], list[list]]:
