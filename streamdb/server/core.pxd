@@ -4,9 +4,10 @@
 
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
-from streamdb.commands.context cimport BlockRequest, Ctx
+from streamdb.commands.context cimport BlockRequest, Ctx, new_ctx
 from streamdb.commands.observe cimport Observer
 from streamdb.commands.registry cimport CommandSpec, lookup
+from streamdb.engine.keyspace cimport Database, Keyspace
 from streamdb.server.client cimport Client
 
 cdef class CommandStats:
@@ -21,7 +22,8 @@ cdef class Stats:
 
 cdef class Core:
     cdef dict __dict__
-    cdef public object config, keyspace, clock, write_refusal, current_client
+    cdef public object config, clock, write_refusal, current_client
+    cdef public Keyspace keyspace
     cdef public Observer observe
     cdef public Stats stats
     cdef public bint is_replica, loading, out_of_memory

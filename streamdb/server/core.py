@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Callable
 import cython
 
 from .. import log
-from ..commands.context import BlockRequest, Ctx
+from ..commands.context import BlockRequest, Ctx, new_ctx
 from ..commands.observe import Observer
 from ..commands.registry import CommandSpec, lookup
 from ..config import Config
-from ..engine import Keyspace
+from ..engine.keyspace import Database, Keyspace
 from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status
 from ..security.acl import Acl
 from ..security.enforce import command_denied, reset_to_default
@@ -351,7 +351,8 @@ class Core:
 
         ``started_ns``: the _wall_clock_ns() read as the command started; its
         duration runs from there to the end of the handler."""
-        ctx: Ctx = Ctx(self, client, now, argv, in_exec, client.kind in _REPLAY_KINDS)
+        ctx: Ctx = new_ctx(self, client, self.keyspace.dbs[client.db], self.config, now, argv,
+                           in_exec, client.kind in _REPLAY_KINDS)
         stats: CommandStats = self.stats.commands[spec.name]
         try:
             reply = spec.handler(ctx, argv)
@@ -462,7 +463,7 @@ class Core:
 
         ``atomic``: the effects are one command's, so a batch of several is
         wrapped in MULTI/EXEC for the sinks."""
-        db = self.keyspace.dbs[db_index]
+        db: Database = self.keyspace.dbs[db_index]
         cur = db_index
         for argv in effects:
             if argv[0] == b"SELECT":
