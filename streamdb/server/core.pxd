@@ -31,8 +31,8 @@ cdef class Core:
     cdef public dict ready_keys, blocking_keys
     cdef public list effect_sinks
 
-    cpdef tuple _call(self, Client client, CommandSpec spec, argv, now, long long started_ns,
-                      bint in_exec=*)
+    cdef Ctx _ctx_for(self, Client client, now, argv, bint in_exec)
+    cpdef _call(self, Ctx ctx, CommandSpec spec, argv, long long started_ns)
     cpdef _emit(self, Py_ssize_t db_index, list effects, bint atomic=*)
 
 cdef long long _wall_clock_ns()

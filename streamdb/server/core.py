@@ -327,9 +327,10 @@ class Core:
             return self._error(CommandError(refusal), spec.name, rejected=True)
         client.last_cmd = spec.name
         self.current_client = client
-        reply, effects, db = self._call(client, spec, argv, now, started_ns)
-        if effects:
-            self._emit(db, effects)
+        ctx: Ctx = self._ctx_for(client, now, argv, False)
+        reply = self._call(ctx, spec, argv, started_ns)
+        if ctx.effects:
+            self._emit(ctx.db.index, ctx.effects)
         if isinstance(reply, BlockRequest):
             return self._block(client, reply)
         if self.ready_keys:
@@ -345,18 +346,23 @@ class Core:
             self._cross_protocol_logged_ms = now
         return DROP
 
-    def _call(self, client: Client, spec: CommandSpec, argv, now, started_ns: cython.longlong,
-              in_exec: cython.bint = False) -> tuple:
-        """Run a handler; returns (reply, effects, db index).  Errors become replies.
+    @cython.cfunc
+    def _ctx_for(self, client: Client, now, argv, in_exec: cython.bint) -> Ctx:
+        """The Ctx of one command of ``client``."""
+        return new_ctx(self, client, self.keyspace.dbs[client.db], self.config, now, argv,
+                       in_exec, client.kind in _REPLAY_KINDS)
+
+    def _call(self, ctx: Ctx, spec: CommandSpec, argv, started_ns: cython.longlong):
+        """Run a handler; returns its reply (errors become replies).  Its effects and
+        the db they apply to are left in ``ctx`` (the caller's: no result tuple).
 
         ``started_ns``: the _wall_clock_ns() read as the command started; its
         duration runs from there to the end of the handler."""
-        ctx: Ctx = new_ctx(self, client, self.keyspace.dbs[client.db], self.config, now, argv,
-                           in_exec, client.kind in _REPLAY_KINDS)
+        client: Client = ctx.client
         stats: CommandStats = self.stats.commands[spec.name]
         try:
             reply = spec.handler(ctx, argv)
-            if isinstance(reply, BlockRequest) and (in_exec or ctx.replaying):
+            if isinstance(reply, BlockRequest) and (ctx.in_exec or ctx.replaying):
                 reply = reply.timeout_reply
         except CommandError as e:
             reply = e
@@ -376,7 +382,7 @@ class Core:
         self.stats.commands_processed += 1
         self.dirty += ctx.dirty
         self.observe.command_done(spec, client, argv, elapsed_ns)
-        return reply, ctx.effects, ctx.db.index
+        return reply
 
     def _error(self, err: CommandError, name: str | None, rejected: bool = False) -> CommandError:
         if name is not None and rejected:
@@ -417,12 +423,14 @@ class Core:
                 if denied is not None:
                     replies.append(self._error(denied, spec.name, rejected=True))
                     continue
-            reply, effects, db = self._call(client, spec, argv, now, _wall_clock_ns(), in_exec=True)
-            if effects:
+            ctx: Ctx = self._ctx_for(client, now, argv, True)
+            reply = self._call(ctx, spec, argv, _wall_clock_ns())
+            if ctx.effects:
+                db = ctx.db.index
                 if db != cur_db:   # a SELECT inside the transaction
                     batch.append([b"SELECT", b"%d" % db])
                     cur_db = db
-                batch.extend(effects)
+                batch.extend(ctx.effects)
             replies.append(reply)
         if batch:
             self._emit(db_at_start, batch)
