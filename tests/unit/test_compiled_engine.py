@@ -390,6 +390,14 @@ def test_id_formatting_agrees_with_the_source(ms, seq):
     assert fast.parse_id(fast.format_id(sid)) == (sid, True)
 
 
+@pytest.mark.parametrize("sid", [0, 1, 2**64, 2**128 - 1, 2**128, 2**200, -1, -(2**64), True])
+def test_id_formatting_edges_agree_with_the_source(sid):
+    """The compiled range test (sign and bit count of the int) sends exactly the ids
+    outside 0..2**128-1, and anything not an int, to the source's formatting."""
+    fast, spec = both("streamdb.engine.ids")
+    assert fast.format_id(sid) == spec.format_id(sid) == b"%d-%d" % (sid >> 64, sid & (2**64 - 1))
+
+
 @pytest.mark.parametrize("text", [
     b"18446744073709551615-18446744073709551615", b"18446744073709551616-0",
     b"18446744073709551619-0", b"0-18446744073709551620", b"1844674407370955161-5",
