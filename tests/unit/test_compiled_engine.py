@@ -202,6 +202,22 @@ def test_keyspace_operations_agree_with_the_source(ops):
         assert keyspace_state(a, wa) == keyspace_state(b, wb), op
 
 
+def test_a_node_of_bytes_subclasses_encodes_as_one_of_bytes():
+    """encode_node packs exact types with a strict msgpack Packer; anything else (a
+    bytes subclass) goes to the lenient one and gives the same blob."""
+
+    class Raw(bytes):
+        pass
+
+    for module in both("streamdb.engine.stream"):
+        ids = [mid(5, 0), mid(5, 1), mid(7, 0)]
+        entries = [[b"f", b"v"], [b"f", b"w"], [b"g", b"x"]]
+        blob = module.encode_node(ids[0], [b"f"], ids, entries)
+        assert module.encode_node(ids[0], [Raw(b"f")], ids,
+                                  [[Raw(x) for x in e] for e in entries]) == blob
+        assert module.decode_node(blob) == (ids, entries)
+
+
 def test_stream_attributes_others_set_stay_writable():
     """persistence/codec.py builds Streams and Nodes attribute by attribute; a huge
     counter from a hostile payload is stored (and rejected later), not an overflow."""
