@@ -2,13 +2,15 @@
 # compiled dispatch (server/core.py cimports this) makes and reads one without
 # look-ups.  Every attribute any handler sets is here (a compiled Ctx has no __dict__).
 
+from streamdb.engine.keyspace cimport Database
 from streamdb.server.client cimport Client
 
 cdef class BlockRequest:
     cdef public object keys, timeout_ms, serve, timeout_reply, command
 
 cdef class Ctx:
-    cdef public object core, client, db, now_ms, argv, config
+    cdef public object core, client, now_ms, argv, config
+    cdef public Database db
     cdef public list effects
     cdef public bint in_exec, replaying
     cdef public Py_ssize_t dirty
@@ -16,3 +18,8 @@ cdef class Ctx:
     cpdef propagate(self, list argv, Py_ssize_t dirty=*)
     cpdef lookup(self, key, bint read=*)
     cpdef lookup_stream(self, key, bint read=*)
+
+cdef void _fill(Ctx ctx, core, Client client, Database db, config, now_ms, argv,
+                bint in_exec, bint replaying)
+cpdef Ctx new_ctx(core, Client client, Database db, config, now_ms, argv,
+                  bint in_exec, bint replaying)

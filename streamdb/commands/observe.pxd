@@ -5,8 +5,11 @@
 from streamdb.commands.registry cimport CommandSpec
 
 cdef class Observer:
-    cdef public object core, slowlog, latency, monitors, histograms, startup_memory, rate_samples
-    cdef public dict settings
+    cdef public object core, slowlog, latency, monitors, startup_memory, rate_samples
+    cdef public dict settings, histograms
     cdef public long long slowlog_next_id
+    # command_done's settings (settings_changed copies them from ``settings``)
+    cdef public bint latency_tracking
+    cdef public long long slowlog_slower_than, latency_threshold_ms
 
     cpdef command_done(self, CommandSpec spec, client, argv, long long elapsed_ns)

@@ -158,6 +158,20 @@ class _Decoded:
 _cache: "OrderedDict[Node, _Decoded]" = OrderedDict()
 
 
+# encode_node's Packers, made once: msgpack.packb is a Python function that makes a
+# Packer per call, whose 1 MiB buffer is a fresh malloc each time.  One Packer
+# (autoreset: pack returns the bytes and empties the buffer, also after an error)
+# is safe to share: packing lists of bytes, ints and None calls no Python code,
+# so it holds the GIL from start to end.  strict_types tests each object's exact
+# type, where the lenient Packer asks isinstance(o, ExtType) (a Python class) of
+# every list before packing it as one; the bytes are the same.  Measured
+# (callgrind, a 100-entry node): packb 143.5k, lenient Packer 140.2k, strict 110.6k
+# instructions.  A node holding a subclass of bytes or int (not made by the server
+# itself) is packed by the lenient one.
+_node_packer = msgpack.Packer(use_bin_type=True, strict_types=True)
+_lenient_node_packer = msgpack.Packer(use_bin_type=True)
+
+
 def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -> bytes:
     """Blob = [master_fields, [ms_delta, seq, ...], [entry, ...]].
 
@@ -187,7 +201,11 @@ def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -
     fv: list
     packed: list = [fv[1::2] if _has_master_fields(fv, master) else [None, *fv]
                     for fv in entries]
-    return msgpack.packb([base_ms, master, id_pairs, packed], use_bin_type=True)
+    doc: list = [base_ms, master, id_pairs, packed]
+    try:
+        return _node_packer.pack(doc)
+    except TypeError:
+        return _lenient_node_packer.pack(doc)
 
 
 def decode_node(blob: bytes) -> tuple[list[int], list[list]]:

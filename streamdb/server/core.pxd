@@ -2,9 +2,12 @@
 # its helpers as C calls.  Core keeps a __dict__ for the many attributes only the
 # subsystems read (persistence, replication, hooks): only the hot ones are here.
 
-from streamdb.commands.context cimport BlockRequest, Ctx
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
+
+from streamdb.commands.context cimport BlockRequest, Ctx, new_ctx
 from streamdb.commands.observe cimport Observer
 from streamdb.commands.registry cimport CommandSpec, lookup
+from streamdb.engine.keyspace cimport Database, Keyspace
 from streamdb.server.client cimport Client
 
 cdef class CommandStats:
@@ -19,7 +22,8 @@ cdef class Stats:
 
 cdef class Core:
     cdef dict __dict__
-    cdef public object config, keyspace, clock, write_refusal, current_client
+    cdef public object config, clock, write_refusal, current_client
+    cdef public Keyspace keyspace
     cdef public Observer observe
     cdef public Stats stats
     cdef public bint is_replica, loading, out_of_memory
@@ -27,5 +31,8 @@ cdef class Core:
     cdef public dict ready_keys, blocking_keys
     cdef public list effect_sinks
 
-    cpdef tuple _call(self, Client client, CommandSpec spec, argv, now, bint in_exec=*)
+    cdef Ctx _ctx_for(self, Client client, now, argv, bint in_exec)
+    cpdef _call(self, Ctx ctx, CommandSpec spec, argv, long long started_ns)
     cpdef _emit(self, Py_ssize_t db_index, list effects, bint atomic=*)
+
+cdef long long _wall_clock_ns()

@@ -176,6 +176,23 @@ def test_latency_histogram_counts_calls(r):
     assert counts == sorted(counts) and counts[-1] == fields[b"calls"]
 
 
+
+def test_config_set_latency_tracking_stops_and_restarts_the_histogram(r):
+    # The per-command hook keeps its settings in fields that CONFIG SET refreshes.
+    def ping_calls():
+        reply = r.execute_command("LATENCY", "HISTOGRAM", "ping")
+        return dict(zip(reply[1][0::2], reply[1][1::2]))[b"calls"] if reply else 0
+
+    r.ping()
+    before = ping_calls()
+    r.config_set("latency-tracking", "no")
+    for _ in range(3):
+        r.ping()
+    assert ping_calls() == before
+    r.config_set("latency-tracking", "yes")
+    r.ping()
+    assert ping_calls() == before + 1
+
 # -- MONITOR ----------------------------------------------------------------------
 
 

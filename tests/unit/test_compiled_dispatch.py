@@ -16,7 +16,7 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from streamdb import compiled
-from streamdb.commands import registry
+from streamdb.commands import observe as observe_module, registry
 from streamdb.commands.observe import Observer
 from streamdb.config import Config
 from streamdb.protocol import encode_reply
@@ -117,7 +117,7 @@ def _observe(observer_class, settings, calls):
     client = core.new_client()
     for name, argv, elapsed_ns in calls:
         observer.command_done(registry.COMMANDS[name], client, argv, elapsed_ns)
-    histograms = {name: dict(h) for name, h in observer.histograms.items()}
+    histograms = {name: list(counts) for name, counts in observer.histograms.items()}
     latency = {name: (ev.max, list(ev.samples)) for name, ev in observer.latency.items()}
     return histograms, list(observer.slowlog), observer.slowlog_next_id, latency
 
@@ -134,6 +134,20 @@ def _observe(observer_class, settings, calls):
 def test_the_per_command_hook_records_as_the_source(settings_, calls):
     assert (_observe(Observer, settings_, calls)
             == _observe(SOURCE_OBSERVE.Observer, settings_, calls))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.integers(0, 2**12), st.integers(0, 2**63 - 1)))
+def test_a_duration_is_counted_in_the_bucket_around_it(elapsed_ns):
+    """The bucket keeps the duration's top _HIST_BITS bits: its lower bound is the
+    duration with the lower bits cleared, its upper bound has them all set."""
+    for observer_class in (Observer, SOURCE_OBSERVE.Observer):
+        histograms, _, _, _ = _observe(observer_class, {"latency-tracking": True},
+                                       [("ping", [b"PING"], elapsed_ns)])
+        [(lower, n)] = observe_module.histogram_buckets(histograms["ping"])
+        bits = elapsed_ns.bit_length() - observe_module._HIST_BITS
+        assert n == 1 and lower == (elapsed_ns >> bits << bits if bits > 0 else elapsed_ns)
+        assert lower <= elapsed_ns <= observe_module._bucket_upper_ns(lower)
 
 
 def test_the_source_modules_really_are_the_source():

@@ -1,6 +1,6 @@
 """The compiled engine modules behave exactly as their sources.
 
-engine/stream.py, sortedids.py, groups.py and ids.py are each one source that runs
+engine/stream.py, sortedids.py, groups.py, ids.py and keyspace.py are each one source that runs
 interpreted and is compiled (streamdb/compiled.py).  The source is the
 specification: random sequences of operations are applied to an object of the
 compiled module and to one of ``compiled.load_source``'s, and every result, every
@@ -20,7 +20,7 @@ from hypothesis import assume, given, settings, strategies as st
 from streamdb import compiled
 
 ENGINE = ("streamdb.engine.stream", "streamdb.engine.sortedids", "streamdb.engine.groups",
-          "streamdb.engine.ids")
+          "streamdb.engine.ids", "streamdb.engine.keyspace")
 
 pytestmark = pytest.mark.skipif(
     not all(compiled.is_compiled(importlib.import_module(name)) for name in ENGINE),
@@ -136,6 +136,86 @@ def test_node_encoding_agrees_with_the_source(first_ms, rows):
     blob = fast.encode_node(ids[0], master, ids, [list(e) for e in entries])
     assert blob == spec.encode_node(ids[0], master, ids, [list(e) for e in entries])
     assert fast.decode_node(blob) == spec.decode_node(blob) == (ids, entries)
+
+
+# -- keyspace ------------------------------------------------------------------------
+
+class Watcher:
+    """What a WATCHing client is to a Database: something with ``dirty_cas``."""
+
+    def __init__(self) -> None:
+        self.dirty_cas = False
+
+
+keys = st.sampled_from([b"a", b"b", b"c"])
+keyspace_ops = st.one_of(
+    st.tuples(st.just("set"), st.integers(0, 2), keys, st.binary(max_size=2), st.booleans()),
+    st.tuples(st.just("delete"), st.integers(0, 2), keys),
+    st.tuples(st.just("expire"), st.integers(0, 2), keys, st.integers(0, 10)),
+    st.tuples(st.just("is_expired"), st.integers(0, 2), keys, st.integers(0, 10)),
+    st.tuples(st.just("watch"), st.integers(0, 2), keys),
+    st.tuples(st.just("touch"), st.integers(0, 2), keys),
+    st.tuples(st.just("clear"), st.integers(0, 2)),
+    st.tuples(st.just("swap"), st.integers(0, 2), st.integers(0, 2)),
+)
+
+
+def apply_keyspace_op(ks, watchers: list, op):
+    name, i, *args = op
+    db = ks[i]
+    if name == "set":
+        key, value, keep_ttl = args
+        return db.set(key, value, keep_ttl=keep_ttl)
+    if name == "delete":
+        return db.delete(args[0])
+    if name == "expire":
+        if args[0] in db.data:
+            db.expires[args[0]] = args[1]
+        return None
+    if name == "is_expired":
+        return db.is_expired(*args)
+    if name == "watch":
+        watchers.append((i, args[0], Watcher()))
+        db.watchers.setdefault(args[0], set()).add(watchers[-1][2])
+        return None
+    if name == "touch":
+        return db.touch(args[0])
+    if name == "clear":
+        return db.clear()
+    return ks.swap(i, args[0])
+
+
+def keyspace_state(ks, watchers: list):
+    return ([(db.index, len(db), dict(db.data), dict(db.expires)) for db in ks.dbs],
+            [(i, key, w.dirty_cas) for i, key, w in watchers])
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=st.lists(keyspace_ops, max_size=40))
+def test_keyspace_operations_agree_with_the_source(ops):
+    fast, spec = both("streamdb.engine.keyspace")
+    a, b = fast.Keyspace(3), spec.Keyspace(3)
+    wa, wb = [], []
+    for op in ops:
+        assert outcome(lambda: apply_keyspace_op(a, wa, op)) == \
+            outcome(lambda: apply_keyspace_op(b, wb, op)), op
+        assert keyspace_state(a, wa) == keyspace_state(b, wb), op
+
+
+def test_a_node_of_bytes_subclasses_encodes_as_one_of_bytes():
+    """encode_node packs exact types with a strict msgpack Packer; anything else (a
+    bytes subclass) goes to the lenient one and gives the same blob."""
+
+    class Raw(bytes):
+        pass
+
+    for module in both("streamdb.engine.stream"):
+        ids = [mid(5, 0), mid(5, 1), mid(7, 0)]
+        entries = [[b"f", b"v"], [b"f", b"w"], [b"g", b"x"]]
+        blob = module.encode_node(ids[0], [b"f"], ids, entries)
+        assert module.encode_node(ids[0], [Raw(b"f")], ids,
+                                  [[Raw(x) for x in e] for e in entries]) == blob
+        assert module.decode_node(blob) == (ids, entries)
 
 
 def test_stream_attributes_others_set_stay_writable():
@@ -324,6 +404,14 @@ def test_id_formatting_agrees_with_the_source(ms, seq):
     assert (fast.id_ms(sid), fast.id_seq(sid)) == (spec.id_ms(sid), spec.id_seq(sid)) == (ms, seq)
     assert fast.format_id(sid) == spec.format_id(sid) == b"%d-%d" % (ms, seq)
     assert fast.parse_id(fast.format_id(sid)) == (sid, True)
+
+
+@pytest.mark.parametrize("sid", [0, 1, 2**64, 2**128 - 1, 2**128, 2**200, -1, -(2**64), True])
+def test_id_formatting_edges_agree_with_the_source(sid):
+    """The compiled range test (sign and bit count of the int) sends exactly the ids
+    outside 0..2**128-1, and anything not an int, to the source's formatting."""
+    fast, spec = both("streamdb.engine.ids")
+    assert fast.format_id(sid) == spec.format_id(sid) == b"%d-%d" % (sid >> 64, sid & (2**64 - 1))
 
 
 @pytest.mark.parametrize("text", [
