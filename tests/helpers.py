@@ -38,6 +38,11 @@ class ServerProcess:
         if self.config:
             cmd.append(self.config)
         cmd += ["--port", str(self.port), "--dir", str(self.data_dir), *self.args]
+        # STREAMDB_TEST_STREAM_CACHE=64kb runs every server a test starts with that
+        # node cache, so that its command paths meet cold stream nodes.
+        cache = os.environ.get("STREAMDB_TEST_STREAM_CACHE")
+        if cache and "--stream-cache-size" not in self.args:
+            cmd += ["--stream-cache-size", cache]
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
         wait_for_port(self.port, self.proc)

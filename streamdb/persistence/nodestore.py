@@ -29,9 +29,20 @@ import zlib
 
 import lmdb
 
+from .. import log
 from ..engine.nodecache import ColdReadError
+from ..protocol.reply import CommandError
 
-__all__ = ["LmdbNodeStore"]
+__all__ = ["LmdbNodeStore", "NodeReadError"]
+
+
+class NodeReadError(ColdReadError, CommandError):
+    """A cold node that cannot be read: the command that needed it fails with this
+    error reply (the server goes on serving everything else)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"ERR cannot read a stream node from disk: {why}")
+        log.log(log.WARNING, f"Cannot read a stream node from disk: {why}")
 
 
 class LmdbNodeStore:
@@ -57,7 +68,7 @@ class LmdbNodeStore:
         if self._txn is None:
             if self._env is None:
                 if not os.path.exists(os.path.join(self.path, "data.mdb")):
-                    raise ColdReadError(f"{self.path}: no snapshot to read stream nodes from")
+                    raise NodeReadError(f"{self.path}: no snapshot to read stream nodes from")
                 self._env = lmdb.open(self.path, map_size=self.map_size, max_dbs=4, subdir=True,
                                       readonly=True, lock=True, create=False)
                 self._nodes = self._env.open_db(b"nodes", create=False)
@@ -68,12 +79,12 @@ class LmdbNodeStore:
         try:
             raw = self._reader().get(where + first.to_bytes(16, "big"))
         except lmdb.Error as e:
-            raise ColdReadError(f"{self.path}: cannot read a stream node: {e}") from None
+            raise NodeReadError(f"{self.path}: {e}") from None
         name = f"node {first >> 64}-{first & (2**64 - 1)} of key {where[8:]!r}"
         if raw is None:
-            raise ColdReadError(f"{self.path}: {name} is missing from the snapshot")
+            raise NodeReadError(f"{self.path}: {name} is missing from the snapshot")
         if len(raw) < 4 or zlib.crc32(raw[:-4]).to_bytes(4, "big") != raw[-4:]:
-            raise ColdReadError(f"{self.path}: checksum mismatch in {name}")
+            raise NodeReadError(f"{self.path}: checksum mismatch in {name}")
         return raw[:-4]
 
     def pin(self) -> None:
