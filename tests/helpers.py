@@ -20,6 +20,18 @@ ROOT = Path(__file__).resolve().parent.parent
 wait_for_port = wait_until_ready
 
 
+def wait_until(fn, timeout: float = 10.0, what: str = "condition"):
+    """Polls ``fn`` until it returns something true (returned), or fails the test."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
 class ServerProcess:
     """A StreamDB server process: ``with ServerProcess(tmp_path) as srv: srv.port``."""
 

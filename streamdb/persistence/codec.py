@@ -16,6 +16,7 @@ import zlib
 import msgpack
 
 from ..engine import ConsumerGroup, Stream
+from ..engine.nodecache import CACHE
 from ..engine.stream import Node, decode_node, encode_node
 
 __all__ = ["encode_value", "decode_value", "clone_value", "dump_payload", "load_payload",
@@ -203,9 +204,13 @@ def _decode_nodes(doc: dict, fetch, cold_where=None) -> list[Node]:
             node.ids, node.entries, node.blob = ids, entries, None
         else:
             node.ids = node.entries = None
-            node.blob = None if cold else blob
             if cold:
                 node.where = cold_where
+            else:
+                node.blob = blob
+                # Sealed but not yet known durable here (a RESTORE, a replica's full
+                # sync): counts towards the snapshot a bounded node cache asks for.
+                CACHE.sealed_pending += len(blob)
         nodes.append(node)
     return nodes
 

@@ -11,12 +11,11 @@ kill -9 under ``appendfsync always``, and a replica's full sync.
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 import redis
 
-from helpers import ServerProcess
+from helpers import ServerProcess, wait_until
 
 CACHE = "64kb"
 CACHE_BYTES = 64 * 1024
@@ -29,17 +28,6 @@ def connect(srv) -> redis.Redis:
 
 def cold_server(path, *args) -> ServerProcess:
     return ServerProcess(path, "--stream-cache-size", CACHE, "--save", "", *args)
-
-
-def wait_until(fn, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 def fill(r: redis.Redis, key: str, n: int, start: int = 0) -> list[tuple[bytes, dict]]:
@@ -67,7 +55,7 @@ def settled(r: redis.Redis) -> dict:
         quiet = r.info("persistence")["rdb_bgsave_in_progress"] == 0
         return info if quiet and info["stream_cache_evictions"] > 0 and \
             info["stream_cache_sealed_pending_bytes"] * 4 <= CACHE_BYTES else None
-    return wait_until(done, what="sealed nodes made durable and evicted")
+    return wait_until(done, 60, "sealed nodes made durable and evicted")
 
 
 def xrange_all(r: redis.Redis, key: str, page: int = 10_000) -> list:
@@ -209,7 +197,26 @@ def test_a_replica_full_sync_of_a_mostly_cold_stream(tmp_path):
                 d1 = rp.execute_command("DEBUG", "DIGEST")
                 return d1 if d1 == rr.execute_command("DEBUG", "DIGEST") else False
 
-            wait_until(same, what="replica with an equal digest")
+            wait_until(same, 60, "replica with an equal digest")
             assert rr.xlen("s") == 100_000
             settled(rr)        # the replica snapshots and evicts too
             assert rr.execute_command("DEBUG", "DIGEST") == rp.execute_command("DEBUG", "DIGEST")
+
+
+def test_config_set_bounds_a_loaded_server_and_debug_reload_keeps_it_cold(tmp_path):
+    with ServerProcess(tmp_path, "--save", "", "--appendonly", "yes") as srv:
+        r = connect(srv)
+        written = fill(r, "s", 50_000)
+        assert cache_info(r)["stream_cache_evictions"] == 0
+        r.config_set("stream-cache-size", CACHE)       # a snapshot follows by itself
+        info = settled(r)
+        assert info["stream_cache_resident_bytes"] <= CACHE_BYTES
+        assert xrange_all(r, "s") == written
+        digest = r.execute_command("DEBUG", "DIGEST")
+        assert r.execute_command("DEBUG", "RELOAD") == b"OK"
+        assert r.execute_command("DEBUG", "DIGEST") == digest
+        assert xrange_all(r, "s") == written
+        r.config_set("stream-cache-size", "0")         # unbounded: nothing more evicted
+        evictions = cache_info(r)["stream_cache_evictions"]
+        assert xrange_all(r, "s") == written
+        assert cache_info(r)["stream_cache_evictions"] == evictions

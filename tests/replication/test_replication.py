@@ -11,20 +11,9 @@ import time
 import pytest
 import redis
 
-from helpers import ROOT, ServerProcess
+from helpers import ROOT, ServerProcess, wait_until
 
 READONLY = "READONLY You can't write against a read only replica."
-
-
-def wait_until(fn, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 def client(srv) -> redis.Redis:
