@@ -61,6 +61,10 @@ class NodeCache:
         self.hits = 0             # reads of a durable node that was resident
         self.evictions = 0
         self.sealed_pending = 0   # bytes sealed since the last durable point (see take_pending)
+        # A MemoryStore that makes every node durable as it is sealed (tests: every
+        # command path then meets cold nodes without a snapshot).
+        self.write_through: MemoryStore | None = None
+        self._rows = 0
 
     # -- configuration ------------------------------------------------------------
 
@@ -84,6 +88,15 @@ class NodeCache:
         self.__init__()
 
     # -- the nodes ----------------------------------------------------------------
+
+    def sealed(self, node) -> None:
+        """``node`` was sealed (or arrived sealed): its bytes wait to become durable."""
+        blob = node.blob
+        self.sealed_pending += len(blob)
+        if self.write_through is not None:
+            self._rows += 1
+            self.write_through.put(self._rows, node.first, blob)
+            self.made_durable(node, self._rows)
 
     def fetch(self, node) -> bytes:
         """The blob of cold ``node`` from the store; the node is resident (and

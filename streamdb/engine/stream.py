@@ -89,7 +89,7 @@ class Node:
         self.blob = encode_node(self.first, self.master, self.ids, self.entries)
         self.ids = None
         self.entries = None
-        CACHE.sealed_pending += len(self.blob)
+        CACHE.sealed(self)
 
     def unseal(self) -> None:
         """Turn a sealed node back into lists (used when it must change shape): its

@@ -210,7 +210,7 @@ def _decode_nodes(doc: dict, fetch, cold_where=None) -> list[Node]:
                 node.blob = blob
                 # Sealed but not yet known durable here (a RESTORE, a replica's full
                 # sync): counts towards the snapshot a bounded node cache asks for.
-                CACHE.sealed_pending += len(blob)
+                CACHE.sealed(node)
         nodes.append(node)
     return nodes
 
