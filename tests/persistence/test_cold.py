@@ -118,6 +118,11 @@ def test_a_stream_far_bigger_than_the_cache(tmp_path):
         more = fill(r, "t", 20_000, start=N)       # evicts what the reads brought in
         settled(r)
         assert xrange_all(r, "t") == after_writes + more
+        # An AOF rewrite's child reads the cold nodes through an environment of its own.
+        r.bgrewriteaof()
+        wait_until(lambda: r.info("persistence")["aof_rewrite_in_progress"] == 0
+                   and r.info("persistence")["aof_rewrite_scheduled"] == 0, 60, "BGREWRITEAOF")
+        assert r.info("persistence")["aof_last_bgrewrite_status"] == "ok"
         digest = r.execute_command("DEBUG", "DIGEST")
         srv.stop()
         srv.start()
