@@ -393,8 +393,14 @@ class Snapshotter:
             if type(value) is not Stream:
                 continue
             prefix = _node_prefix(dbi, key)
-            rows.extend((node, node.blob, prefix) for node in value.nodes
-                        if node.ids is None and node.where != prefix)
+            # From the tail back to the first node already durable in this key's
+            # rows: before it all are (nodes are sealed and made durable in order;
+            # only the tail reopens), so a long stream costs only its new nodes.
+            for node in reversed(value.nodes):
+                if node.where == prefix:
+                    break
+                if node.ids is None:
+                    rows.append((node, node.blob, prefix))
         return rows
 
     def _succeeded(self, state, stats: dict) -> None:
