@@ -80,15 +80,17 @@ def _open(path: str, readonly: bool) -> lmdb.Environment:
 
 
 def write_snapshot(path: str, keyspace, dirty: set | None, aof_seq: int | None, now_ms: int,
-                   located: bool = False) -> dict:
+                   located: bool = False, stale_rows: frozenset = frozenset()) -> dict:
     """Write the state of ``keyspace`` into the environment at ``path``.
 
     ``dirty`` is the set of (db, key) changed since the snapshot already in
     ``path``; None writes everything afresh.  ``located``: stream nodes may point
     into this snapshot (the node cache has been bounded, engine/nodecache.py):
     the snapshot then never drops rows wholesale, takes a cold node's bytes from
-    its row, and writes every resident node that has no location yet.  Returns
-    counters (bytes written).
+    its row, and writes every resident node that has no location yet.
+    ``stale_rows``: node rows an earlier snapshot copied and left (``deferred`` in
+    the counters returned), deleted now unless written again.  Returns counters
+    (bytes written).
     """
     os.makedirs(path, exist_ok=True)
     env = _open(path, readonly=False)
@@ -113,6 +115,7 @@ def write_snapshot(path: str, keyspace, dirty: set | None, aof_seq: int | None, 
             else:
                 targets = sorted(dirty)
             writes = _NodeWrites(txn, nodes_db, rewrite or located, stats)
+            writes.deletes.extend(stale_rows)
             for dbi, key in targets:
                 _write_key(txn, keys_db, writes, keyspace, dbi, key, stats)
             writes.finish()
@@ -133,7 +136,10 @@ class _NodeWrites:
     row its location names, which this same transaction may delete (the old key
     is gone) or overwrite (SWAPDB of two keys with nodes of the same first id):
     so the rows copied are read first, then every row is written, and only then
-    are rows deleted.
+    are rows deleted.  A row copied from is not deleted here but reported
+    (``deferred``): until the parent has pointed the moved nodes at their new rows,
+    a child it forks meanwhile (AOF rewrite, replication payload), which reads the
+    newest snapshot, may still look for them there.  The next snapshot deletes them.
     """
 
     def __init__(self, txn, nodes_db, rewrite_resident: bool, stats: dict) -> None:
@@ -179,9 +185,12 @@ class _NodeWrites:
                     raise SnapshotError(f"stream node row {src!r} to copy is missing")
                 self.stats["bytes_written"] += len(raw)
             txn.put(nk, raw, db=db)
-        for k in self.deletes:
+        sources = {src for _, _, src in self.puts if src is not None}
+        deletes = set(self.deletes) - written
+        self.stats["deferred"] = sorted(deletes & sources)
+        for k in deletes - sources:
             txn.delete(k, db=db)
-        self.stats["nodes_deleted"] += len(self.deletes)
+        self.stats["nodes_deleted"] += len(deletes - sources)
 
 
 def _write_key(txn, keys_db, writes: _NodeWrites, keyspace, dbi: int, key: bytes,
@@ -321,6 +330,7 @@ class Snapshotter:
         # Cold stream nodes are read back from this snapshot (engine/nodecache.py).
         self.store = LmdbNodeStore(path, MAP_SIZE)
         self.located = False         # stream nodes may point into the snapshot
+        self.stale_rows: frozenset = frozenset()   # rows a snapshot copied and left (write_snapshot)
         self.cache_trigger = 4       # a snapshot once 1/4 of the cache budget is sealed, not durable
 
     def configure_cache(self) -> None:
@@ -373,7 +383,7 @@ class Snapshotter:
         dirty = None if self.full else self.dirty
         self.located = self.located or CACHE.bounded
         state = (self.dirty, self.full, covered, self.core.dirty, self._node_rows(dirty),
-                 CACHE.take_pending())
+                 CACHE.take_pending(), self.stale_rows)
         self.dirty = set()
         self.full = False
         return dirty, covered, state
@@ -404,7 +414,8 @@ class Snapshotter:
         return rows
 
     def _succeeded(self, state, stats: dict) -> None:
-        _, _, covered, dirty_before, rows, _ = state
+        _, _, covered, dirty_before, rows, _, _ = state
+        self.stale_rows = frozenset(stats.get("deferred", ()))
         if rows:
             # A node still sealed as it was (its blob the same object, or evicted
             # since, which only a located node can be) is what the snapshot wrote.
@@ -423,7 +434,7 @@ class Snapshotter:
             self.aof.retire_through(covered)
 
     def _failed(self, state) -> None:
-        dirty, full, _, _, _, pending = state
+        dirty, full, _, _, _, pending, _ = state
         self.dirty |= dirty
         self.full = self.full or full
         self.last_ok = False
@@ -448,7 +459,7 @@ class Snapshotter:
         self.store.close()
         try:
             stats = write_snapshot(self.path, self.core.keyspace, dirty, covered, self.core.now_ms(),
-                                   self.located)
+                                   self.located, self.stale_rows)
         except Exception as e:
             self._failed(state)
             log.log(log.WARNING, f"Snapshot failed: {e}")
@@ -466,10 +477,11 @@ class Snapshotter:
             raise RuntimeError("Background append only file rewriting in progress")
         dirty, covered, state = self._begin()
         now = self.core.now_ms()
-        located = self.located
+        located, stale_rows = self.located, self.stale_rows
 
         def work() -> None:
-            stats = write_snapshot(self.path, self.core.keyspace, dirty, covered, now, located)
+            stats = write_snapshot(self.path, self.core.keyspace, dirty, covered, now, located,
+                                   stale_rows)
             with open(os.path.join(self.path, "last-save.stats"), "wb") as f:
                 f.write(msgpack.packb(stats))
 
