@@ -239,6 +239,11 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     # -- streams
     _d("stream-node-max-entries", "100", _parse_int(0, 2**63 - 1), "Entries per stream node before it is sealed."),
     _d("stream-node-max-bytes", "4096", _parse_mem(0), "Approximate bytes per stream node before it is sealed."),
+    _d("stream-cache-size", "0", _parse_mem(),
+       "Bytes of sealed stream nodes kept in memory once they are in the snapshot (0 = all): "
+       "the rest stay on disk and are read back when needed. With a size set, the server "
+       "writes a snapshot by itself once a quarter of it is sealed but not yet on disk, "
+       "even with save \"\"."),
     _d("stream-idmp-duration", "100", _parse_int(1, 86400), "Seconds an IDMP idempotent id is remembered (XCFGSET overrides per stream)."),
     _d("stream-idmp-maxsize", "100", _parse_int(1, 10000), "Idempotent ids remembered per producer (XCFGSET overrides per stream)."),
     _d("stream-retention-max-age", "0", _parse_int(0, 2**63 - 1), "Retention: milliseconds a stream node is kept after its last entry's id time (0 = no age limit). STREAMDB.RETENTION SET overrides per stream."),

@@ -20,6 +20,18 @@ ROOT = Path(__file__).resolve().parent.parent
 wait_for_port = wait_until_ready
 
 
+def wait_until(fn, timeout: float = 10.0, what: str = "condition"):
+    """Polls ``fn`` until it returns something true (returned), or fails the test."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
 class ServerProcess:
     """A StreamDB server process: ``with ServerProcess(tmp_path) as srv: srv.port``."""
 
@@ -38,6 +50,11 @@ class ServerProcess:
         if self.config:
             cmd.append(self.config)
         cmd += ["--port", str(self.port), "--dir", str(self.data_dir), *self.args]
+        # STREAMDB_TEST_STREAM_CACHE=64kb runs every server a test starts with that
+        # node cache, so that its command paths meet cold stream nodes.
+        cache = os.environ.get("STREAMDB_TEST_STREAM_CACHE")
+        if cache and "--stream-cache-size" not in self.args:
+            cmd += ["--stream-cache-size", cache]
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
         wait_for_port(self.port, self.proc)

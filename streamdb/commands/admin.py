@@ -10,6 +10,7 @@ import time
 from .. import __version__, compiled, log, protocol
 from ..config import ConfigError, directive
 from ..engine import Stream
+from ..engine.nodecache import CACHE as NODE_CACHE
 from ..protocol.reply import OK, CommandError, Map, RSet, Status, Verbatim
 from ..security.enforce import refresh_clients
 from ..server.client import client_info_line
@@ -479,7 +480,7 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         ("maxmemory", cfg["maxmemory"]), ("maxmemory_human", _human(cfg["maxmemory"])),
         ("maxmemory_policy", cfg["maxmemory-policy"]), ("mem_fragmentation_ratio", "1.00"),
         ("mem_allocator", "pymalloc"),
-    ]
+    ] + list(NODE_CACHE.stats().items())
     sections["persistence"] = core.info_persistence() if core.info_persistence else [
         ("loading", 0), ("async_loading", 0), ("rdb_changes_since_last_save", core.dirty),
         ("rdb_bgsave_in_progress", 0), ("rdb_last_save_time", int(core.start_time)),

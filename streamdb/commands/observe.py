@@ -515,8 +515,12 @@ _PEL_ENTRY = 140              # PendingEntry + SortedDict slot + the consumer's 
 
 
 def _node_bytes(node) -> int:
+    """The bytes ``node`` holds in memory: a cold node (sealed, its blob on disk
+    only) its header alone."""
     if node.blob is not None:
         size = len(node.blob) + _NODE_OVERHEAD
+    elif node.ids is None:
+        size = _NODE_OVERHEAD
     else:
         size = node.nbytes + _NODE_OVERHEAD + _OPEN_ENTRY_OVERHEAD * node.total
     return size + (_DELETED_MARK * len(node.deleted) if node.deleted else 0)

@@ -18,8 +18,10 @@ cdef class Node:
     cdef public list master, ids, entries
     cdef public bytes blob
     cdef public set deleted
+    cdef public object where
 
     cpdef seal(self)
+    cpdef bytes sealed_blob(self)
     cpdef tuple contents(self)
     cdef _Decoded _decoded(self)
     cpdef bint is_deleted(self, sid)

@@ -15,6 +15,10 @@ Layout (see docs/ARCHITECTURE.md, "Data structures"):
   size, as in Redis, so ``~`` trimming removes the same nodes Redis would);
   a node whose entries are all deleted is dropped.
 * Decoded sealed nodes are kept in a small LRU cache for readers.
+* A sealed node whose blob is durable may be *cold*: ``blob`` None, ``where``
+  naming its place in the node store (engine/nodecache.py).  Readers get a sealed
+  node's bytes through ``Node.sealed_blob``, which fetches a cold one; a node is
+  open exactly when ``ids`` is not None.
 
 Nothing here does I/O or reads a clock.
 
@@ -38,6 +42,7 @@ import cython
 import msgpack
 
 from .ids import MAX_ID, MIN_ID, PAST_MAX_ID, SEQ_MASK
+from .nodecache import CACHE
 
 __all__ = ["Stream", "Node", "Entry"]
 
@@ -56,7 +61,8 @@ _NO_LIMIT = 1 << 62
 @cython.final
 @cython.cclass
 class Node:
-    """A run of consecutive entries: open (lists) or sealed (one msgpack blob)."""
+    """A run of consecutive entries: open (lists) or sealed (one msgpack blob,
+    resident or cold)."""
 
     # Its fields (C struct fields when compiled) are declared in stream.pxd.
 
@@ -69,32 +75,45 @@ class Node:
         self.master = fields[0::2]
         self.ids = []           # None once sealed
         self.entries = []       # None once sealed
-        self.blob = None        # the sealed form
+        self.blob = None        # the sealed form (None when open or cold)
         self.deleted = None     # ids marked deleted
+        self.where = None       # where the node store holds the blob (durable sealed nodes)
 
     # -- encoding ---------------------------------------------------------
 
     @cython.ccall
     def seal(self):
         """Pack the open node into its msgpack blob and drop the lists."""
-        if self.blob is not None:
+        if self.ids is None:
             return
         self.blob = encode_node(self.first, self.master, self.ids, self.entries)
         self.ids = None
         self.entries = None
+        CACHE.sealed(self)
 
     def unseal(self) -> None:
-        """Turn a sealed node back into lists (used when it must change shape)."""
-        if self.blob is None:
+        """Turn a sealed node back into lists (used when it must change shape): its
+        stored blob no longer describes it."""
+        if self.ids is not None:
             return
-        self.ids, self.entries = decode_node(self.blob)
+        self.ids, self.entries = decode_node(self.sealed_blob())
         self.blob = None
-        _cache.pop(self, None)
+        self.forget()
+
+    @cython.ccall
+    def sealed_blob(self) -> bytes:
+        """A sealed node's blob, fetched from the node store if the node is cold."""
+        blob: bytes = self.blob
+        if blob is None:
+            return CACHE.fetch(self)
+        if self.where is not None:
+            CACHE.touch(self)
+        return blob
 
     @cython.ccall
     def contents(self) -> tuple:
         """(ids, entries) including deleted ones; sealed nodes decode through the cache."""
-        if self.blob is None:
+        if self.ids is not None:
             return self.ids, self.entries
         d: _Decoded = self._decoded()
         return d.ids, d.entries if d.entries is not None else d.build_entries()
@@ -104,13 +123,25 @@ class Node:
         d = _cache.get(self)
         if d is not None:
             _cache.move_to_end(self)
+            if self.where is not None:
+                CACHE.touch(self)
             return d
-        d = _cache[self] = _Decoded(self.blob)
+        d = _cache[self] = _Decoded(self.sealed_blob())
         if len(_cache) > _DECODED_CACHE_SIZE:
             _cache.popitem(last=False)
         return d
 
     def forget(self) -> None:
+        """The node leaves its stream or changes shape: no cache keeps it, and a
+        stored blob no longer stands for it."""
+        _cache.pop(self, None)
+        if self.where is not None:
+            CACHE.discard(self)
+            self.where = None
+
+    def go_cold(self) -> None:
+        """The node cache evicts this durable node: only its header stays in memory."""
+        self.blob = None
         _cache.pop(self, None)
 
     @cython.ccall
@@ -274,7 +305,7 @@ class Stream:
         if tail is None:
             tail = self._open_node(sid, fv)
             size = _entry_bytes(fv, True)
-        elif tail.blob is not None:
+        elif tail.ids is None:
             tail.unseal()
         tail.ids.append(sid)
         tail.entries.append(fv)
@@ -509,10 +540,13 @@ class Stream:
         return len(self.nodes)
 
     def memory_estimate(self) -> int:
+        """Bytes held in memory (a cold node counts its header only)."""
         total = 200
         for node in self.nodes:
             if node.blob is not None:
                 total += len(node.blob) + 120
+            elif node.ids is None:
+                total += 120
             else:
                 total += node.nbytes + 120 + 16 * node.total
             if node.deleted:

@@ -16,6 +16,7 @@ import zlib
 import msgpack
 
 from ..engine import ConsumerGroup, Stream
+from ..engine.nodecache import CACHE
 from ..engine.retention import RetentionPolicy
 from ..engine.stream import Node, decode_node, encode_node
 
@@ -58,17 +59,19 @@ def _encode_nodes(nodes, external: list | None) -> dict:
     blobs = []
     deleted = {}
     for i, node in enumerate(nodes):
-        blob = node.blob
         flags = 0
-        if blob is None:
+        if node.ids is not None:
             blob = encode_node(node.first, node.master, node.ids, node.entries)
             flags = _OPEN
         elif external is not None:
             # A sealed node never changes, so an incremental snapshot stores it
-            # once, apart from the stream's document, and refers to it by first id.
-            external.append((node.first, blob))
+            # once, apart from the stream's document, and refers to it by first id
+            # (the snapshot takes a cold node's bytes from where they already are).
+            external.append(node)
             blob = None
             flags = _APART
+        else:
+            blob = node.sealed_blob()
         first, last = node.first, node.last
         headers.append(pack(first >> 64, first & _U64, last >> 64, last & _U64,
                             node.total, node.live, node.nbytes, flags))
@@ -110,9 +113,9 @@ def _encode_stream(s: Stream, external: list | None, nodes=None) -> dict:
 def encode_value(value, external: list | None = None) -> bytes:
     """msgpack bytes of a value (stream or string).
 
-    With ``external`` (a list), sealed node blobs are appended to it as
-    ``(first_id, blob)`` instead of being embedded; ``decode_value`` then needs
-    a ``fetch(first_id)`` to get them back.
+    With ``external`` (a list), sealed nodes are appended to it instead of
+    having their blobs embedded; ``decode_value`` then needs a ``fetch(first_id)``
+    to get them back.
     """
     if type(value) is bytes:
         doc = {"t": "string", "v": value}
@@ -162,13 +165,19 @@ def _node_records(doc: dict) -> list[tuple]:
     return out
 
 
-def _decode_nodes(doc: dict, fetch) -> list[Node]:
-    """Node objects from a document's node columns (or its older "nodes" list)."""
+def _decode_nodes(doc: dict, fetch, cold_where=None) -> list[Node]:
+    """Node objects from a document's node columns (or its older "nodes" list).
+
+    ``cold_where``: the node store's location of the nodes stored apart; those
+    (but the last, which XADD appends to) are left cold there, unread."""
     records = _node_records(doc)
     last_n = len(records) - 1
     nodes = []
     for n, (first, last, total, live, nbytes, deleted, blob, flags) in enumerate(records):
-        if flags & _APART:
+        # A node left cold is not read at all: restart time follows the number of
+        # nodes, not the bytes (its checksum is checked when it is fetched).
+        cold = flags & _APART and cold_where is not None and n != last_n
+        if flags & _APART and not cold:
             if fetch is None:
                 raise CodecError("node stored apart but no node store given")
             blob = fetch(first)
@@ -188,7 +197,7 @@ def _decode_nodes(doc: dict, fetch) -> list[Node]:
                 raise
             except Exception as e:
                 raise CodecError(f"bad stream node: {e}") from None
-        elif type(blob) is not bytes:
+        elif not cold and type(blob) is not bytes:
             raise CodecError("expected bytes")
         node = Node(first, _NO_FIELDS)
         node.master = master
@@ -198,12 +207,18 @@ def _decode_nodes(doc: dict, fetch) -> list[Node]:
             node.ids, node.entries, node.blob = ids, entries, None
         else:
             node.ids = node.entries = None
-            node.blob = blob
+            if cold:
+                node.where = cold_where
+            else:
+                node.blob = blob
+                # Sealed but not yet known durable here (a RESTORE, a replica's full
+                # sync): counts towards the snapshot a bounded node cache asks for.
+                CACHE.sealed(node)
         nodes.append(node)
     return nodes
 
 
-def decode_value(raw: bytes, fetch=None):
+def decode_value(raw: bytes, fetch=None, cold_where=None):
     try:
         doc = msgpack.unpackb(raw, raw=False, strict_map_key=False)
     except Exception as e:   # msgpack raises several types for bad input
@@ -228,7 +243,7 @@ def decode_value(raw: bytes, fetch=None):
         s.last_id = _sid(doc["last_id"])
         s.entries_added = _int(doc["entries_added"])
         s.max_deleted_id = _sid(doc["max_deleted_id"])
-        s.nodes = _decode_nodes(doc, fetch)
+        s.nodes = _decode_nodes(doc, fetch, cold_where)
         s.firsts = [n.first for n in s.nodes]
         if doc.get("idmp") is not None:
             from ..engine.idmp import IdmpState
@@ -276,11 +291,11 @@ def check_node_run(nodes, prev_last: int) -> tuple[int, int]:
     run's last id and its live entries."""
     live_total = 0
     for node in nodes:
-        if node.blob is None:
+        if node.ids is not None:
             ids, entries = node.ids, node.entries
         else:
             try:
-                ids, entries = decode_node(node.blob)
+                ids, entries = decode_node(node.sealed_blob())
             except Exception as e:   # msgpack and the unpacking raise several types
                 raise CodecError(f"bad stream node: {e}") from None
         if not ids or len(ids) != len(entries) or len(ids) != node.total \
@@ -358,7 +373,7 @@ def append_node_run(s: Stream, run: NodeRun, check: bool) -> None:
         if nodes[0].first <= prev_last:
             raise CodecError("stream nodes do not follow the stream's last node")
         live = sum(n.live for n in nodes)
-    if s.nodes and s.nodes[-1].blob is None:
+    if s.nodes and s.nodes[-1].ids is not None:
         s.nodes[-1].seal()      # only the last node may be open
     s.nodes.extend(nodes)
     s.firsts.extend(n.first for n in nodes)

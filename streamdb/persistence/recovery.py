@@ -15,6 +15,7 @@ import os
 import time
 
 from .. import log
+from ..engine.nodecache import CACHE
 from .aof import Aof, AofError
 from .backup import Backup
 from .snapshot import Snapshotter, SnapshotError, load_snapshot
@@ -52,7 +53,7 @@ class Persistence:
         gc.disable()
         try:
             try:
-                info = load_snapshot(snap.path, core.keyspace)
+                info = self._load_snapshot()
             except SnapshotError as e:
                 raise RecoveryError(f"Fatal error loading the snapshot: {e}") from None
             covered = info.get("aof_seq") if info else None
@@ -82,6 +83,20 @@ class Persistence:
             core.loading = False
             if gc_was_enabled:
                 gc.enable()
+
+    def _load_snapshot(self) -> dict | None:
+        """The snapshot into the keyspace; with a bounded node cache its stream nodes
+        stay on disk (start-up reads headers, not node bytes)."""
+        snap = self.snapshotter
+        cold = CACHE.bounded
+        info = load_snapshot(snap.path, self.core.keyspace, cold)
+        snap.located = snap.located or cold
+        snap.pin_store()
+        return info
+
+    def config_changed(self, names: list[str]) -> None:
+        if "stream-cache-size" in names:
+            self.snapshotter.configure_cache()
 
     def cron(self) -> None:
         self.snapshotter.poll()
@@ -116,7 +131,9 @@ class Persistence:
         self.snapshotter.save()
         for db in self.core.keyspace.dbs:
             db.clear()
-        load_snapshot(self.snapshotter.path, self.core.keyspace)
+        CACHE.forget_nodes()
+        self.snapshotter.store.close()
+        self._load_snapshot()
         # Segments written since the save (none: save rotated the AOF) need no replay.
 
 
@@ -133,6 +150,8 @@ def open_persistence(core, server, cfg) -> Persistence:
         aof = Aof(core, os.path.join(cfg["dir"], cfg["appenddirname"]), cfg["appendfilename"],
                   cfg["appendfsync"], cfg["aof-load-truncated"])
     p = Persistence(core, aof, snapshotter)
+    snapshotter.configure_cache()
+    core.config_listeners.append(p.config_changed)
     core.snapshotter = snapshotter
     core.persistence = p
     return p

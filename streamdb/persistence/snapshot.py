@@ -35,8 +35,11 @@ import msgpack
 
 from .. import log
 from ..commands import registry
+from ..engine import Stream
+from ..engine.nodecache import CACHE
 from .child import fork_child, reap
 from .codec import CodecError, decode_value, encode_value
+from .nodestore import LmdbNodeStore
 
 __all__ = ["Snapshotter", "SnapshotError", "load_snapshot", "write_snapshot", "snapshot_info"]
 
@@ -76,11 +79,18 @@ def _open(path: str, readonly: bool) -> lmdb.Environment:
 # ---------------------------------------------------------------------------
 
 
-def write_snapshot(path: str, keyspace, dirty: set | None, aof_seq: int | None, now_ms: int) -> dict:
+def write_snapshot(path: str, keyspace, dirty: set | None, aof_seq: int | None, now_ms: int,
+                   located: bool = False, stale_rows: frozenset = frozenset()) -> dict:
     """Write the state of ``keyspace`` into the environment at ``path``.
 
     ``dirty`` is the set of (db, key) changed since the snapshot already in
-    ``path``; None writes everything afresh.  Returns counters (bytes written).
+    ``path``; None writes everything afresh.  ``located``: stream nodes may point
+    into this snapshot (the node cache has been bounded, engine/nodecache.py):
+    the snapshot then never drops rows wholesale, takes a cold node's bytes from
+    its row, and writes every resident node that has no location yet.
+    ``stale_rows``: node rows an earlier snapshot copied and left (``deferred`` in
+    the counters returned), deleted now unless written again.  Returns counters
+    (bytes written).
     """
     os.makedirs(path, exist_ok=True)
     env = _open(path, readonly=False)
@@ -90,14 +100,25 @@ def write_snapshot(path: str, keyspace, dirty: set | None, aof_seq: int | None, 
         keys_db = env.open_db(b"keys")
         nodes_db = env.open_db(b"nodes")
         with env.begin(write=True) as txn:
-            if dirty is None or txn.get(b"format", db=meta) != FORMAT:
+            fresh = txn.get(b"format", db=meta) != FORMAT
+            rewrite = dirty is None or fresh
+            if rewrite and not (located and not fresh):
                 txn.drop(keys_db, delete=False)
                 txn.drop(nodes_db, delete=False)
                 targets = [(db.index, key) for db in keyspace.dbs for key in db.data]
+            elif rewrite:
+                # Cold nodes read their rows from here: every key is rewritten in
+                # place, and the keys gone are deleted one by one.
+                targets = sorted({(db.index, key) for db in keyspace.dbs for key in db.data} |
+                                 {(struct.unpack(">I", k[:4])[0], bytes(k[4:]))
+                                  for k in txn.cursor(db=keys_db).iternext(values=False)})
             else:
                 targets = sorted(dirty)
+            writes = _NodeWrites(txn, nodes_db, rewrite or located, stats)
+            writes.deletes.extend(stale_rows)
             for dbi, key in targets:
-                _write_key(txn, keys_db, nodes_db, keyspace, dbi, key, stats)
+                _write_key(txn, keys_db, writes, keyspace, dbi, key, stats)
+            writes.finish()
             stats["keys"] = txn.stat(keys_db)["entries"]
             covers = msgpack.packb({"aof_seq": aof_seq, "time_ms": now_ms, "keys": stats["keys"]})
             txn.put(b"format", FORMAT, db=meta)
@@ -108,12 +129,77 @@ def write_snapshot(path: str, keyspace, dirty: set | None, aof_seq: int | None, 
     return stats
 
 
-def _write_key(txn, keys_db, nodes_db, keyspace, dbi: int, key: bytes, stats: dict) -> None:
+class _NodeWrites:
+    """The node rows one snapshot transaction writes, copies and deletes.
+
+    A cold node of a key that moved (RENAME, MOVE, SWAPDB, ...) is copied from the
+    row its location names, which this same transaction may delete (the old key
+    is gone) or overwrite (SWAPDB of two keys with nodes of the same first id):
+    so the rows copied are read first, then every row is written, and only then
+    are rows deleted.  A row copied from is not deleted here but reported
+    (``deferred``): until the parent has pointed the moved nodes at their new rows,
+    a child it forks meanwhile (AOF rewrite, replication payload), which reads the
+    newest snapshot, may still look for them there.  The next snapshot deletes them.
+    """
+
+    def __init__(self, txn, nodes_db, rewrite_resident: bool, stats: dict) -> None:
+        self.txn = txn
+        self.nodes_db = nodes_db
+        # Resident nodes without a location are written even when their row
+        # exists: the row may hold an older node of the same first id (the key was
+        # deleted and made again), and the node will be given that row.
+        self.rewrite_resident = rewrite_resident
+        self.stats = stats
+        self.puts: list = []          # (row, raw value) or (row, source row)
+        self.deletes: list = []
+
+    def key_nodes(self, prefix: bytes, nodes: list, existing: set) -> None:
+        wanted = set()
+        for node in nodes:
+            nk = prefix + node.first.to_bytes(16, "big")
+            wanted.add(nk)
+            where = node.where
+            if where == prefix:
+                continue                  # durable in its own row already
+            blob = node.blob
+            if blob is not None:
+                if where is None and nk in existing and not self.rewrite_resident:
+                    continue
+                self.puts.append((nk, _crc(blob), None))
+                self.stats["bytes_written"] += len(blob) + 4
+            else:
+                self.puts.append((nk, None, where + node.first.to_bytes(16, "big")))
+            self.stats["nodes_written"] += 1
+        self.deletes.extend(existing - wanted)
+
+    def finish(self) -> None:
+        txn, db = self.txn, self.nodes_db
+        # Only a row that is also written here is read ahead (a moved stream's
+        # rows are otherwise copied one at a time, not all held at once).
+        written = {nk for nk, _, _ in self.puts}
+        ahead = {src: txn.get(src, db=db) for _, _, src in self.puts if src in written}
+        for nk, raw, src in self.puts:
+            if src is not None:
+                raw = ahead[src] if src in ahead else txn.get(src, db=db)
+                if raw is None:
+                    raise SnapshotError(f"stream node row {src!r} to copy is missing")
+                self.stats["bytes_written"] += len(raw)
+            txn.put(nk, raw, db=db)
+        sources = {src for _, _, src in self.puts if src is not None}
+        deletes = set(self.deletes) - written
+        self.stats["deferred"] = sorted(deletes & sources)
+        for k in deletes - sources:
+            txn.delete(k, db=db)
+        self.stats["nodes_deleted"] += len(deletes - sources)
+
+
+def _write_key(txn, keys_db, writes: _NodeWrites, keyspace, dbi: int, key: bytes,
+               stats: dict) -> None:
     db = keyspace[dbi] if dbi < len(keyspace) else None
     value = db.data.get(key) if db is not None else None
     prefix = _node_prefix(dbi, key)
     existing: set[bytes] = set()
-    cur = txn.cursor(db=nodes_db)
+    cur = txn.cursor(db=writes.nodes_db)
     if cur.set_range(prefix):
         for k in cur.iternext(keys=True, values=False):
             if not k.startswith(prefix):
@@ -121,26 +207,14 @@ def _write_key(txn, keys_db, nodes_db, keyspace, dbi: int, key: bytes, stats: di
             existing.add(k)
     if value is None:
         txn.delete(_key_key(dbi, key), db=keys_db)
-        for k in existing:
-            txn.delete(k, db=nodes_db)
-        stats["nodes_deleted"] += len(existing)
+        writes.key_nodes(prefix, [], existing)
         return
     external: list = []
     doc = encode_value(value, external)
     record = _crc(msgpack.packb([db.expires.get(key), doc], use_bin_type=True))
     txn.put(_key_key(dbi, key), record, db=keys_db)
     stats["bytes_written"] += len(record)
-    wanted = set()
-    for first, blob in external:
-        nk = prefix + first.to_bytes(16, "big")
-        wanted.add(nk)
-        if nk not in existing:
-            txn.put(nk, _crc(blob), db=nodes_db)
-            stats["nodes_written"] += 1
-            stats["bytes_written"] += len(blob) + 4
-    for k in existing - wanted:
-        txn.delete(k, db=nodes_db)
-        stats["nodes_deleted"] += 1
+    writes.key_nodes(prefix, external, existing)
 
 
 # ---------------------------------------------------------------------------
@@ -169,11 +243,13 @@ def snapshot_info(path: str) -> dict | None:
         env.close()
 
 
-def load_snapshot(path: str, keyspace) -> dict | None:
+def load_snapshot(path: str, keyspace, cold: bool = False) -> dict | None:
     """Load the snapshot at ``path`` into ``keyspace``; returns its covers record.
 
     Verifies every checksum before changing anything: a bad snapshot raises
-    SnapshotError and leaves the keyspace empty as it was.
+    SnapshotError and leaves the keyspace empty as it was.  ``cold``: leave the
+    sealed nodes of streams (but each stream's last) unread in the snapshot, located
+    at their rows (the node cache fetches them, checking their CRC then).
     """
     info = snapshot_info(path)
     if info is None:
@@ -209,7 +285,7 @@ def load_snapshot(path: str, keyspace) -> dict | None:
                                                 f"key {_key!r} is missing")
                         return _uncrc(raw, _what, path)
 
-                    value = decode_value(doc, fetch)
+                    value = decode_value(doc, fetch, prefix if cold else None)
                 except (CodecError, ValueError, TypeError) as e:
                     raise SnapshotError(f"{path}: {what} is unreadable: {e}") from None
                 loaded.append((dbi, key, value, expire))
@@ -251,6 +327,20 @@ class Snapshotter:
         self.in_progress = False
         self.last_save_time = int(core.clock())
         core.last_save_time = self.last_save_time
+        # Cold stream nodes are read back from this snapshot (engine/nodecache.py).
+        self.store = LmdbNodeStore(path, MAP_SIZE)
+        self.located = False         # stream nodes may point into the snapshot
+        self.stale_rows: frozenset = frozenset()   # rows a snapshot copied and left (write_snapshot)
+        self.cache_trigger = 4       # a snapshot once 1/4 of the cache budget is sealed, not durable
+
+    def configure_cache(self) -> None:
+        """Hand the engine the node store and ``stream-cache-size`` (start-up, CONFIG SET)."""
+        budget = self.core.config["stream-cache-size"]
+        if budget and not CACHE.bounded and not self.located:
+            # Nodes loaded so far have no location: the next snapshot (which the
+            # budget soon asks for) records every key's.
+            self.full = True
+        CACHE.configure(self.store, budget)
 
     # -- the effect sink (Core.effect_sinks) ---------------------------------------
 
@@ -291,13 +381,50 @@ class Snapshotter:
     def _begin(self):
         covered = self.aof.rotate() if self.aof is not None else None
         dirty = None if self.full else self.dirty
-        state = (self.dirty, self.full, covered, self.core.dirty)
+        self.located = self.located or CACHE.bounded
+        state = (self.dirty, self.full, covered, self.core.dirty, self._node_rows(dirty),
+                 CACHE.take_pending(), self.stale_rows)
         self.dirty = set()
         self.full = False
         return dirty, covered, state
 
+    def _node_rows(self, dirty: set | None) -> list | None:
+        """With a bounded node cache, the sealed nodes the snapshot is about to write
+        into a row of their key (``dirty`` None: every key), as (node, its blob now,
+        the key's row prefix): once the snapshot succeeded they may go cold."""
+        if not CACHE.bounded:
+            return None
+        keyspace = self.core.keyspace
+        if dirty is None:
+            dirty = [(db.index, key) for db in keyspace.dbs for key in db.data]
+        rows = []
+        for dbi, key in dirty:
+            value = keyspace[dbi].data.get(key) if dbi < len(keyspace) else None
+            if type(value) is not Stream:
+                continue
+            prefix = _node_prefix(dbi, key)
+            # From the tail back to the first node already durable in this key's
+            # rows: before it all are (nodes are sealed and made durable in order;
+            # only the tail reopens), so a long stream costs only its new nodes.
+            for node in reversed(value.nodes):
+                if node.where == prefix:
+                    break
+                if node.ids is None:
+                    rows.append((node, node.blob, prefix))
+        return rows
+
     def _succeeded(self, state, stats: dict) -> None:
-        _, _, covered, dirty_before = state
+        _, _, covered, dirty_before, rows, _, _ = state
+        self.stale_rows = frozenset(stats.get("deferred", ()))
+        if rows:
+            # A node still sealed as it was (its blob the same object, or evicted
+            # since, which only a located node can be) is what the snapshot wrote.
+            for node, blob, prefix in rows:
+                if node.ids is None and (node.blob is blob or node.where is not None):
+                    CACHE.made_durable(node, prefix)
+        # Rows the snapshot deleted were readable through the pinned transaction
+        # until the nodes pointed elsewhere; from now on read the new snapshot.
+        self.pin_store()
         self.last_ok = True
         self.last_stats = stats
         self.core.dirty = max(self.core.dirty - dirty_before, 0)
@@ -307,18 +434,32 @@ class Snapshotter:
             self.aof.retire_through(covered)
 
     def _failed(self, state) -> None:
-        dirty, full, _, _ = state
+        dirty, full, _, _, _, pending, _ = state
         self.dirty |= dirty
         self.full = self.full or full
         self.last_ok = False
+        CACHE.sealed_pending += pending
+        self.pin_store()
+
+    def pin_store(self) -> None:
+        """Keep a read transaction of the snapshot for cold nodes, if any may exist (a
+        server whose cache was never bounded keeps no handle open, as before)."""
+        if self.located:
+            self.store.pin()
+        else:
+            self.store.close()
 
     def save(self) -> dict:
         """SAVE: write the snapshot in the foreground (blocks the loop)."""
         if self.child_pid is not None:
             raise RuntimeError("Background save already in progress")
         dirty, covered, state = self._begin()
+        # This process writes the environment: its reader handle must be closed
+        # meanwhile (two handles in one process break LMDB's locks).
+        self.store.close()
         try:
-            stats = write_snapshot(self.path, self.core.keyspace, dirty, covered, self.core.now_ms())
+            stats = write_snapshot(self.path, self.core.keyspace, dirty, covered, self.core.now_ms(),
+                                   self.located, self.stale_rows)
         except Exception as e:
             self._failed(state)
             log.log(log.WARNING, f"Snapshot failed: {e}")
@@ -336,8 +477,11 @@ class Snapshotter:
             raise RuntimeError("Background append only file rewriting in progress")
         dirty, covered, state = self._begin()
         now = self.core.now_ms()
+        located, stale_rows = self.located, self.stale_rows
+
         def work() -> None:
-            stats = write_snapshot(self.path, self.core.keyspace, dirty, covered, now)
+            stats = write_snapshot(self.path, self.core.keyspace, dirty, covered, now, located,
+                                   stale_rows)
             with open(os.path.join(self.path, "last-save.stats"), "wb") as f:
                 f.write(msgpack.packb(stats))
 
@@ -381,6 +525,20 @@ class Snapshotter:
                 log.log(log.NOTICE, f"{changes} changes in {seconds} seconds. Saving...")
                 self.bgsave()
                 return
+        self._maybe_make_nodes_durable(now)
+
+    def _maybe_make_nodes_durable(self, now: int) -> None:
+        """With a bounded node cache, snapshot once enough sealed bytes wait to become
+        durable (and evictable), whatever the save rules (even ``save ""``)."""
+        budget = CACHE.budget
+        if not budget or (self.aof is not None and self.aof.rewrite_pid is not None):
+            return
+        if not self.last_ok and now - self.last_save_time < 5:
+            return
+        if self.full or CACHE.sealed_pending * self.cache_trigger > budget:
+            log.log(log.VERBOSE, f"{CACHE.sealed_pending} bytes of stream nodes not yet on "
+                                 "disk (stream-cache-size). Saving...")
+            self.bgsave()
 
     def wait(self, timeout: float = 600) -> None:
         deadline = time.monotonic() + timeout

@@ -11,17 +11,10 @@ import time
 import pytest
 import redis
 
-from helpers import RedisProcess, ServerProcess
+from helpers import RedisProcess, ServerProcess, wait_until
 
 
-def _wait_for(predicate, seconds: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+_wait_for = wait_until
 
 
 def _closed_by_peer(sock: socket.socket, seconds: float = 10.0) -> bool:

@@ -79,7 +79,7 @@ def test_dump_and_snapshot_documents_round_trip(seed):
             assert codec.encode_value(copy) == codec.encode_value(value), key
             external: list = []
             doc = codec.encode_value(value, external)
-            blobs = dict(external)
+            blobs = {node.first: node.sealed_blob() for node in external}
             again = codec.decode_value(doc, blobs.__getitem__)
             assert codec.encode_value(again) == codec.encode_value(value), key
 
@@ -112,7 +112,7 @@ def test_documents_of_the_older_layout_still_load():
             assert codec.encode_value(codec.decode_value(old)) == codec.encode_value(value), key
             external: list = []
             old = _old_form(codec.encode_value(value, external))
-            blobs = dict(external)
+            blobs = {node.first: node.sealed_blob() for node in external}
             assert codec.encode_value(codec.decode_value(old, blobs.__getitem__)) == \
                 codec.encode_value(value), key
 
