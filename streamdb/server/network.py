@@ -17,12 +17,13 @@ import gc
 import time
 
 from .. import log
-from ..protocol import ProtocolError, RequestParser, encode_reply
+from ..protocol import RequestParser, encode_reply
 from ..security import protected
 from . import tls
 from .client import client_info_line
-from .core import BLOCKED, DROP, Core
+from .core import Core
 from .limits import output_limit_reached
+from .pipeline import CLOSE_AFTER_FLUSH, DROP_NOW, QUERY_BUFFER_FULL, serve
 
 __all__ = ["Server", "Connection"]
 
@@ -78,18 +79,8 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        stats = self.core.stats
-        stats.net_input_bytes += len(data)
-        stats.reads_processed += 1
-        self.parser.feed(data)
-        if self.parser.buffered() > self.core.config.values["client-query-buffer-limit"]:
-            log.log(log.WARNING, f"Closing client that reached max query buffer length: id={self.client.id} addr={self.client.addr}")
-            self.core.stats.query_buffer_limit_disconnections += 1
-            self.transport.close()
-            self.closing = True
-            return
         if self.core.loading:   # (recovery keeps the GC off itself while loading)
-            self.process()
+            self.process(data)
             return
         # No cyclic GC until the end of the turn: a turn's parsed requests are
         # thousands of lists that all die then; a young collection in the middle
@@ -97,42 +88,31 @@ class Connection(asyncio.Protocol):
         # again.  The collection that is due runs after the turn (_end_of_turn),
         # on survivors only.
         gc.disable()
-        self.process()
+        self.process(data)
         if not self.server.turn_pending():
             gc.enable()     # nothing ends this turn (a partial request): no reason to wait
 
     # -- request processing -------------------------------------------------------
 
-    def process(self) -> None:
-        """Take the complete requests out of the parser and run each, in order,
-        through the one entry point (``Core.execute``); reading stops while the
-        client is blocked, and for good once it is to be closed."""
-        client = self.client
-        parser = self.parser
-        core = self.core
-        out = self.out
-        try:
-            while client.blocked is None and not self.closing:
-                argv = parser.next_command()
-                if argv is None:
-                    break
-                reply = core.execute(client, argv)
-                parser.authenticated = client.authenticated
-                if reply is BLOCKED:
-                    break
-                if reply is DROP:
-                    self.drop()
-                    break
-                out.append(encode_reply(reply, client.resp == 3))
-                if client.close_after_reply:
-                    self.closing = True
-        except ProtocolError as e:
-            # latin-1: the message quotes the offending byte raw, as Redis does.
-            out.append(b"-ERR %s\r\n" % str(e).encode("latin-1", "replace"))
-            log.log(log.VERBOSE, f"Protocol error ({e}) from client: id={client.id} addr={client.addr}")
+    def process(self, data: bytes | None = None) -> None:
+        """Feed ``data`` (None: resume what the parser holds) and run the complete
+        requests, in order, through the one entry point (``Core.execute``):
+        ``pipeline.serve``, compiled.  Reading stops while the client is blocked,
+        and for good once it is to be closed."""
+        if self.closing:
+            return
+        action = serve(self.core, self.client, self.parser, self.out, data)
+        if action == QUERY_BUFFER_FULL:
+            log.log(log.WARNING, f"Closing client that reached max query buffer length: id={self.client.id} addr={self.client.addr}")
+            self.core.stats.query_buffer_limit_disconnections += 1
+            self.transport.close()
             self.closing = True
-        client.query_buffer = parser.buffered()
-        if out or self.closing:
+            return
+        if action == DROP_NOW:
+            self.drop()
+        elif action == CLOSE_AFTER_FLUSH:
+            self.closing = True
+        if self.out or self.closing:
             self.server.schedule_flush(self)
 
     def deliver(self, reply) -> None:
@@ -147,6 +127,9 @@ class Connection(asyncio.Protocol):
 
     def close_after_flush(self) -> None:
         self.closing = True
+        # Also stops pipeline.serve when the client's own command closes it (CLIENT KILL
+        # of itself): its reply goes out, nothing after it runs.
+        self.client.close_after_reply = True
         self.server.schedule_flush(self)
 
     def flush(self) -> None:

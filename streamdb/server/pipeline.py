@@ -1,0 +1,81 @@
+"""A connection's request loop: the requests of one read, run in order.
+
+The network layer (server/network.py) calls ``serve`` once per read: it feeds
+the bytes to the connection's parser, takes the complete requests out of it,
+runs each through the one entry point (``Core.execute``) and queues each reply,
+encoded, on the connection's output list, until the parser has no complete
+request left or the client may not go on (blocked, dropped, closing).  Like the connection, it
+knows frames, not commands: it names none.
+
+Compiled (streamdb/compiled.py), this is the per-request work of the network
+layer out of the interpreter: the connection is an ``asyncio.Protocol`` and
+cannot be an extension type, so what it does per request lives here.
+"""
+
+from __future__ import annotations
+
+import cython
+
+from .. import log
+from ..protocol import ProtocolError, encode_reply
+from .client import Client
+from .core import BLOCKED, DROP, Core, Stats
+
+__all__ = ["serve", "READ_ON", "DROP_NOW", "CLOSE_AFTER_FLUSH", "QUERY_BUFFER_FULL"]
+
+# What the connection does once serve returns.
+READ_ON = 0            # go on reading (a blocked client is resumed by its delivery)
+DROP_NOW = 1           # close at once, dropping what is queued (Core.execute's DROP)
+CLOSE_AFTER_FLUSH = 2  # write what is queued, then close (QUIT, a killed client, a protocol error)
+QUERY_BUFFER_FULL = 3  # the unparsed input is over client-query-buffer-limit: close, run nothing
+
+
+@cython.ccall
+def serve(core: Core, client: Client, parser, out: list, data) -> cython.int:
+    """Feed ``data`` (one read's bytes; None: resume what is buffered) to the
+    client's parser and run the complete requests in it, in order, appending each
+    reply's bytes to ``out``; what the connection must do next.
+
+    Reading stops while the client is blocked (its reply comes through
+    ``client.deliver``) and for good once it is to be closed:
+    ``client.close_after_reply`` (QUIT, SHUTDOWN; the network layer's
+    ``client.close``, e.g. CLIENT KILL of itself, sets it too).  A malformed
+    request is answered with Redis's protocol error and the connection closed
+    after it; the requests before it ran."""
+    stats: Stats
+    if data is not None:
+        stats = core.stats
+        stats.net_input_bytes += len(data)
+        stats.reads_processed += 1
+        parser.feed(data)
+        # Read per read, not cached: CONFIG SET changes it.
+        if parser.buffered() > core.config.values["client-query-buffer-limit"]:
+            return QUERY_BUFFER_FULL
+    action: cython.int = _run_requests(core, client, parser, out)
+    client.query_buffer = parser.buffered()
+    return action
+
+
+@cython.cfunc
+def _run_requests(core: Core, client: Client, parser, out: list) -> cython.int:
+    reply: object
+    try:
+        while client.blocked is None:
+            argv = parser.next_command()
+            if argv is None:
+                break
+            reply = core.execute(client, argv)
+            parser.authenticated = client.authenticated
+            if reply is BLOCKED:
+                break
+            if reply is DROP:
+                return DROP_NOW
+            out.append(encode_reply(reply, client.resp == 3))
+            if client.close_after_reply:
+                return CLOSE_AFTER_FLUSH
+    except ProtocolError as e:
+        # latin-1: the message quotes the offending byte raw, as Redis does.
+        out.append(b"-ERR %s\r\n" % str(e).encode("latin-1", "replace"))
+        log.log(log.VERBOSE, f"Protocol error ({e}) from client: id={client.id} addr={client.addr}")
+        return CLOSE_AFTER_FLUSH
+    return READ_ON
