@@ -1,13 +1,16 @@
 # The compiled form of pipeline.py: a connection's RequestLoop, whose fields are C
-# fields, reading the Core's and the Client's (core.pxd, client.pxd) without look-ups.
+# fields, reading the Core's, the Client's and the parser's (core.pxd, client.pxd,
+# protocol/_resp.pxd) without look-ups.
 
+from streamdb.protocol._resp cimport RequestParser
 from streamdb.server.client cimport Client
 from streamdb.server.core cimport Core, Stats
 
 cdef class RequestLoop:
     cdef Core core
     cdef Client client
-    cdef object parser, next_command, execute
+    cdef RequestParser parser
+    cdef object execute
     cdef list out
 
     cpdef int serve(self, data)

@@ -1,12 +1,13 @@
 """A connection's request loop: the requests of one read, run in order.
 
 Each connection (server/network.py) holds a ``RequestLoop`` and calls its
-``serve`` once per read: it feeds the bytes to the connection's parser, takes the complete requests out of it,
-runs each through the one entry point (``Core.execute``) and queues each reply,
-encoded, on the connection's output list, until the parser has no complete
-request left or the client may not go on (blocked, dropped, closing);
-``write_out`` writes the queued replies at the end of the turn.  Like the connection, it
-knows frames, not commands: it names none.
+``serve`` once per read: it feeds the bytes to the connection's parser, takes
+the complete requests out of it, runs each through the one entry point
+(``Core.execute``) and queues each reply, encoded, on the connection's output
+list, until the parser has no complete request left or the client may not go
+on (blocked, dropped, closing); ``write_out`` writes the queued replies at the
+end of the turn.  Like the connection, it knows frames, not commands: it names
+none.
 
 Compiled (streamdb/compiled.py), this is the per-request work of the network
 layer out of the interpreter: the connection is an ``asyncio.Protocol`` and
@@ -36,7 +37,7 @@ QUERY_BUFFER_FULL = 3  # the unparsed input is over client-query-buffer-limit: c
 class RequestLoop:
     """One connection's request path: its client, parser and output list."""
 
-    __slots__ = ("core", "client", "parser", "out", "next_command", "execute")
+    __slots__ = ("core", "client", "parser", "out", "execute")
 
     def __init__(self, core: Core, client: Client, parser, out: list) -> None:
         self.core = core
@@ -44,7 +45,6 @@ class RequestLoop:
         self.parser = parser
         self.out = out
         # Bound once per connection: a look-up per request cost more than the call.
-        self.next_command = parser.next_command
         self.execute = core.execute
 
     @cython.ccall
@@ -79,7 +79,6 @@ class RequestLoop:
         client: Client = self.client
         parser = self.parser
         out: list = self.out
-        next_command = self.next_command
         execute = self.execute
         reply: object
         # The parser applies the unauthenticated limits; AUTH and HELLO change it.
@@ -87,7 +86,7 @@ class RequestLoop:
         parser.authenticated = authenticated
         try:
             while client.blocked is None:
-                argv = next_command()
+                argv = parser.next_command()
                 if argv is None:
                     break
                 reply = execute(client, argv)
