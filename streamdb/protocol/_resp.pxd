@@ -1,5 +1,5 @@
-# The compiled parser's fields and C-callable methods, for the compiled request
-# loop (server/pipeline.pxd cimports RequestParser).
+# The compiled parser's fields and C-callable methods, and the encoder: the compiled
+# request loop (server/pipeline.pxd) cimports RequestParser and encode_reply.
 
 cdef class RequestParser:
     cdef unsigned char* buf
@@ -18,3 +18,5 @@ cdef class RequestParser:
     cdef bint start_multibulk(self) except -1
     cdef list bulks(self)
     cdef list inline(self)
+
+cpdef encode_reply(value, bint resp3)

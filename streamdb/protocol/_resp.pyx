@@ -504,7 +504,7 @@ cdef int encode_into(Out* o, object value, bint resp3) except -1:
 cdef bytes OK_BYTES = b"+OK\r\n"
 
 
-def encode_reply(value, bint resp3):
+cpdef encode_reply(value, bint resp3):
     """Encode one reply value as RESP bytes (reply.py's encode_reply)."""
     cdef Out o
     cdef object t = type(value)

@@ -2,7 +2,7 @@
 # fields, reading the Core's, the Client's and the parser's (core.pxd, client.pxd,
 # protocol/_resp.pxd) without look-ups.
 
-from streamdb.protocol._resp cimport RequestParser
+from streamdb.protocol._resp cimport RequestParser, encode_reply
 from streamdb.server.client cimport Client
 from streamdb.server.core cimport Core, Stats
 
