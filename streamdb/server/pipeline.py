@@ -113,7 +113,8 @@ class RequestLoop:
         and empty the list; whether the transport holds output the socket did not
         take (the connection then checks its output-buffer limits)."""
         out: list = self.out
-        data: bytes = b"".join(out) if len(out) > 1 else out[0]
+        # Not typed bytes: a reply may be a bytes subclass (a replica's Raw stream).
+        data = b"".join(out) if len(out) > 1 else out[0]
         out.clear()
         stats: Stats = self.core.stats
         stats.net_output_bytes += len(data)
