@@ -44,6 +44,7 @@ COMPILED_SOURCES = (
     "streamdb/commands/observe.py",
     "streamdb/server/client.py",
     "streamdb/server/core.py",
+    "streamdb/server/pipeline.py",
 )
 
 PURE = os.environ.get("STREAMDB_PURE", "") not in ("", "0")

@@ -199,15 +199,8 @@ cdef class RequestParser:
     """Splits a client's byte stream into argv lists (lists of bytes): the
     interface and behaviour of request.py's RequestParser."""
 
-    cdef unsigned char* buf
-    cdef Py_ssize_t n           # bytes in buf
-    cdef Py_ssize_t cap
-    cdef Py_ssize_t pos         # first unconsumed byte
-    cdef public long long max_bulk_len
-    # When False (requirepass set, not yet authenticated) Redis caps the request size.
-    cdef public bint authenticated
-    cdef list argv              # the multibulk in progress (its bulks so far), or None
-    cdef Py_ssize_t argc        # bulks it still needs
+    # Its fields are declared in _resp.pxd (the compiled request loop,
+    # server/pipeline.py, calls it in C).
 
     def __cinit__(self):
         self.buf = NULL
@@ -222,7 +215,7 @@ cdef class RequestParser:
     def __dealloc__(self):
         PyMem_Free(self.buf)
 
-    def feed(self, data) -> None:
+    cpdef feed(self, data):
         cdef bytes chunk = data if type(data) is bytes else bytes(data)
         cdef Py_ssize_t k = PyBytes_GET_SIZE(chunk), need, cap
         cdef unsigned char* grown
@@ -246,11 +239,11 @@ cdef class RequestParser:
         memcpy(self.buf + self.n, PyBytes_AS_STRING(chunk), k)
         self.n = need
 
-    def buffered(self) -> int:
+    cpdef Py_ssize_t buffered(self):
         """Bytes received but not yet consumed (the query buffer's size)."""
         return self.n - self.pos
 
-    def next_command(self):
+    cpdef next_command(self):
         """The next complete argv, or None when more bytes are needed.
 
         Empty requests (``*0``, blank inline lines) are skipped.
@@ -511,7 +504,7 @@ cdef int encode_into(Out* o, object value, bint resp3) except -1:
 cdef bytes OK_BYTES = b"+OK\r\n"
 
 
-def encode_reply(value, bint resp3):
+cpdef encode_reply(value, bint resp3):
     """Encode one reply value as RESP bytes (reply.py's encode_reply)."""
     cdef Out o
     cdef object t = type(value)

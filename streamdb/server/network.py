@@ -17,19 +17,20 @@ import gc
 import time
 
 from .. import log
-from ..protocol import ProtocolError, RequestParser, encode_reply
+from ..protocol import RequestParser, encode_reply
 from ..security import protected
 from . import tls
 from .client import client_info_line
-from .core import BLOCKED, DROP, Core
+from .core import Core
 from .limits import output_limit_reached
+from .pipeline import CLOSE_AFTER_FLUSH, DROP_NOW, QUERY_BUFFER_FULL, RequestLoop
 
 __all__ = ["Server", "Connection"]
 
 
 class Connection(asyncio.Protocol):
-    __slots__ = ("server", "core", "transport", "parser", "client", "out", "closing",
-                 "paused", "soft_limit_since")
+    __slots__ = ("server", "core", "transport", "parser", "client", "out", "requests",
+                 "closing", "paused", "soft_limit_since")
 
     def __init__(self, server: "Server") -> None:
         self.server = server
@@ -38,6 +39,7 @@ class Connection(asyncio.Protocol):
         self.parser = RequestParser(server.core.config["proto-max-bulk-len"])
         self.client = None
         self.out: list[bytes] = []
+        self.requests: RequestLoop | None = None     # once the client is accepted
         self.closing = False
         # When pending output first went past the soft output-buffer limit (limits.py).
         self.soft_limit_since: float | None = None
@@ -68,6 +70,7 @@ class Connection(asyncio.Protocol):
         self.client = core.new_client(deliver=self.deliver, addr=addr, laddr=laddr)
         self.client.close = self.close_after_flush
         self.parser.authenticated = self.client.authenticated
+        self.requests = RequestLoop(core, self.client, self.parser, self.out)
 
     def connection_lost(self, exc) -> None:
         self.closing = True
@@ -75,65 +78,40 @@ class Connection(asyncio.Protocol):
             self.core.remove_client(self.client)
             self.server.connections.discard(self)
 
-    def data_received(self, data: bytes) -> None:
+    def process(self, data: bytes | None = None) -> None:
+        """Feed ``data`` (one read's bytes; None: resume what the parser holds) and
+        run the complete requests, in order, through the one entry point
+        (``Core.execute``): ``RequestLoop.serve``, compiled.  Reading stops while the
+        client is blocked, and for good once it is to be closed."""
         if self.closing:
-            return
-        stats = self.core.stats
-        stats.net_input_bytes += len(data)
-        stats.reads_processed += 1
-        self.parser.feed(data)
-        if self.parser.buffered() > self.core.config.values["client-query-buffer-limit"]:
-            log.log(log.WARNING, f"Closing client that reached max query buffer length: id={self.client.id} addr={self.client.addr}")
-            self.core.stats.query_buffer_limit_disconnections += 1
-            self.transport.close()
-            self.closing = True
-            return
-        if self.core.loading:   # (recovery keeps the GC off itself while loading)
-            self.process()
             return
         # No cyclic GC until the end of the turn: a turn's parsed requests are
         # thousands of lists that all die then; a young collection in the middle
         # of the turn would walk them and promote them for older passes to walk
         # again.  The collection that is due runs after the turn (_end_of_turn),
-        # on survivors only.
-        gc.disable()
-        self.process()
-        if not self.server.turn_pending():
+        # on survivors only.  (Recovery keeps the GC off itself while loading.)
+        gc_held = not self.core.loading
+        if gc_held:
+            gc.disable()
+        action = self.requests.serve(data)
+        if action == QUERY_BUFFER_FULL:
+            log.log(log.WARNING, f"Closing client that reached max query buffer length: id={self.client.id} addr={self.client.addr}")
+            self.core.stats.query_buffer_limit_disconnections += 1
+            self.transport.close()
+            self.closing = True
+        else:
+            if action == DROP_NOW:
+                self.drop()
+            elif action == CLOSE_AFTER_FLUSH:
+                self.closing = True
+            if self.out or self.closing:
+                self.server.schedule_flush(self)
+        # (server._flush_scheduled is turn_pending(), read without a call: per read)
+        if gc_held and not self.server._flush_scheduled:
             gc.enable()     # nothing ends this turn (a partial request): no reason to wait
 
-    # -- request processing -------------------------------------------------------
-
-    def process(self) -> None:
-        """Take the complete requests out of the parser and run each, in order,
-        through the one entry point (``Core.execute``); reading stops while the
-        client is blocked, and for good once it is to be closed."""
-        client = self.client
-        parser = self.parser
-        core = self.core
-        out = self.out
-        try:
-            while client.blocked is None and not self.closing:
-                argv = parser.next_command()
-                if argv is None:
-                    break
-                reply = core.execute(client, argv)
-                parser.authenticated = client.authenticated
-                if reply is BLOCKED:
-                    break
-                if reply is DROP:
-                    self.drop()
-                    break
-                out.append(encode_reply(reply, client.resp == 3))
-                if client.close_after_reply:
-                    self.closing = True
-        except ProtocolError as e:
-            # latin-1: the message quotes the offending byte raw, as Redis does.
-            out.append(b"-ERR %s\r\n" % str(e).encode("latin-1", "replace"))
-            log.log(log.VERBOSE, f"Protocol error ({e}) from client: id={client.id} addr={client.addr}")
-            self.closing = True
-        client.query_buffer = parser.buffered()
-        if out or self.closing:
-            self.server.schedule_flush(self)
+    # asyncio's callback for a read is process itself: one Python call per read.
+    data_received = process
 
     def deliver(self, reply) -> None:
         """A reply produced outside the request path (a blocked client served)."""
@@ -147,21 +125,16 @@ class Connection(asyncio.Protocol):
 
     def close_after_flush(self) -> None:
         self.closing = True
+        # Also stops RequestLoop.serve when the client's own command closes it (CLIENT KILL
+        # of itself): its reply goes out, nothing after it runs.
+        self.client.close_after_reply = True
         self.server.schedule_flush(self)
 
     def flush(self) -> None:
         if self.out:
-            data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
-            self.out.clear()
-            stats = self.core.stats
-            stats.net_output_bytes += len(data)
-            stats.writes_processed += 1
-            transport = self.transport
-            transport.write(data)
-            if not transport.get_write_buffer_size():
+            if not self.requests.write_out(self.transport):
                 # The socket took it all (the usual case): nothing is pending, which
                 # is all output_limit_reached would find and record.
-                self.client.output_size = 0
                 self.soft_limit_since = None
             elif output_limit_reached(self, self.core.config.values["client-output-buffer-limit"]):
                 self.drop_for_output_limit()

@@ -178,6 +178,21 @@ def test_client_commands(server):
     assert b"name=victim" not in a.execute_command("CLIENT", "LIST")
 
 
+def test_a_client_that_kills_itself_gets_its_reply_and_nothing_after_it(server, redis_server):
+    """CLIENT KILL of the client itself in a pipeline: Redis answers it, closes the
+    connection and runs none of the requests behind it (CLIENT_CLOSE_AFTER_REPLY)."""
+    import socket
+    for port in (server.port, redis_server.port):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"CLIENT ID\r\n")
+            cid = int(s.recv(100)[1:-2])
+            s.sendall(b"CLIENT KILL ID %d SKIPME no\r\nPING\r\n" % cid)
+            received = b""
+            while chunk := s.recv(100):
+                received += chunk
+            assert received == b":1\r\n", port
+
+
 def test_client_unblock_timeout_and_error(server):
     import socket
     a = redis.Redis(port=server.port)

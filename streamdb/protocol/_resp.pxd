@@ -1,0 +1,22 @@
+# The compiled parser's fields and C-callable methods, and the encoder: the compiled
+# request loop (server/pipeline.pxd) cimports RequestParser and encode_reply.
+
+cdef class RequestParser:
+    cdef unsigned char* buf
+    cdef Py_ssize_t n           # bytes in buf
+    cdef Py_ssize_t cap
+    cdef Py_ssize_t pos         # first unconsumed byte
+    cdef public long long max_bulk_len
+    # When False (requirepass set, not yet authenticated) Redis caps the request size.
+    cdef public bint authenticated
+    cdef list argv              # the multibulk in progress (its bulks so far), or None
+    cdef Py_ssize_t argc        # bulks it still needs
+
+    cpdef feed(self, data)
+    cpdef Py_ssize_t buffered(self)
+    cpdef next_command(self)
+    cdef bint start_multibulk(self) except -1
+    cdef list bulks(self)
+    cdef list inline(self)
+
+cpdef encode_reply(value, bint resp3)

@@ -1,0 +1,18 @@
+# The compiled form of pipeline.py: a connection's RequestLoop, whose fields are C
+# fields, reading the Core's, the Client's and the parser's (core.pxd, client.pxd,
+# protocol/_resp.pxd) without look-ups.
+
+from streamdb.protocol._resp cimport RequestParser, encode_reply
+from streamdb.server.client cimport Client
+from streamdb.server.core cimport Core, Stats
+
+cdef class RequestLoop:
+    cdef Core core
+    cdef Client client
+    cdef RequestParser parser
+    cdef object execute
+    cdef list out
+
+    cpdef int serve(self, data)
+    cdef int _run_requests(self)
+    cpdef bint write_out(self, transport)

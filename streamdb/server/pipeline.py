@@ -1,0 +1,126 @@
+"""A connection's request loop: the requests of one read, run in order.
+
+Each connection (server/network.py) holds a ``RequestLoop`` and calls its
+``serve`` once per read: it feeds the bytes to the connection's parser, takes
+the complete requests out of it, runs each through the one entry point
+(``Core.execute``) and queues each reply, encoded, on the connection's output
+list, until the parser has no complete request left or the client may not go
+on (blocked, dropped, closing); ``write_out`` writes the queued replies at the
+end of the turn.  Like the connection, it knows frames, not commands: it names
+none.
+
+Compiled (streamdb/compiled.py), this is the per-request work of the network
+layer out of the interpreter: the connection is an ``asyncio.Protocol`` and
+cannot be an extension type, so what it does per request lives here.
+"""
+
+from __future__ import annotations
+
+import cython
+
+from .. import log
+from ..protocol import ProtocolError, encode_reply
+from .client import Client
+from .core import BLOCKED, DROP, Core, Stats
+
+__all__ = ["RequestLoop", "READ_ON", "DROP_NOW", "CLOSE_AFTER_FLUSH", "QUERY_BUFFER_FULL"]
+
+# What the connection does once RequestLoop.serve returns.
+READ_ON = 0            # go on reading (a blocked client is resumed by its delivery)
+DROP_NOW = 1           # close at once, dropping what is queued (Core.execute's DROP)
+CLOSE_AFTER_FLUSH = 2  # write what is queued, then close (QUIT, a killed client, a protocol error)
+QUERY_BUFFER_FULL = 3  # the unparsed input is over client-query-buffer-limit: close, run nothing
+
+
+# Compiled, a cclass: what serve reads per request are C fields (pipeline.pxd).
+@cython.cclass
+class RequestLoop:
+    """One connection's request path: its client, parser and output list."""
+
+    __slots__ = ("core", "client", "parser", "out", "execute")
+
+    def __init__(self, core: Core, client: Client, parser, out: list) -> None:
+        self.core = core
+        self.client = client
+        self.parser = parser
+        self.out = out
+        # Bound once per connection: a look-up per request cost more than the call.
+        self.execute = core.execute
+
+    @cython.ccall
+    def serve(self, data) -> cython.int:
+        """Feed ``data`` (one read's bytes; None: resume what is buffered) to the
+        parser and run the complete requests in it, in order, appending each
+        reply's bytes to the output list; what the connection must do next.
+
+        Reading stops while the client is blocked (its reply comes through
+        ``client.deliver``) and for good once it is to be closed:
+        ``client.close_after_reply`` (QUIT, SHUTDOWN; the network layer's
+        ``client.close``, e.g. CLIENT KILL of itself, sets it too).  A malformed
+        request is answered with Redis's protocol error and the connection closed
+        after it; the requests before it ran."""
+        stats: Stats
+        core: Core = self.core
+        parser = self.parser
+        if data is not None:
+            stats = core.stats
+            stats.net_input_bytes += len(data)
+            stats.reads_processed += 1
+            parser.feed(data)
+            # Read per read, not cached: CONFIG SET changes it.
+            if parser.buffered() > core.config.values["client-query-buffer-limit"]:
+                return QUERY_BUFFER_FULL
+        action: cython.int = self._run_requests()
+        self.client.query_buffer = parser.buffered()
+        return action
+
+    @cython.cfunc
+    def _run_requests(self) -> cython.int:
+        client: Client = self.client
+        parser = self.parser
+        out: list = self.out
+        execute = self.execute
+        reply: object
+        # The parser applies the unauthenticated limits; AUTH and HELLO change it.
+        authenticated: cython.bint = client.authenticated
+        parser.authenticated = authenticated
+        try:
+            while client.blocked is None:
+                argv = parser.next_command()
+                if argv is None:
+                    break
+                reply = execute(client, argv)
+                if client.authenticated != authenticated:
+                    authenticated = client.authenticated
+                    parser.authenticated = authenticated
+                if reply is BLOCKED:
+                    break
+                if reply is DROP:
+                    return DROP_NOW
+                out.append(encode_reply(reply, client.resp == 3))
+                if client.close_after_reply:
+                    return CLOSE_AFTER_FLUSH
+        except ProtocolError as e:
+            # latin-1: the message quotes the offending byte raw, as Redis does.
+            out.append(b"-ERR %s\r\n" % str(e).encode("latin-1", "replace"))
+            log.log(log.VERBOSE, f"Protocol error ({e}) from client: id={client.id} addr={client.addr}")
+            return CLOSE_AFTER_FLUSH
+        return READ_ON
+
+    @cython.ccall
+    def write_out(self, transport) -> cython.bint:
+        """Write the queued replies (there are some) to ``transport`` as one write
+        and empty the list; whether the transport holds output the socket did not
+        take (the connection then checks its output-buffer limits)."""
+        out: list = self.out
+        # Not typed bytes: a reply may be a bytes subclass (a replica's Raw stream).
+        data = b"".join(out) if len(out) > 1 else out[0]
+        out.clear()
+        stats: Stats = self.core.stats
+        stats.net_output_bytes += len(data)
+        stats.writes_processed += 1
+        transport.write(data)
+        if transport.get_write_buffer_size():
+            return True
+        self.client.output_size = 0
+        return False
