@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 wait_for_port = wait_until_ready
 
 
-def wait_until(fn, timeout: float = 10.0, what: str = "condition"):
+def wait_until(fn, timeout: float = 15.0, what: str = "condition"):
     """Polls ``fn`` until it returns something true (returned), or fails the test."""
     deadline = time.monotonic() + timeout
     last = None
@@ -121,18 +121,6 @@ class RedisProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def wait_until(fn, timeout: float = 15.0, what: str = "condition"):
-    """Poll ``fn`` until it returns something true (returned), at most ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 def raw_exchange(port: int, payload: bytes, timeout: float = 2.0, expect_close: bool = False) -> bytes:

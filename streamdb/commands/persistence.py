@@ -116,7 +116,10 @@ def bgrewriteaof(ctx: Ctx, argv):
         raise CommandError("ERR Background append only file rewriting already in progress")
     if snap is not None and snap.child_pid is not None:
         snap.wait()          # one child at a time, as in Redis; a snapshot finishes first
-    aof.bgrewrite()
+    try:
+        aof.bgrewrite()
+    except RuntimeError as e:           # (AofUnwritten: a failed write waits for the disk)
+        raise CommandError(f"ERR {e}") from None
     return Status("Background append only file rewriting started")
 
 

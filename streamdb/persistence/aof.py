@@ -74,6 +74,10 @@ class AofError(Exception):
     """The AOF cannot be loaded as it is; the message names the file and offset."""
 
 
+class AofUnwritten(RuntimeError):
+    """A rotation refused: frames that failed to write are still waiting for the disk."""
+
+
 class AofCorruption(AofError):
     """A bad frame with more data after it.  ``scan`` holds the good frames before ``offset``."""
 
@@ -663,7 +667,8 @@ class Aof:
         if not pct or self.total_size < cfg["auto-aof-rewrite-min-size"]:
             return
         base = max(self.rewrite_base_size, 1)
-        if (self.total_size - base) * 100 // base >= pct and self.rewrite_pid is None:
+        if (self.total_size - base) * 100 // base >= pct and self.rewrite_pid is None \
+                and not self.pending:      # (rotate() refuses while a write waits for the disk)
             log.log(log.NOTICE, f"Starting automatic rewriting of AOF on {pct}% growth")
             self.bgrewrite()
 
@@ -917,8 +922,15 @@ class Aof:
         """Start a new incr segment; returns the seq of the last segment before it.
 
         A snapshot taken right after covers every segment up to that seq.
+
+        Refused (``AofUnwritten``) while a frame that failed to write waits for the
+        disk: the snapshot would hold its effects and the retry would write them into
+        the new segment too, which a restart would then apply a second time.
         """
         self.flush()
+        if self.pending:
+            raise AofUnwritten("the AOF's last writes are not on disk yet "
+                               f"({self.last_error}); try again once they are")
         covered = self.manifest.seq
         self._new_incr_segment()
         return covered

@@ -518,8 +518,8 @@ class Snapshotter:
         now = int(self.core.clock())
         for i in range(0, len(rules), 2):
             seconds, changes = int(rules[i]), int(rules[i + 1])
-            if self.aof is not None and self.aof.rewrite_pid is not None:
-                return        # one child at a time: the rule fires again after the rewrite
+            if self._aof_busy():
+                return        # the rule fires again once the AOF is ready
             if self.core.dirty >= changes and now - self.last_save_time >= seconds and \
                     (self.last_ok or now - self.last_save_time >= 5):
                 log.log(log.NOTICE, f"{changes} changes in {seconds} seconds. Saving...")
@@ -527,11 +527,17 @@ class Snapshotter:
                 return
         self._maybe_make_nodes_durable(now)
 
+    def _aof_busy(self) -> bool:
+        """Whether an automatic snapshot must wait for the AOF: one child at a time (a
+        rewrite runs), or a frame that failed to write waits for the disk (the
+        rotation a snapshot starts with refuses then: Aof.rotate)."""
+        return self.aof is not None and (self.aof.rewrite_pid is not None or bool(self.aof.pending))
+
     def _maybe_make_nodes_durable(self, now: int) -> None:
         """With a bounded node cache, snapshot once enough sealed bytes wait to become
         durable (and evictable), whatever the save rules (even ``save ""``)."""
         budget = CACHE.budget
-        if not budget or (self.aof is not None and self.aof.rewrite_pid is not None):
+        if not budget or self._aof_busy():
             return
         if not self.last_ok and now - self.last_save_time < 5:
             return

@@ -16,7 +16,7 @@ from streamdb.commands.server import digest_keyspace
 from streamdb.persistence.aof import Aof, AofError, read_segment, SEGMENT_MAGIC
 from streamdb.server.core import Core
 
-from helpers import ServerProcess
+from helpers import ServerProcess, wait_until
 
 
 def _core_with_aof(d: Path, **kw) -> tuple[Core, Aof]:
@@ -206,6 +206,36 @@ def test_write_or_fsync_errors_hold_replies_refuse_writes_and_recover(tmp_path, 
         srv.stop()
         srv = ServerProcess(d, "--appendonly", "yes", "--save", "").start()
         assert [e[0] for e in redis.Redis(port=srv.port).xrange("s")] == [b"1-1", b"2-1", b"4-1"]
+    finally:
+        srv.stop()
+
+
+def test_no_snapshot_or_rewrite_starts_while_a_failed_write_waits_for_the_disk(tmp_path):
+    """A snapshot or a rewrite starts by rotating the AOF.  With a frame that failed to
+    write still waiting, the snapshot would hold its effects and the retry would write
+    them into the new segment as well: the restart would apply them twice and stop.
+    So BGSAVE and BGREWRITEAOF are refused until the frame is on disk."""
+    d = tmp_path / "data"
+    srv = ServerProcess(d, "--appendonly", "yes", "--appendfsync", "always", "--save", "").start()
+    try:
+        r = redis.Redis(port=srv.port)
+        r.xadd("s", {"a": 1}, id="1-1")
+        assert r.execute_command("DEBUG", "AOF-INJECT-ERROR", "25") == b"OK"
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=20)
+        # One read, one turn: the XADD's frame fails to write when BGSAVE rotates.
+        s.sendall(b"XADD s 2-1 a 2\r\nBGSAVE\r\nBGREWRITEAOF\r\n")
+        replies = b""
+        while replies.count(b"\r\n") < 4:
+            replies += s.recv(1000)
+        refused = b"-ERR the AOF's last writes are not on disk yet (No space left on device); " \
+                  b"try again once they are\r\n"
+        assert replies == b"$3\r\n2-1\r\n" + refused + refused
+        assert r.bgsave()
+        wait_until(lambda: r.info("persistence")["rdb_bgsave_in_progress"] == 0)
+        srv.kill9()
+        srv.stop()
+        srv = ServerProcess(d, "--appendonly", "yes", "--save", "").start()
+        assert [e[0] for e in redis.Redis(port=srv.port).xrange("s")] == [b"1-1", b"2-1"]
     finally:
         srv.stop()
 
