@@ -67,7 +67,7 @@ class LmdbNodeStore:
         self._forsake()
         if self._txn is None:
             if self._env is None:
-                if not os.path.exists(os.path.join(self.path, "data.mdb")):
+                if not self._snapshot_exists():
                     raise NodeReadError(f"{self.path}: no snapshot to read stream nodes from")
                 self._env = lmdb.open(self.path, map_size=self.map_size, max_dbs=4, subdir=True,
                                       readonly=True, lock=True, create=False)
@@ -93,10 +93,11 @@ class LmdbNodeStore:
         if self._txn is not None:
             self._txn.abort()
             self._txn = None
-        try:
+        if self._snapshot_exists():     # (none yet: the first read after one opens it)
             self._reader()
-        except ColdReadError:
-            pass              # no snapshot yet: the first read opens it
+
+    def _snapshot_exists(self) -> bool:
+        return os.path.exists(os.path.join(self.path, "data.mdb"))
 
     def close(self) -> None:
         """Let go of the environment (this process writes the snapshot itself: SAVE).

@@ -233,7 +233,8 @@ def test_a_replica_full_sync_of_a_mostly_cold_stream(tmp_path):
 
 
 def test_config_set_bounds_a_loaded_server_and_debug_reload_keeps_it_cold(tmp_path):
-    with ServerProcess(tmp_path, "--save", "", "--appendonly", "yes") as srv:
+    with ServerProcess(tmp_path, "--save", "", "--appendonly", "yes",
+                       "--stream-cache-size", "0") as srv:
         r = connect(srv)
         written = fill(r, "s", 50_000)
         assert cache_info(r)["stream_cache_evictions"] == 0
