@@ -31,6 +31,7 @@ cdef class Core:
     cdef public dict ready_keys, blocking_keys
     cdef public list effect_sinks
 
+    cpdef execute(self, Client client, argv)
     cdef Ctx _ctx_for(self, Client client, now, argv, bint in_exec)
     cpdef _call(self, Ctx ctx, CommandSpec spec, argv, long long started_ns)
     cpdef _emit(self, Py_ssize_t db_index, list effects, bint atomic=*)

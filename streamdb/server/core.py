@@ -230,7 +230,10 @@ class Core:
 
     # -- dispatch -------------------------------------------------------------
 
-    def execute(self, client: Client, argv: list[bytes]):
+    # A ccall (core.pxd): the compiled RequestLoop (server/pipeline.py) calls it in C
+    # rather than through a bound method, ~150 instructions of an XADD request less.
+    @cython.ccall
+    def execute(self, client: Client, argv):
         """Run one request.  Returns the reply, BLOCKED (reply comes via client.deliver),
         or DROP (close the connection now, without a reply)."""
         spec: CommandSpec = lookup(argv)
@@ -321,7 +324,7 @@ class Core:
             return QUEUED
         refusal = self.write_refusal
         if refusal and client.kind == "normal" and (spec.is_write or (
-                name == "exec" and any(_is_write(a) for a in client.multi_queue))):
+                name == "exec" and _any_write(client.multi_queue))):
             if name == "exec":
                 client.in_multi = False
                 client.multi_queue = []
@@ -654,6 +657,12 @@ def _is_denyoom(argv: list[bytes]) -> bool:
 def _is_write(argv: list[bytes]) -> bool:
     spec = lookup(argv)
     return spec is not None and spec.is_write
+
+
+def _any_write(queue: list) -> bool:
+    """Whether a queued transaction holds a write (out of execute: a ccall holds no
+    generator expression)."""
+    return any(_is_write(argv) for argv in queue)
 
 
 def _trunc(raw: bytes, n: int = 128) -> str:

@@ -10,7 +10,6 @@ cdef class RequestLoop:
     cdef Core core
     cdef Client client
     cdef RequestParser parser
-    cdef object execute
     cdef list out
 
     cpdef int serve(self, data)

@@ -37,15 +37,13 @@ QUERY_BUFFER_FULL = 3  # the unparsed input is over client-query-buffer-limit: c
 class RequestLoop:
     """One connection's request path: its client, parser and output list."""
 
-    __slots__ = ("core", "client", "parser", "out", "execute")
+    __slots__ = ("core", "client", "parser", "out")
 
     def __init__(self, core: Core, client: Client, parser, out: list) -> None:
         self.core = core
         self.client = client
         self.parser = parser
         self.out = out
-        # Bound once per connection: a look-up per request cost more than the call.
-        self.execute = core.execute
 
     @cython.ccall
     def serve(self, data) -> cython.int:
@@ -79,7 +77,7 @@ class RequestLoop:
         client: Client = self.client
         parser = self.parser
         out: list = self.out
-        execute = self.execute
+        core: Core = self.core
         reply: object
         # The parser applies the unauthenticated limits; AUTH and HELLO change it.
         authenticated: cython.bint = client.authenticated
@@ -89,7 +87,7 @@ class RequestLoop:
                 argv = parser.next_command()
                 if argv is None:
                     break
-                reply = execute(client, argv)
+                reply = core.execute(client, argv)      # a C call compiled (core.pxd)
                 if client.authenticated != authenticated:
                     authenticated = client.authenticated
                     parser.authenticated = authenticated
