@@ -67,7 +67,8 @@ spark-deps: deps java
 	@$(VPY) -c 'import pyspark, pyarrow' 2>/dev/null || $(VPY) -m pip install -q -e '.[spark]'
 
 # STREAMDB_PURE=1 make test runs the tests on the plain Python core instead of
-# the compiled one (the server processes the tests start inherit it).
+# the compiled one (the server processes the tests start inherit it);
+# STREAMDB_TEST_STREAM_CACHE=64kb make test runs them with that stream cache.
 test: test-deps redis-server node-clients java
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
 

@@ -109,7 +109,7 @@ class Proc:
                 self.kill9()
 
 
-def _ready(port: int, proc: subprocess.Popen, timeout: float = 600) -> None:
+def ready(port: int, proc: subprocess.Popen, timeout: float = 600) -> None:
     """Until PING answers +PONG (not -LOADING), trying every 2 ms: this times restarts."""
     wait_for_ping(port, proc, timeout, poll=0.002)
 
@@ -223,7 +223,7 @@ def _restart_once(kind: str, files: tuple[Path, Path, int], cfg) -> float:
     shutil.copytree(pristine, data)
     again = Proc(kind, cfg.workdir, *_RESTART_ARGS, port=port, data=data)
     again.start(wait=False)
-    _ready(again.port, again.proc)
+    ready(again.port, again.proc)
     took = time.perf_counter() - again.t_start
     n = again.call(b"XLEN", b"big")
     again.stop()

@@ -87,8 +87,8 @@ def test_replace_section_refuses_a_document_without_one_marker_pair(text):
 
 def test_the_projects_documents_have_every_tools_markers():
     performance = (ROOT / DOCS["PERFORMANCE"]).read_text()
-    for tool in ("bench.py", "bench_breakdown.py", "bench_persistence.py", "bench_replication.py",
-                 "bench_spark.py"):
+    for tool in ("bench.py", "bench_breakdown.py", "bench_cold.py", "bench_persistence.py",
+                 "bench_replication.py", "bench_spark.py"):
         bench.replace_section(performance, tool, "")
     bench.replace_section((ROOT / DOCS["README"]).read_text(), "bench-headline", "")
 
