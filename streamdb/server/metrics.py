@@ -24,6 +24,7 @@ import time
 from .. import log
 from ..engine.groups import ENTRIES_READ_INVALID
 from ..engine.lag import group_lag
+from ..engine.nodecache import CACHE
 from ..engine.stream import Stream
 from .limits import used_memory
 
@@ -112,6 +113,11 @@ _FAMILIES = [
     ("streamdb_stream_entries_added_total", "counter", "Entries ever added to the stream (XINFO STREAM entries-added)."),
     ("streamdb_stream_retention_trimmed_entries_total", "counter", "Entries retention removed from the stream since start (STREAMDB.RETENTION GET trimmed-entries); absent before its first trim."),
     ("streamdb_retention_trimmed_entries_total", "counter", "Entries retention removed from all streams since start (INFO stream_retention_trimmed_entries)."),
+    ("streamdb_stream_cache_size_bytes", "gauge", "stream-cache-size: bytes of sealed stream nodes kept in memory once on disk (0 = all in memory)."),
+    ("streamdb_stream_cache_resident_bytes", "gauge", "Bytes of sealed stream nodes on disk that are also in memory (INFO stream_cache_resident_bytes)."),
+    ("streamdb_stream_cache_cold_reads_total", "counter", "Stream nodes read back from disk (INFO stream_cache_cold_reads)."),
+    ("streamdb_stream_cache_hits_total", "counter", "Reads of on-disk stream nodes that found them in memory (INFO stream_cache_hits)."),
+    ("streamdb_stream_cache_evictions_total", "counter", "Stream nodes dropped from memory past the cache size (INFO stream_cache_evictions)."),
     ("streamdb_group_lag", "gauge", "Entries not yet delivered to the group (XINFO GROUPS lag); absent when Redis reports it as unknown."),
     ("streamdb_group_pending", "gauge", "Entries delivered to the group and not acknowledged (PEL size)."),
     ("streamdb_group_oldest_pending_idle_seconds", "gauge", "Seconds since the lowest-id pending entry was last delivered; absent when nothing is pending."),
@@ -143,6 +149,13 @@ def _server_metrics(core, out: Exposition, now: float) -> None:
     out.add("streamdb_commands_processed_total", core.stats.commands_processed)
     out.add("streamdb_retention_trimmed_entries_total",
             core.retention.trimmed_entries if core.retention is not None else 0)
+
+    cache = CACHE.stats()
+    out.add("streamdb_stream_cache_size_bytes", cache["stream_cache_size"])
+    out.add("streamdb_stream_cache_resident_bytes", cache["stream_cache_resident_bytes"])
+    out.add("streamdb_stream_cache_cold_reads_total", cache["stream_cache_cold_reads"])
+    out.add("streamdb_stream_cache_hits_total", cache["stream_cache_hits"])
+    out.add("streamdb_stream_cache_evictions_total", cache["stream_cache_evictions"])
 
     persist = dict(core.info_persistence()) if core.info_persistence else {}
     aof = core.aof

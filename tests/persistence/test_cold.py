@@ -11,15 +11,19 @@ kill -9 under ``appendfsync always``, and a replica's full sync.
 from __future__ import annotations
 
 import random
+import urllib.request
 
 import pytest
 import redis
 
-from helpers import ServerProcess, wait_until
+from docblocks import run_block
+from helpers import ROOT, ServerProcess, wait_until
+from streamdb.tools.procs import free_port
 
 CACHE = "64kb"
 CACHE_BYTES = 64 * 1024
 N = 200_000
+DOC_BLOCKS = {"docs/OPERATIONS.md": {"stream-cache"}}
 
 
 def connect(srv) -> redis.Redis:
@@ -250,3 +254,35 @@ def test_config_set_bounds_a_loaded_server_and_debug_reload_keeps_it_cold(tmp_pa
         evictions = cache_info(r)["stream_cache_evictions"]
         assert_stream(r, "s", written)
         assert cache_info(r)["stream_cache_evictions"] == evictions
+
+
+def test_the_operations_guide_stream_cache_block(tmp_path):
+    with ServerProcess(tmp_path, "--save", "", "--stream-cache-size", "0") as srv:
+        r = connect(srv)
+        written = fill(r, "sensor:0", 20_000)
+        out = run_block("docs/OPERATIONS.md", "stream-cache", cwd=ROOT, PORT=srv.port)
+        lines = out.splitlines()
+        assert lines[0] == "OK"
+        assert "stream_cache_size:16777216" in lines
+        assert [line.split(":")[0] for line in lines[1:5]] == [
+            "stream_cache_size", "stream_cache_resident_bytes", "stream_cache_cold_reads",
+            "stream_cache_hit_rate"]
+        assert int(lines[5]) > 0                       # MEMORY USAGE of the stream
+        assert_stream(r, "sensor:0", written)
+
+
+def test_the_metrics_endpoint_shows_the_cache(tmp_path):
+    metrics_port = free_port()
+    with cold_server(tmp_path, "--metrics-port", str(metrics_port)) as srv:
+        r = connect(srv)
+        written = fill(r, "s", 20_000)
+        settled(r)
+        assert_stream(r, "s", written)          # reads the evicted nodes back
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        info = cache_info(r)
+        assert info["stream_cache_cold_reads"] > 0
+        for metric, field in [("size_bytes", "size"), ("resident_bytes", "resident_bytes"),
+                              ("cold_reads_total", "cold_reads"), ("hits_total", "hits"),
+                              ("evictions_total", "evictions")]:
+            assert f"\nstreamdb_stream_cache_{metric} {info['stream_cache_' + field]}\n" in text
