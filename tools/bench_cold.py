@@ -156,6 +156,7 @@ def loaded(kind: str, n: int, cfg, *args: str) -> Proc:
 def kill_with_tail(srv: Proc) -> Proc:
     """Snapshot what ``srv`` holds (Redis: an RDB-preamble AOF), add a TAIL-command AOF
     tail, kill -9; returns it, stopped, ready to be restarted from its files."""
+    srv.wait_child()       # (Redis rewrites a large AOF by itself: one rewrite at a time)
     srv.call(b"BGSAVE" if srv.kind == "streamdb" else b"BGREWRITEAOF")
     srv.wait_child()
     load(srv, TAIL, f"{srv.kind}: AOF tail")
