@@ -99,6 +99,10 @@ class Persistence:
             self.snapshotter.configure_cache()
 
     def cron(self) -> None:
+        if self.core.loading:
+            # (The loop ticks while the AOF replays: a snapshot now would hold half the
+            # replay and cover no segment, so the next start would replay it twice.)
+            return
         self.snapshotter.poll()
         self.backup.poll()          # after the snapshotter's poll: it reaps the backup's snapshot
         if self.aof is not None:
