@@ -169,7 +169,11 @@ def kill_with_tail(srv: Proc) -> Proc:
 
 def _restart_ms(srv: Proc) -> float:
     srv.start(wait=False)
-    ready(srv.port, srv.proc)
+    try:
+        ready(srv.port, srv.proc)
+    except RuntimeError as e:          # the server's own words, before the workdir goes
+        tail = (srv.dir / "server.log").read_text(errors="replace").splitlines()[-15:]
+        raise RuntimeError(f"{e}; the end of its log:\n" + "\n".join(tail)) from None
     took = (time.perf_counter() - srv.t_start) * 1000
     got = srv.call(b"XLEN", KEY.encode())
     srv.kill9()                        # the next round restarts from the same files

@@ -4,8 +4,10 @@ pid file, signals, and the start-up lines of the log.
 - The lock (``<dir>/streamdb.lock``, ``fcntl.flock``) is held from before any
   file of the data directory is touched until exit: two servers writing one AOF
   would corrupt it.  The kernel drops it when the process dies (even by
-  ``kill -9``); forked children close their copy so a snapshot child outliving a
-  killed parent does not keep a restarted server out.
+  ``kill -9``); forked children close their copy, and the listening sockets'
+  (``close_in_forked_children``), so that a snapshot child outliving a killed
+  parent for a moment keeps a restarted server neither out of the directory nor
+  off its port.
 - SIGTERM and SIGINT ask for the same shutdown as the SHUTDOWN command (AOF
   flushed and fsynced, a snapshot when save rules exist and data changed);
   SIGHUP reopens the log file for logrotate.
@@ -20,7 +22,8 @@ import signal
 from .. import __version__, compiled, log, protocol
 from ..engine.stream import Stream
 
-__all__ = ["LOCK_NAME", "LifecycleError", "DataDirLock", "PidFile", "install_signal_handlers",
+__all__ = ["LOCK_NAME", "LifecycleError", "DataDirLock", "PidFile", "close_in_forked_children",
+           "install_signal_handlers",
            "log_startup_banner", "aof_bytes_on_disk", "log_loaded"]
 
 LOCK_NAME = "streamdb.lock"
@@ -30,20 +33,25 @@ class LifecycleError(Exception):
     pass
 
 
-# Lock descriptors of this process; a forked child closes its copies at once.
-_held_lock_fds: set[int] = set()
+# Descriptors a forked child closes at once: the data directory's lock and the
+# listening sockets (a child never serves; its copies would only hold them).
+_closed_in_children: set[int] = set()
 
 
-def _close_inherited_locks() -> None:
-    for fd in _held_lock_fds:
+def close_in_forked_children(fd: int) -> None:
+    _closed_in_children.add(fd)
+
+
+def _close_inherited() -> None:
+    for fd in _closed_in_children:
         try:
             os.close(fd)
         except OSError:
             pass
-    _held_lock_fds.clear()
+    _closed_in_children.clear()
 
 
-os.register_at_fork(after_in_child=_close_inherited_locks)
+os.register_at_fork(after_in_child=_close_inherited)
 
 
 class DataDirLock:
@@ -72,13 +80,13 @@ class DataDirLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
-        _held_lock_fds.add(fd)
+        close_in_forked_children(fd)
 
     def release(self) -> None:
         if self.fd is None:
             return
         fd, self.fd = self.fd, None
-        _held_lock_fds.discard(fd)
+        _closed_in_children.discard(fd)
         try:
             os.ftruncate(fd, 0)     # no stale pid for the next reader
         except OSError:

@@ -22,6 +22,7 @@ from ..security import protected
 from . import tls
 from .client import client_info_line
 from .core import Core
+from .lifecycle import close_in_forked_children
 from .limits import output_limit_reached
 from .pipeline import CLOSE_AFTER_FLUSH, DROP_NOW, QUERY_BUFFER_FULL, RequestLoop
 
@@ -301,6 +302,9 @@ class Server:
             # Same loop as the Redis listener: a scrape reads the keyspace between turns.
             from .metrics import start_metrics
             self.servers += await start_metrics(self.core)
+        for srv in self.servers:                 # (lifecycle.py says why)
+            for sock in srv.sockets:
+                close_in_forked_children(sock.fileno())
         self._cron_handle = self.loop.call_later(1.0 / cfg["hz"], self._cron)
 
     def _cron(self) -> None:
