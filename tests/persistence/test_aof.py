@@ -240,19 +240,24 @@ def test_no_snapshot_or_rewrite_starts_while_a_failed_write_waits_for_the_disk(t
         srv.stop()
 
 
+def _write_xadds(d: Path, n: int) -> None:
+    """An AOF (no snapshot) of ``n`` XADDs to ``s``, written through a core as a server would."""
+    core, aof = _core_with_aof(d / "appendonlydir", fsync="no")
+    c = core.new_client()
+    for i in range(n):
+        core.execute(c, [b"XADD", b"s", b"%d-1" % (i + 1), b"sensor-id", b"1234", b"temperature", b"19.8"])
+        if i % 1000 == 0:
+            aof.flush()
+    aof.close()
+
+
 def test_no_snapshot_starts_while_the_aof_replays(tmp_path):
     """The loop ticks while a long AOF replays (clients get LOADING meanwhile).  An
     automatic snapshot started then (here: the node cache's, which replayed seals ask
     for) would hold half the replay and cover no segment, and the next start would
     replay those commands a second time and refuse to start."""
     d = tmp_path / "data"
-    core, aof = _core_with_aof(d / "appendonlydir", fsync="no")
-    c = core.new_client()
-    for i in range(60_000):
-        core.execute(c, [b"XADD", b"s", b"%d-1" % (i + 1), b"sensor-id", b"1234", b"temperature", b"19.8"])
-        if i % 1000 == 0:
-            aof.flush()
-    aof.close()
+    _write_xadds(d, 60_000)
     args = ("--appendonly", "yes", "--save", "", "--hz", "100", "--stream-cache-size", "1kb")
     for start in range(2):          # the second start loads what the first one left
         srv = ServerProcess(d, *args).start()
@@ -272,13 +277,7 @@ def test_no_snapshot_starts_while_the_aof_replays(tmp_path):
 def test_clients_see_loading_progress_while_a_large_aof_loads(tmp_path):
     """The server listens while it recovers: INFO reports progress, other commands get LOADING."""
     d = tmp_path / "data"
-    core, aof = _core_with_aof(d / "appendonlydir", fsync="no")
-    c = core.new_client()
-    for i in range(60_000):
-        core.execute(c, [b"XADD", b"s", b"%d-1" % (i + 1), b"sensor-id", b"1234", b"temperature", b"19.8"])
-        if i % 1000 == 0:
-            aof.flush()
-    aof.close()
+    _write_xadds(d, 60_000)
     import subprocess
     import sys as _sys
     from helpers import ROOT, free_port
