@@ -173,7 +173,14 @@ def test_replica_and_aof_replay_end_identical_and_the_policy_survives_restart(tm
         assert p.execute_command("DEBUG", "DIGEST") == digest
         assert policy(p, "s")[b"max-age"] == 1
         # And from a snapshot (it covers the whole AOF so far).
-        p.execute_command("BGSAVE")
+        def bgsave_started():      # (a node cache's own snapshot may be running: wait it out)
+            try:
+                return p.execute_command("BGSAVE")
+            except redis.exceptions.ResponseError as e:
+                assert "already in progress" in str(e)
+                return False
+
+        wait_until(bgsave_started, what="BGSAVE to start")
         wait_until(lambda: p.info("persistence")["rdb_bgsave_in_progress"] == 0 and
                    p.info("persistence")["rdb_last_bgsave_status"] == "ok", what="snapshot")
         p.close()
