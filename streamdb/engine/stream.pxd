@@ -13,6 +13,7 @@ cdef class _Decoded:
     cpdef list build_entries(self)
 
 @cython.final
+@cython.no_gc
 cdef class Node:
     cdef public object first, last, total, live, nbytes
     cdef public list master, ids, entries
@@ -22,6 +23,7 @@ cdef class Node:
 
     cpdef seal(self)
     cpdef bytes sealed_blob(self)
+    cpdef list master_fields(self)
     cpdef tuple contents(self)
     cdef _Decoded _decoded(self)
     cpdef bint is_deleted(self, sid)

@@ -183,16 +183,17 @@ def _decode_nodes(doc: dict, fetch, cold_where=None) -> list[Node]:
             blob = fetch(first)
         is_open = flags & _OPEN
         ids = entries = None
-        master: list = []
+        master = None           # a sealed node's master fields are in its blob
         # Sealed nodes stay packed: their bytes are checksummed by the store,
         # and decoding a million entries here would dominate restart time.
         # Only the open node and the last node (the one XADD appends to)
         # are unpacked now.
         if is_open or n == last_n:
             try:
-                master = msgpack.unpackb(_bytes(blob), raw=True)[1]
+                fields = msgpack.unpackb(_bytes(blob), raw=True)[1]
                 if is_open:
                     ids, entries = decode_node(blob)
+                    master = fields
             except CodecError:
                 raise
             except Exception as e:
