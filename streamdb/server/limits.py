@@ -8,6 +8,12 @@
   with a warning: dropping entries of a log silently is never what its reader wants.
 * timeout: idle normal clients are closed by the cron, at most once a second;
   replicas and blocked clients are never idle-closed, as in Redis.
+* Freed memory goes back to the OS: with a bounded stream cache the cron calls
+  glibc's ``malloc_trim`` once enough node blobs were evicted since the last call
+  (``release_evicted_memory``).  An evicted blob's memory returns to malloc's free
+  lists, where the next blobs reuse only part of it; without the trim the process
+  keeps those pages resident (10M entries, 16 MB cache: RSS 86 -> 78 MB).  One
+  call takes about 0.7 ms there (2 ms at most), a few times a second at the most.
 * client-output-buffer-limit: ``output_limit_reached`` runs after each write to
   a connection and measures its pending output (the transport's write buffer
   plus replies not yet written); past the class's hard limit, or past the
@@ -17,11 +23,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
 import time
 
 from .. import log
+from ..engine.nodecache import CACHE
 
 __all__ = ["Limits", "output_limit_reached", "pending_output", "used_memory"]
 
@@ -73,15 +81,27 @@ def output_limit_reached(conn, limits: dict) -> bool:
     return False
 
 
+def _malloc_trim():
+    """glibc's malloc_trim, or None where the C library has none (musl, macOS)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
 class Limits:
-    """The cron side of the limits: the memory flag and idle clients."""
+    """The cron side of the limits: the memory flag, idle clients, freed memory."""
 
     IDLE_SCAN_INTERVAL = 1.0     # seconds: timeout is given in whole seconds
+    # Evicted node blobs (about 1 KiB each) between two malloc_trim calls.
+    TRIM_AFTER_EVICTIONS = 256
 
     def __init__(self, core, server) -> None:
         self.core = core
         self.server = server
         self._next_idle_scan = 0.0
+        self._malloc_trim = _malloc_trim()
+        self._evictions_at_trim = 0
         self.warn_policy()
 
     def warn_policy(self) -> None:
@@ -97,6 +117,7 @@ class Limits:
             self.refresh_memory()
 
     def cron(self) -> None:
+        self.release_evicted_memory()
         self.refresh_memory()
         if self.core.config["timeout"]:
             now = time.monotonic()
@@ -109,6 +130,14 @@ class Limits:
         maxmemory = core.config["maxmemory"]
         core.out_of_memory = bool(maxmemory) and not core.is_replica \
             and used_memory(core) > maxmemory
+
+    def release_evicted_memory(self) -> None:
+        """Return the pages of evicted node blobs to the OS (see the module's doc)."""
+        if self._malloc_trim is None or \
+                CACHE.evictions - self._evictions_at_trim < self.TRIM_AFTER_EVICTIONS:
+            return
+        self._evictions_at_trim = CACHE.evictions
+        self._malloc_trim(0)
 
     def close_idle_clients(self) -> None:
         core = self.core
