@@ -5,6 +5,8 @@
 # are public because the persistence, commands and spark layers read and set them.
 
 cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.long cimport PyLong_AsUnsignedLongLongMask
 
 @cython.final
 cdef class _Decoded:

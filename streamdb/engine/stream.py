@@ -32,6 +32,7 @@ overflow); the loops' indexes are C integers.
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from itertools import repeat
@@ -44,7 +45,7 @@ import msgpack
 from .ids import MAX_ID, MIN_ID, PAST_MAX_ID, SEQ_MASK
 from .nodecache import CACHE
 
-__all__ = ["Stream", "Node", "Entry"]
+__all__ = ["Stream", "Node", "Entry", "NODE_HEADER", "node_headers"]
 
 Entry = tuple[int, list]  # (id, [field, value, field, value, ...])
 
@@ -258,6 +259,90 @@ def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -
         return _node_packer.pack(doc)
     except TypeError:
         return _lenient_node_packer.pack(doc)
+
+
+# A node's header as the persistence layer stores it, one fixed-size record per node
+# in one bytes value per stream (codec's "nh" column): first id (ms, seq), last id
+# (ms, seq), total, live, nbytes, flags.  Defined here, beside the packer below.
+NODE_HEADER = struct.Struct(">QQQQIIIB")
+NODE_OPEN = 1           # flags: the node is open (its lists are packed into the document)
+
+
+def node_headers(nodes: list, sealed_flags: cython.int) -> tuple:
+    """(the header records of ``nodes`` as one bytes value, the indexes of the open
+    nodes, the indexes of the nodes with deletion marks).  An open node's flags are
+    NODE_OPEN, a sealed one's ``sealed_flags``.
+
+    A snapshot of a stream packs every node's header (100k nodes for 10M entries):
+    compiled, into one buffer with no object per node (struct.pack per node took
+    about 90 ms of an incremental snapshot's 120 there)."""
+    if cython.compiled:
+        packed = _node_headers_c(nodes, sealed_flags)
+        if packed is not None:
+            return packed
+    # (The compiled form takes this way too for nodes of another class: the plain
+    # Node of this module's source, which tests run beside the compiled one.)
+    pack = NODE_HEADER.pack
+    return (b"".join([pack(node.first >> 64, node.first & SEQ_MASK, node.last >> 64,
+                           node.last & SEQ_MASK, node.total, node.live, node.nbytes,
+                           NODE_OPEN if node.ids is not None else sealed_flags)
+                      for node in nodes]),
+            [i for i, node in enumerate(nodes) if node.ids is not None],
+            [i for i, node in enumerate(nodes) if node.deleted])
+
+
+@cython.cfunc
+@cython.inline
+def _put_be(p: cython.p_uchar, value: cython.ulonglong, size: cython.int) -> cython.void:
+    """``value`` as ``size`` big-endian bytes at ``p``."""
+    while size > 0:
+        size -= 1
+        p[size] = value & 0xFF
+        value >>= 8
+
+
+@cython.cfunc
+@cython.exceptval(-1, check=True)
+def _u32(x) -> cython.longlong:
+    """A header count as struct's 'I' takes it, with struct's error otherwise."""
+    if not (type(x) is int and 0 <= x <= 0xFFFFFFFF):
+        NODE_HEADER.pack(0, 0, 0, 0, x, 0, 0, 0)    # struct's error, as the plain form's
+    v: cython.longlong = x
+    return v
+
+
+@cython.cfunc
+def _node_headers_c(nodes: list, sealed_flags: cython.int) -> tuple:
+    """node_headers into a C buffer (compiled form only); None when a node is not
+    of this Node class."""
+    n: cython.Py_ssize_t = len(nodes)
+    size: cython.Py_ssize_t = NODE_HEADER.size
+    out: bytes = PyBytes_FromStringAndSize(cython.NULL, n * size)
+    p: cython.p_uchar = cython.cast(cython.p_uchar, PyBytes_AS_STRING(out))
+    open_at: list = []
+    deleted_at: list = []
+    i: cython.Py_ssize_t
+    node: Node
+    for i in range(n):
+        if type(nodes[i]) is not Node:
+            return None
+        node = nodes[i]
+        _put_be(p, PyLong_AsUnsignedLongLongMask(node.first >> 64), 8)
+        _put_be(p + 8, PyLong_AsUnsignedLongLongMask(node.first), 8)
+        _put_be(p + 16, PyLong_AsUnsignedLongLongMask(node.last >> 64), 8)
+        _put_be(p + 24, PyLong_AsUnsignedLongLongMask(node.last), 8)
+        _put_be(p + 32, _u32(node.total), 4)
+        _put_be(p + 36, _u32(node.live), 4)
+        _put_be(p + 40, _u32(node.nbytes), 4)
+        if node.ids is not None:
+            p[44] = NODE_OPEN
+            open_at.append(i)
+        else:
+            p[44] = sealed_flags
+        if node.deleted:
+            deleted_at.append(i)
+        p += size
+    return out, open_at, deleted_at
 
 
 def decode_node(blob: bytes) -> tuple[list[int], list[list]]:

@@ -10,7 +10,6 @@ error, not an exception deep inside the engine.
 
 from __future__ import annotations
 
-import struct
 import zlib
 
 import msgpack
@@ -18,7 +17,7 @@ import msgpack
 from ..engine import ConsumerGroup, Stream
 from ..engine.nodecache import CACHE
 from ..engine.retention import RetentionPolicy
-from ..engine.stream import Node, decode_node, encode_node
+from ..engine.stream import NODE_HEADER, NODE_OPEN, Node, decode_node, encode_node, node_headers
 
 __all__ = ["encode_value", "decode_value", "clone_value", "dump_payload", "load_payload",
            "dump_pieces", "append_node_run", "NodeRun", "check_stream_nodes", "CodecError"]
@@ -42,43 +41,37 @@ def _sid(raw) -> int:
 
 
 # A stream's node headers, one fixed-size record each, in one bytes value ("nh"):
-# first id (ms, seq), last id (ms, seq), total, live, nbytes, flags.  Packing and
-# unpacking them with struct is several times cheaper than one msgpack list per
-# node, and a 1M-entry stream has 10k nodes: this is most of what encoding and
-# decoding a stream costs (snapshots, restarts, a replica's full sync).
-_NODE_HDR = struct.Struct(">QQQQIIIB")
-_OPEN = 1        # flags: the node is the open one (its blob was packed for the document)
+# engine.stream.NODE_HEADER (first id, last id, total, live, nbytes, flags), packed by
+# engine.stream.node_headers.  One column is several times cheaper than one msgpack
+# list per node, and a 1M-entry stream has 10k nodes: this is most of what encoding
+# and decoding a stream costs (snapshots, restarts, a replica's full sync).
+_NODE_HDR = NODE_HEADER
+_OPEN = NODE_OPEN  # flags: the node is the open one (its blob was packed for the document)
 _APART = 2       # flags: the blob is stored apart (incremental snapshots), fetched by first id
 _U64 = (1 << 64) - 1
 
 
 def _encode_nodes(nodes, external: list | None) -> dict:
-    """The columns of a run of nodes: headers ("nh"), blobs ("nb"), deleted ids ("nd")."""
-    pack = _NODE_HDR.pack
-    headers = []
-    blobs = []
-    deleted = {}
-    for i, node in enumerate(nodes):
-        flags = 0
-        if node.ids is not None:
-            blob = encode_node(node.first, node.master, node.ids, node.entries)
-            flags = _OPEN
-        elif external is not None:
-            # A sealed node never changes, so an incremental snapshot stores it
-            # once, apart from the stream's document, and refers to it by first id
-            # (the snapshot takes a cold node's bytes from where they already are).
-            external.append(node)
-            blob = None
-            flags = _APART
-        else:
-            blob = node.sealed_blob()
-        first, last = node.first, node.last
-        headers.append(pack(first >> 64, first & _U64, last >> 64, last & _U64,
-                            node.total, node.live, node.nbytes, flags))
-        blobs.append(blob)
-        if node.deleted:
-            deleted[i] = [_id(x) for x in sorted(node.deleted)]
-    return {"nh": b"".join(headers), "nb": blobs, "nd": deleted}
+    """The columns of a run of nodes: headers ("nh"), blobs ("nb"), deleted ids ("nd").
+
+    With ``external``, the sealed nodes are appended to it and stored apart (a
+    sealed node never changes, so an incremental snapshot stores it once, apart
+    from the stream's document, and refers to it by first id; the snapshot takes a
+    cold node's bytes from where they already are)."""
+    headers, open_at, deleted_at = node_headers(nodes, 0 if external is None else _APART)
+    if external is None:
+        blobs = [node.sealed_blob() if node.ids is None else None for node in nodes]
+    else:
+        blobs = [None] * len(nodes)
+        start = len(external)
+        external.extend(nodes)
+        for i in reversed(open_at):        # (only ever the last node)
+            del external[start + i]
+    for i in open_at:
+        node = nodes[i]
+        blobs[i] = encode_node(node.first, node.master, node.ids, node.entries)
+    deleted = {i: [_id(x) for x in sorted(nodes[i].deleted)] for i in deleted_at}
+    return {"nh": headers, "nb": blobs, "nd": deleted}
 
 
 def _encode_stream(s: Stream, external: list | None, nodes=None) -> dict:

@@ -262,3 +262,74 @@ def test_rows_of_a_renamed_cold_stream_are_copied_and_deleted_one_snapshot_later
     finally:
         snap.store.close()
         CACHE.reset()
+
+
+def _node_rows(path, key: bytes) -> list[int]:
+    """The first ids of the node rows key ``key`` (db 0) has in the snapshot at ``path``."""
+    import lmdb
+    from streamdb.persistence.snapshot import _node_prefix
+    prefix = _node_prefix(0, key)
+    env = lmdb.open(str(path), max_dbs=4, readonly=True, lock=False)
+    try:
+        nodes = env.open_db(b"nodes", create=False)
+        with env.begin() as txn:
+            cur = txn.cursor(db=nodes)
+            rows = []
+            if cur.set_range(prefix):
+                for k in cur.iternext(values=False):
+                    if not k.startswith(prefix):
+                        break
+                    rows.append(int.from_bytes(k[len(prefix):], "big"))
+            return rows
+    finally:
+        env.close()
+
+
+def test_an_appended_cold_stream_is_snapshotted_without_reading_its_rows(tmp_path):
+    """With the node cache, the nodes located in a key's own rows are counted against
+    the rows the key has: appending needs no read of them; a trim, or the key made
+    again, reads them and deletes what the stream lost.  The rows are always exactly
+    the stream's sealed nodes, and the snapshot loads to the same state."""
+    from streamdb.engine.nodecache import CACHE
+    core = Core()
+    path = tmp_path / "snap"
+    snap = Snapshotter(core, str(path))
+    core.effect_sinks.append(snap)
+    core.config.values["stream-cache-size"] = 1
+    snap.configure_cache()
+
+    def sealed_firsts():
+        return [n.first for n in core.keyspace[0].data[b"a"].nodes if n.ids is None]
+
+    def check(stats, rows_read):
+        assert stats["rows_read"] == rows_read, stats
+        snap.store.close()
+        assert _node_rows(path, b"a") == sealed_firsts()
+        assert digest_keyspace(_loaded(path)) == digest_keyspace(core)
+
+    try:
+        c = core.new_client()
+        for i in range(1000):
+            _cmd(core, c, "XADD", "a", f"{i + 1}-0", "f", "v")
+        check(snap.save(), 0)                     # a new key: no rows to read
+        first_rows = len(sealed_firsts())
+        for i in range(1000, 1500):
+            _cmd(core, c, "XADD", "a", f"{i + 1}-0", "f", "v")
+        stats = snap.save()
+        assert stats["nodes_written"] == len(sealed_firsts()) - first_rows
+        check(stats, 0)                           # appended: the count says no row went
+        _cmd(core, c, "XTRIM", "a", "MAXLEN", "300")
+        snap.store.close()
+        before = len(_node_rows(path, b"a"))
+        stats = snap.save()
+        assert stats["nodes_deleted"] == before - len(sealed_firsts()) > 0
+        check(stats, before)                      # trimmed: the rows are read
+        _cmd(core, c, "DEL", "a")
+        for i in range(800):
+            _cmd(core, c, "XADD", "a", f"{i + 1}-0", "f", "v")
+        snap.store.close()
+        before = len(_node_rows(path, b"a"))
+        check(snap.save(), before)                # made again: read, old rows replaced
+    finally:
+        snap.store.close()
+        CACHE.reset()
