@@ -6,6 +6,11 @@
 
 cimport cython
 
+cdef extern from "Python.h":
+    # An int from n bytes (nodes_from_headers: an id from its 16 big-endian bytes).
+    object _PyLong_FromByteArray(const unsigned char* bytes, size_t n, int little_endian,
+                                 int is_signed)
+
 @cython.final
 cdef class _Decoded:
     cdef list ids, master, rows, entries
