@@ -231,6 +231,11 @@ def snapshot_info(path: str) -> dict | None:
         meta = env.open_db(b"meta", create=False)
         with env.begin() as txn:
             fmt = txn.get(b"format", db=meta)
+            if fmt is None and _no_rows(env, txn):
+                # A first snapshot killed while writing: write_snapshot's open_db calls
+                # committed its empty databases, its one write transaction nothing.
+                # The AOF was not retired (no snapshot covers any of it): it holds all.
+                return None
             if fmt != FORMAT:
                 raise SnapshotError(f"{path}: unsupported snapshot format {fmt!r}")
             raw = txn.get(b"covers", db=meta)
@@ -241,6 +246,17 @@ def snapshot_info(path: str) -> dict | None:
         raise SnapshotError(f"{path}: cannot read the snapshot: {e}") from None
     finally:
         env.close()
+
+
+def _no_rows(env, txn) -> bool:
+    """Whether the snapshot's keys and nodes databases are both empty."""
+    for name in (b"keys", b"nodes"):
+        try:
+            if txn.stat(env.open_db(name, txn=txn, create=False))["entries"]:
+                return False
+        except lmdb.NotFoundError:
+            pass
+    return True
 
 
 def load_snapshot(path: str, keyspace, cold: bool = False) -> dict | None:
