@@ -12,6 +12,7 @@ import redis
 import streamdb.commands  # noqa: F401
 from streamdb.commands.server import digest_keyspace
 from streamdb.persistence.aof import Aof
+from streamdb.persistence.nodestore import LmdbNodeStore
 from streamdb.persistence.snapshot import SnapshotError, Snapshotter, load_snapshot, write_snapshot
 from streamdb.server.core import Core
 
@@ -172,13 +173,16 @@ def test_a_first_snapshot_killed_while_writing_is_no_snapshot_but_a_lost_format_
     start; a snapshot with rows but no format record is still an error."""
     import lmdb
     path = tmp_path / "snap"
-    env = lmdb.open(str(path), map_size=1 << 30, max_dbs=4)
-    for name in (b"meta", b"keys", b"nodes"):
+    for name in (b"meta", b"keys", b"nodes"):      # killed after each of them
+        env = lmdb.open(str(path), map_size=1 << 30, max_dbs=4)
         env.open_db(name)
-    env.close()
-    fresh = Core()
-    assert load_snapshot(str(path), fresh.keyspace) is None
-    assert digest_keyspace(fresh) == "0" * 40
+        env.close()
+        fresh = Core()
+        assert load_snapshot(str(path), fresh.keyspace) is None
+        assert digest_keyspace(fresh) == "0" * 40
+        store = LmdbNodeStore(str(path), 1 << 30)
+        store.pin()                                 # (what a start does after loading)
+        store.close()
     env = lmdb.open(str(path), map_size=1 << 30, max_dbs=4)
     with env.begin(write=True) as txn:
         txn.put(b"\0\0\0\0k", b"x", db=env.open_db(b"keys", txn=txn))
