@@ -53,7 +53,7 @@ import zlib
 from operator import itemgetter
 
 from .. import log
-from ..protocol import CommandError, ProtocolError, RequestParser, encode_reply
+from ..protocol import ProtocolError, RequestParser, encode_reply
 from .child import fork_child, reap
 from .syncer import ChildGone, Syncer
 
@@ -220,15 +220,6 @@ def split_commands(body: bytes) -> list[list[bytes]]:
 # Replay yields to its caller (which lets clients in) after a frame once this many
 # commands ran since the last time.
 _LOAD_STEP = 2000
-
-
-def _apply_error(argv: list[bytes], reply):
-    """The CommandError of a replayed command's reply (one of EXEC's), or None."""
-    if isinstance(reply, CommandError):
-        return reply
-    if type(reply) is list and argv[0].upper() == b"EXEC":
-        return next((r for r in reply if isinstance(r, CommandError)), None)
-    return None
 
 
 # ---------------------------------------------------------------------------
@@ -436,22 +427,19 @@ class Aof:
                 for db in self.core.keyspace.dbs:   # a base segment is the whole state
                     db.clear()
             offset = len(SEGMENT_MAGIC)
-            execute = self.core.execute
             for body in scan.frames:
                 commands = split_commands(body)
-                for argv in commands:
-                    reply = execute(client, argv)
-                    # Most replies are XADD's id (bytes): one test per command here
-                    # (at 100k commands a restart's tail, every 0.1 us is 10 ms).
-                    if type(reply) is not bytes and (error := _apply_error(argv, reply)) is not None:
-                        # Frames are checksummed, so this is not disk corruption: the
-                        # log holds an effect this version cannot apply.  Refuse to
-                        # start rather than come up with a state that differs from it.
-                        self.core.remove_client(client)
-                        self.loading = False
-                        raise AofError(f"{p}: the frame at offset {offset} holds a command that "
-                                       f"fails to apply ({argv[0].decode('latin-1')}: "
-                                       f"{error.message})")
+                failed = self.core.replay(client, commands)
+                if failed is not None:
+                    # Frames are checksummed, so this is not disk corruption: the
+                    # log holds an effect this version cannot apply.  Refuse to
+                    # start rather than come up with a state that differs from it.
+                    index, error = failed
+                    self.core.remove_client(client)
+                    self.loading = False
+                    raise AofError(f"{p}: the frame at offset {offset} holds a command that "
+                                   f"fails to apply ({commands[index][0].decode('latin-1')}: "
+                                   f"{error.message})")
                 applied += len(commands)
                 if applied >= next_step:
                     next_step = applied + _LOAD_STEP
