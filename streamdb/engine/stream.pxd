@@ -8,6 +8,11 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_AsUnsignedLongLongMask
 
+cdef extern from "Python.h":
+    # An int from n bytes (nodes_from_headers: an id from its 16 big-endian bytes).
+    object _PyLong_FromByteArray(const unsigned char* bytes, size_t n, int little_endian,
+                                 int is_signed)
+
 @cython.final
 cdef class _Decoded:
     cdef list ids, master, rows, entries

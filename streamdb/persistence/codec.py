@@ -17,7 +17,8 @@ import msgpack
 from ..engine import ConsumerGroup, Stream
 from ..engine.nodecache import CACHE
 from ..engine.retention import RetentionPolicy
-from ..engine.stream import NODE_HEADER, NODE_OPEN, Node, decode_node, encode_node, node_headers
+from ..engine.stream import (HEADER_APART, HEADER_OPEN, NODE_HEADER, Node, decode_node,
+                             encode_node, node_headers, nodes_from_headers)
 
 __all__ = ["encode_value", "decode_value", "clone_value", "dump_payload", "load_payload",
            "dump_pieces", "append_node_run", "NodeRun", "check_stream_nodes", "CodecError"]
@@ -40,14 +41,14 @@ def _sid(raw) -> int:
     return int.from_bytes(raw, "big")
 
 
-# A stream's node headers, one fixed-size record each, in one bytes value ("nh"):
-# engine.stream.NODE_HEADER (first id, last id, total, live, nbytes, flags), packed by
-# engine.stream.node_headers.  One column is several times cheaper than one msgpack
-# list per node, and a 1M-entry stream has 10k nodes: this is most of what encoding
-# and decoding a stream costs (snapshots, restarts, a replica's full sync).
+# A stream's node headers, one fixed-size record each, in one bytes value ("nh"; the
+# record is engine/stream.py's NODE_HEADER: node_headers packs a column from Nodes,
+# nodes_from_headers makes Nodes of one).  One column is several times cheaper than
+# one msgpack list per node, and a 1M-entry stream has 10k nodes: this is most of what
+# encoding and decoding a stream costs (snapshots, restarts, a replica's full sync).
 _NODE_HDR = NODE_HEADER
-_OPEN = NODE_OPEN  # flags: the node is the open one (its blob was packed for the document)
-_APART = 2       # flags: the blob is stored apart (incremental snapshots), fetched by first id
+_OPEN = HEADER_OPEN
+_APART = HEADER_APART
 _U64 = (1 << 64) - 1
 
 
@@ -133,50 +134,51 @@ def _bytes(x) -> bytes:
     return x
 
 
-_NO_FIELDS: list = []
-
-
-def _node_records(doc: dict) -> list[tuple]:
-    """The stream document's nodes as (first, last, total, live, nbytes, deleted ids,
-    blob, flags): from the header column ("nh", written since the columnar layout)
-    or from the older one-list-per-node form ("nodes"), which snapshots taken
-    before it still hold."""
+def _node_columns(doc: dict) -> tuple[bytes, list, dict]:
+    """The stream document's node columns (headers, blobs, deleted ids by node index):
+    its own ("nh", written since the columnar layout) or made from the older
+    one-list-per-node form ("nodes"), which snapshots taken before it still hold."""
     if "nh" in doc:
         raw, blobs, deleted = doc["nh"], doc["nb"], doc["nd"]
         if type(raw) is not bytes or len(raw) % _NODE_HDR.size or \
                 type(blobs) is not list or len(blobs) != len(raw) // _NODE_HDR.size or \
                 type(deleted) is not dict:
             raise CodecError("bad stream node headers")
-        return [((fm << 64) | fs, (lm << 64) | ls, total, live, nbytes, deleted.get(i), blob, flags)
-                for i, ((fm, fs, lm, ls, total, live, nbytes, flags), blob)
-                in enumerate(zip(_NODE_HDR.iter_unpack(raw), blobs))]
-    out = []
-    for first, last, total, live, nbytes, deleted, blob, is_open in doc["nodes"]:
+        return raw, blobs, deleted
+    headers, blobs, deleted = [], [], {}
+    for i, (first, last, total, live, nbytes, dels, blob, is_open) in enumerate(doc["nodes"]):
+        first, last = _sid(first), _sid(last)
         flags = _OPEN if is_open else (_APART if blob is None else 0)
-        out.append((_sid(first), _sid(last), _int(total), _int(live), _int(nbytes),
-                    deleted, blob, flags))
-    return out
+        try:
+            headers.append(_NODE_HDR.pack(first >> 64, first & _U64, last >> 64, last & _U64,
+                                          _int(total), _int(live), _int(nbytes), flags))
+        except struct.error:
+            raise CodecError("bad stream node counts") from None
+        blobs.append(blob)
+        if dels:
+            deleted[i] = dels
+    return b"".join(headers), blobs, deleted
 
 
-def _decode_nodes(doc: dict, fetch, cold_where=None) -> list[Node]:
-    """Node objects from a document's node columns (or its older "nodes" list).
+def _decode_nodes(doc: dict, fetch, cold_where=None) -> tuple[list[Node], list[int]]:
+    """Node objects and their first ids from a document's node columns.
 
     ``cold_where``: the node store's location of the nodes stored apart; those
-    (but the last, which XADD appends to) are left cold there, unread."""
-    records = _node_records(doc)
-    last_n = len(records) - 1
-    nodes = []
-    for n, (first, last, total, live, nbytes, deleted, blob, flags) in enumerate(records):
-        # A node left cold is not read at all: restart time follows the number of
-        # nodes, not the bytes (its checksum is checked when it is fetched).
-        cold = flags & _APART and cold_where is not None and n != last_n
-        if flags & _APART and not cold:
+    (but the last, which XADD appends to) are left cold there, unread: restart time
+    follows the number of nodes, not the bytes (a cold node's checksum is checked
+    when it is fetched), and ``nodes_from_headers`` makes them in one compiled pass."""
+    raw, blobs, deleted = _node_columns(doc)
+    nodes, firsts, rest = nodes_from_headers(raw, cold_where)
+    last_n = len(nodes) - 1
+    for n in rest:
+        node = nodes[n]
+        flags = raw[(n + 1) * _NODE_HDR.size - 1]
+        blob = blobs[n]
+        if flags & _APART:
             if fetch is None:
                 raise CodecError("node stored apart but no node store given")
-            blob = fetch(first)
+            blob = fetch(node.first)
         is_open = flags & _OPEN
-        ids = entries = None
-        master = None           # a sealed node's master fields are in its blob
         # Sealed nodes stay packed: their bytes are checksummed by the store,
         # and decoding a million entries here would dominate restart time.
         # Only the open node and the last node (the one XADD appends to)
@@ -185,31 +187,23 @@ def _decode_nodes(doc: dict, fetch, cold_where=None) -> list[Node]:
             try:
                 fields = msgpack.unpackb(_bytes(blob), raw=True)[1]
                 if is_open:
-                    ids, entries = decode_node(blob)
-                    master = fields
+                    node.ids, node.entries = decode_node(blob)
+                    node.master = fields
             except CodecError:
                 raise
             except Exception as e:
                 raise CodecError(f"bad stream node: {e}") from None
-        elif not cold and type(blob) is not bytes:
+        elif type(blob) is not bytes:
             raise CodecError("expected bytes")
-        node = Node(first, _NO_FIELDS)
-        node.master = master
-        node.last, node.total, node.live, node.nbytes = last, total, live, nbytes
-        node.deleted = {_sid(x) for x in deleted} if deleted else None
-        if is_open:
-            node.ids, node.entries, node.blob = ids, entries, None
-        else:
-            node.ids = node.entries = None
-            if cold:
-                node.where = cold_where
-            else:
-                node.blob = blob
-                # Sealed but not yet known durable here (a RESTORE, a replica's full
-                # sync): counts towards the snapshot a bounded node cache asks for.
-                CACHE.sealed(node)
-        nodes.append(node)
-    return nodes
+        if not is_open:
+            node.blob = blob
+            # Sealed but not yet known durable here (a RESTORE, a replica's full
+            # sync): counts towards the snapshot a bounded node cache asks for.
+            CACHE.sealed(node)
+    for n, ids in deleted.items():
+        if type(n) is int and 0 <= n <= last_n and ids:
+            nodes[n].deleted = {_sid(x) for x in ids}
+    return nodes, firsts
 
 
 def decode_value(raw: bytes, fetch=None, cold_where=None):
@@ -224,7 +218,7 @@ def decode_value(raw: bytes, fetch=None, cold_where=None):
         return _bytes(doc.get("v"))
     if t == "stream-nodes":
         try:
-            return NodeRun(_decode_nodes(doc, fetch))
+            return NodeRun(_decode_nodes(doc, fetch)[0])
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, CodecError):
                 raise
@@ -237,8 +231,7 @@ def decode_value(raw: bytes, fetch=None, cold_where=None):
         s.last_id = _sid(doc["last_id"])
         s.entries_added = _int(doc["entries_added"])
         s.max_deleted_id = _sid(doc["max_deleted_id"])
-        s.nodes = _decode_nodes(doc, fetch, cold_where)
-        s.firsts = [n.first for n in s.nodes]
+        s.nodes, s.firsts = _decode_nodes(doc, fetch, cold_where)
         if doc.get("idmp") is not None:
             from ..engine.idmp import IdmpState
             s.idmp = IdmpState.load(doc["idmp"])

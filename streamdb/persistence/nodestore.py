@@ -66,14 +66,25 @@ class LmdbNodeStore:
     def _reader(self):
         self._forsake()
         if self._txn is None:
-            if self._env is None:
-                if not self._snapshot_exists():
-                    raise NodeReadError(f"{self.path}: no snapshot to read stream nodes from")
-                self._env = lmdb.open(self.path, map_size=self.map_size, max_dbs=4, subdir=True,
-                                      readonly=True, lock=True, create=False)
-                self._nodes = self._env.open_db(b"nodes", create=False)
+            if self._env is None and not self._open():
+                raise NodeReadError(f"{self.path}: no snapshot to read stream nodes from")
             self._txn = self._env.begin(db=self._nodes)
         return self._txn
+
+    def _open(self) -> bool:
+        """Open the environment; False if it holds no snapshot (yet)."""
+        if not self._snapshot_exists():
+            return False
+        env = lmdb.open(self.path, map_size=self.map_size, max_dbs=4, subdir=True,
+                        readonly=True, lock=True, create=False)
+        try:
+            self._nodes = env.open_db(b"nodes", create=False)
+        except lmdb.NotFoundError:
+            # A first snapshot killed before it made its databases.
+            env.close()
+            return False
+        self._env = env
+        return True
 
     def fetch(self, where: bytes, first: int) -> bytes:
         try:
@@ -93,7 +104,8 @@ class LmdbNodeStore:
         if self._txn is not None:
             self._txn.abort()
             self._txn = None
-        if self._snapshot_exists():     # (none yet: the first read after one opens it)
+        # (None yet: the first read after one opens it.)
+        if self._env is not None or self._open():
             self._reader()
 
     def _snapshot_exists(self) -> bool:

@@ -284,9 +284,15 @@ def snapshot_info(path: str) -> dict | None:
         return None
     env = _open(path, readonly=True)
     try:
-        meta = env.open_db(b"meta", create=False)
         with env.begin() as txn:
-            fmt = txn.get(b"format", db=meta)
+            meta = _named_db(env, txn, b"meta")
+            fmt = None if meta is None else txn.get(b"format", db=meta)
+            if fmt is None and not any(_rows(env, txn, name) for name in (b"keys", b"nodes")):
+                # A first snapshot killed while writing: write_snapshot's open_db calls
+                # commit its empty databases (some or all), its one write transaction
+                # nothing.  The AOF was not retired (no snapshot covers any of it): it
+                # holds everything.
+                return None
             if fmt != FORMAT:
                 raise SnapshotError(f"{path}: unsupported snapshot format {fmt!r}")
             raw = txn.get(b"covers", db=meta)
@@ -297,6 +303,19 @@ def snapshot_info(path: str) -> dict | None:
         raise SnapshotError(f"{path}: cannot read the snapshot: {e}") from None
     finally:
         env.close()
+
+
+def _named_db(env, txn, name: bytes):
+    """The environment's database ``name``, None if it has none."""
+    try:
+        return env.open_db(name, txn=txn, create=False)
+    except lmdb.NotFoundError:
+        return None
+
+
+def _rows(env, txn, name: bytes) -> int:
+    db = _named_db(env, txn, name)
+    return 0 if db is None else txn.stat(db)["entries"]
 
 
 def load_snapshot(path: str, keyspace, cold: bool = False) -> dict | None:

@@ -12,6 +12,7 @@ import redis
 import streamdb.commands  # noqa: F401
 from streamdb.commands.server import digest_keyspace
 from streamdb.persistence.aof import Aof
+from streamdb.persistence.nodestore import LmdbNodeStore
 from streamdb.persistence.snapshot import SnapshotError, Snapshotter, load_snapshot, write_snapshot
 from streamdb.server.core import Core
 
@@ -163,6 +164,31 @@ def test_a_bad_checksum_is_a_clear_error_and_loads_nothing(tmp_path):
     with pytest.raises(SnapshotError, match="checksum mismatch"):
         load_snapshot(str(path), fresh.keyspace)
     assert digest_keyspace(fresh) == "0" * 40
+
+
+def test_a_first_snapshot_killed_while_writing_is_no_snapshot_but_a_lost_format_is_an_error(tmp_path):
+    """write_snapshot's open_db calls commit its empty databases before its one write
+    transaction: a first snapshot killed in between leaves them and nothing else.  A
+    restart then finds no snapshot (the AOF holds everything), instead of refusing to
+    start; a snapshot with rows but no format record is still an error."""
+    import lmdb
+    path = tmp_path / "snap"
+    for name in (b"meta", b"keys", b"nodes"):      # killed after each of them
+        env = lmdb.open(str(path), map_size=1 << 30, max_dbs=4)
+        env.open_db(name)
+        env.close()
+        fresh = Core()
+        assert load_snapshot(str(path), fresh.keyspace) is None
+        assert digest_keyspace(fresh) == "0" * 40
+        store = LmdbNodeStore(str(path), 1 << 30)
+        store.pin()                                 # (what a start does after loading)
+        store.close()
+    env = lmdb.open(str(path), map_size=1 << 30, max_dbs=4)
+    with env.begin(write=True) as txn:
+        txn.put(b"\0\0\0\0k", b"x", db=env.open_db(b"keys", txn=txn))
+    env.close()
+    with pytest.raises(SnapshotError, match="unsupported snapshot format None"):
+        load_snapshot(str(path), Core().keyspace)
 
 
 def test_server_restart_from_snapshot_plus_aof_tail_after_kill9(tmp_path):
