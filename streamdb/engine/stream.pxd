@@ -5,6 +5,16 @@
 # are public because the persistence, commands and spark layers read and set them.
 
 cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.long cimport PyLong_AsUnsignedLongLongMask
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
+
+
+cdef extern from "Python.h":
+    # Sign and bit count of an int (encode_node's C writer checks an id's range).
+    int _PyLong_Sign(object v)
+    size_t _PyLong_NumBits(object v) except? <size_t>-1
 
 @cython.final
 cdef class _Decoded:
