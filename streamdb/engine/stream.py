@@ -50,8 +50,9 @@ Entry = tuple[int, list]  # (id, [field, value, field, value, ...])
 
 # Per element overhead we charge when estimating a node's byte size; it keeps
 # our node boundaries close to Redis's listpack boundaries.
-_ELEMENT_OVERHEAD = 2
-_ENTRY_OVERHEAD = 6
+# (C constants compiled: XADD adds them per element without a module look-up.)
+_ELEMENT_OVERHEAD = cython.declare(cython.Py_ssize_t, 2)
+_ENTRY_OVERHEAD = cython.declare(cython.Py_ssize_t, 6)
 
 _DECODED_CACHE_SIZE = 64
 # A COUNT above this is no limit at all (range() keeps its count in a C integer).
@@ -277,7 +278,8 @@ def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -
 # range, ids out of order) returns None and takes the Packer path; the property
 # tests (tests/unit/test_compiled_engine.py) hold the bytes equal to the source's.
 
-_MAX_BIN = 0xFFFFFFFF       # bin 32's limit (the Packer refuses longer bytes)
+# bin 32's limit (the Packer refuses longer bytes); a C constant compiled.
+_MAX_BIN = cython.declare(cython.Py_ssize_t, 0xFFFFFFFF)
 
 
 @cython.cfunc
@@ -470,7 +472,13 @@ def _entry_bytes(fv: list, same_fields: cython.bint) -> cython.Py_ssize_t:
     are the node's master fields, else all its elements."""
     n = _ENTRY_OVERHEAD
     # An index loop, not a slice: no list is made (XADD computes this per entry).
-    i, step = (1, 2) if same_fields else (0, 1)
+    # (Two assignments, not a tuple: compiled, a tuple's ints would be made per call.)
+    if same_fields:
+        i = 1
+        step = 2
+    else:
+        i = 0
+        step = 1
     while i < len(fv):
         n += len(fv[i]) + _ELEMENT_OVERHEAD
         i += step
@@ -517,13 +525,15 @@ class Stream:
         size: cython.Py_ssize_t
         if tail is not None:
             size = _entry_bytes(fv, _has_master_fields(fv, tail.master_fields()))
-            if (max_bytes and tail.nbytes + size >= max_bytes) or \
+            # The node's byte count with this entry: computed once (an int made), kept below.
+            nbytes = tail.nbytes + size
+            if (max_bytes and nbytes >= max_bytes) or \
                     (max_entries and tail.total >= max_entries):
                 tail.seal()
                 tail = None
         if tail is None:
             tail = self._open_node(sid, fv)
-            size = _entry_bytes(fv, True)
+            nbytes = tail.nbytes + _entry_bytes(fv, True)
         elif tail.ids is None:
             tail.unseal()
         tail.ids.append(sid)
@@ -531,7 +541,7 @@ class Stream:
         tail.last = sid
         tail.total += 1
         tail.live += 1
-        tail.nbytes += size
+        tail.nbytes = nbytes
         self.length += 1
         self.last_id = sid
         self.entries_added += 1
