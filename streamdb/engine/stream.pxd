@@ -8,7 +8,7 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_AsUnsignedLongLongMask
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 
 cdef extern from "Python.h":

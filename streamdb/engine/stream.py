@@ -403,10 +403,9 @@ def _write_node(first, base_ms: cython.ulonglong, master: list, ids: list,
         if type(e) is not list:
             return None
         fv = e
-        if _has_master_fields(fv, master):
-            k = _bins_bound(fv, 1, 2)
-        else:
-            k = _bins_bound(fv, 0, 1)
+        # All its elements, whether or not it has the master fields (values only):
+        # a bound without comparing its field names twice.
+        k = _bins_bound(fv, 0, 1)
         if k < 0:
             return None
         bound += 6 + k             # its array header, a None when not
@@ -492,9 +491,27 @@ def _has_master_fields(fv: list, master: list) -> cython.bint:
     if len(fv) != 2 * len(master):
         return False
     for j in range(len(master)):
-        if fv[2 * j] != master[j]:
+        a = fv[2 * j]
+        b = master[j]
+        if a is b:
+            continue        # (as list equality: the same object is equal)
+        # Compiled, two exact bytes compare in C (length, memcmp) rather than through
+        # the rich comparison and its bool: XADD compares its field names with the
+        # tail node's, sealing each entry's (~1.5% of an XADD -P16 server's CPU, perf).
+        if cython.compiled and type(a) is bytes and type(b) is bytes:
+            if not _same_bytes(a, b):
+                return False
+        elif a != b:
             return False
     return True
+
+
+@cython.cfunc
+@cython.inline
+def _same_bytes(a: bytes, b: bytes) -> cython.bint:
+    """a == b for two exact bytes objects, in C (compiled form only)."""
+    n: cython.Py_ssize_t = len(a)
+    return n == len(b) and memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), n) == 0
 
 
 @cython.final
