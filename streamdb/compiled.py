@@ -45,6 +45,7 @@ COMPILED_SOURCES = (
     "streamdb/server/client.py",
     "streamdb/server/core.py",
     "streamdb/server/pipeline.py",
+    "streamdb/persistence/changes.py",
 )
 
 PURE = os.environ.get("STREAMDB_PURE", "") not in ("", "0")

@@ -51,7 +51,10 @@ class BlockRequest:
 
 
 # Compiled, a cclass whose attributes are the C fields declared in context.pxd
-# (one is made per request); interpreted, a plain class.
+# (one is made per request); interpreted, a plain class.  The freelist keeps the
+# memory of a few dead Ctx objects for the next requests' (one is alive per request
+# at a time, more with MULTI/EXEC or blocked clients served).
+@cython.freelist(8)
 @cython.cclass
 class Ctx:
     __slots__ = ("core", "client", "db", "now_ms", "effects", "argv", "config",

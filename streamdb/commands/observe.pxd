@@ -7,6 +7,8 @@ from streamdb.commands.registry cimport CommandSpec
 cdef class Observer:
     cdef public object core, slowlog, latency, monitors, startup_memory, rate_samples
     cdef public dict settings, histograms
+    cdef public object last_name
+    cdef public list last_counts
     cdef public long long slowlog_next_id
     # command_done's settings (settings_changed copies them from ``settings``)
     cdef public bint latency_tracking

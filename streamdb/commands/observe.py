@@ -81,6 +81,8 @@ class Observer:
         self.monitors = {}                     # client id -> Client in MONITOR mode
         # command name -> its counts per histogram slot (histogram_buckets reads them)
         self.histograms = {}
+        self.last_name = None      # command_done's last command and its histogram
+        self.last_counts = None
         self.startup_memory = used_memory(core)     # MEMORY STATS startup.allocated
         # (monotonic s, commands, net in, net out) taken by cron: INFO's instantaneous_*.
         self.rate_samples = deque(maxlen=_RATE_SAMPLES)
@@ -125,9 +127,16 @@ class Observer:
             bits = (_bit_length(elapsed_ns) if cython.compiled
                     else elapsed_ns.bit_length()) - hist_bits
             slot = bits << hist_bits | elapsed_ns >> bits if bits > 0 else elapsed_ns
-            counts = self.histograms.get(name)
-            if counts is None:
-                counts = self.histograms[name] = [0] * _HIST_SLOTS
+            # The last command's histogram, kept by the identity of its name (the
+            # spec's str): a pipeline's runs of one command skip the dict look-up.
+            if name is self.last_name:
+                counts = self.last_counts
+            else:
+                counts = self.histograms.get(name)
+                if counts is None:
+                    counts = self.histograms[name] = [0] * _HIST_SLOTS
+                self.last_name = name
+                self.last_counts = counts
             counts[slot] += 1
         usec: cython.longlong = elapsed_ns // 1000
         threshold: cython.longlong = self.slowlog_slower_than

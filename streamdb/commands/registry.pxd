@@ -10,5 +10,7 @@ cdef class CommandSpec:
     cdef readonly bint is_write
 
 cdef dict _BY_RAW
+cdef bytes _last_raw
+cdef CommandSpec _last_spec
 
 cpdef CommandSpec lookup(argv)

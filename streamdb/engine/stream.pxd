@@ -7,11 +7,17 @@
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_AsUnsignedLongLongMask
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcmp, memcpy
+
 
 cdef extern from "Python.h":
     # An int from n bytes (nodes_from_headers: an id from its 16 big-endian bytes).
     object _PyLong_FromByteArray(const unsigned char* bytes, size_t n, int little_endian,
                                  int is_signed)
+    # Sign and bit count of an int (encode_node's C writer checks an id's range).
+    int _PyLong_Sign(object v)
+    size_t _PyLong_NumBits(object v) except? <size_t>-1
 
 @cython.final
 cdef class _Decoded:

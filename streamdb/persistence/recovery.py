@@ -57,7 +57,7 @@ class Persistence:
             except SnapshotError as e:
                 raise RecoveryError(f"Fatal error loading the snapshot: {e}") from None
             covered = info.get("aof_seq") if info else None
-            core.effect_sinks.append(snap)
+            core.effect_sinks.append(snap.changes)
             if aof is not None:
                 core.aof = aof
                 try:

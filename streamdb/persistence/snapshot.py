@@ -38,9 +38,9 @@ import lmdb
 import msgpack
 
 from .. import log
-from ..commands import registry
 from ..engine import Stream
 from ..engine.nodecache import CACHE
+from .changes import ChangedKeys
 from .child import fork_child, reap
 from .codec import CodecError, decode_value, encode_value
 from .nodestore import LmdbNodeStore
@@ -393,8 +393,9 @@ class Snapshotter:
         self.core = core
         self.path = path
         self.aof = aof
-        self.dirty: set[tuple[int, bytes]] = set()
-        self.full = snapshot_info(path) is None       # the first snapshot writes everything
+        # The effect sink that notes the changed keys (recovery.py registers it); the
+        # first snapshot writes everything.
+        self.changes = ChangedKeys(snapshot_info(path) is None)
         self.child_pid: int | None = None
         self._pending = None
         self.last_ok = True
@@ -417,39 +418,32 @@ class Snapshotter:
             self.full = True
         CACHE.configure(self.store, budget)
 
-    # -- the effect sink (Core.effect_sinks) ---------------------------------------
+    # -- the changed keys (its ChangedKeys is the effect sink) -------------------------
+
+    @property
+    def dirty(self) -> set[tuple[int, bytes]]:
+        """(db, key) of every key changed since the last snapshot."""
+        return self.changes.dirty
+
+    @dirty.setter
+    def dirty(self, keys: set) -> None:
+        self.changes.dirty = keys
+
+    @property
+    def full(self) -> bool:
+        """The next snapshot writes every key (none yet, a FLUSHALL, ...)."""
+        return self.changes.full
+
+    @full.setter
+    def full(self, value: bool) -> None:
+        self.changes.full = value
 
     # Only the keys the effects name matter here (Core.effects_wanted).
     records_commands = False
 
     def __call__(self, db: int, effects: list[list[bytes]]) -> None:
-        if self.full:
-            return        # the next snapshot writes every key anyway: nothing to track
-        cur = db
-        last = None
-        for argv in effects:
-            if argv[0] == b"XADD":     # most effects, in runs on one key: skip the table lookup
-                if argv[1] != last:
-                    last = argv[1]
-                    self.dirty.add((cur, last))
-                continue
-            last = None
-            name = argv[0].lower()
-            if name == b"select":
-                cur = int(argv[1])
-                continue
-            if name in (b"multi", b"exec"):
-                continue
-            if name in (b"flushall", b"flushdb", b"swapdb"):
-                self.full = True     # cheaper to rewrite everything than to list the keys
-                continue
-            spec = registry.lookup(argv)
-            if spec is None:
-                continue
-            if spec.subcommands and len(argv) > 1:
-                spec = spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
-            for key in spec.keys(argv):
-                self.dirty.add((cur, key))
+        """The Snapshotter as a sink (tests register it): its tracker's work."""
+        self.changes(db, effects)
 
     # -- saving ---------------------------------------------------------------------
 

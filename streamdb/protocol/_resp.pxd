@@ -11,6 +11,7 @@ cdef class RequestParser:
     cdef public bint authenticated
     cdef list argv              # the multibulk in progress (its bulks so far), or None
     cdef Py_ssize_t argc        # bulks it still needs
+    cdef Py_ssize_t filled      # bulks it has (argv's slots filled, when preallocated)
 
     cpdef feed(self, data)
     cpdef Py_ssize_t buffered(self)

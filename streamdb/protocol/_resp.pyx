@@ -17,7 +17,9 @@ Which of the two runs is decided in one place, streamdb/protocol/__init__.py.
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.list cimport PyList_New, PyList_SET_ITEM, PyList_GET_SIZE
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
+from cpython.ref cimport Py_INCREF
 from libc.string cimport memcpy, memmove
 
 cdef extern from "Python.h":
@@ -39,6 +41,8 @@ cdef Py_ssize_t INLINE_MAX_SIZE = _INLINE_MAX_SIZE
 cdef long long INT_MAX = _INT_MAX
 cdef long long UNAUTH_MAX_ARGS = _UNAUTH_MAX_ARGS
 cdef long long UNAUTH_MAX_BULK = _UNAUTH_MAX_BULK
+# A multibulk of up to this many arguments gets its argv list at its size at once.
+cdef long long ARGV_PREALLOC = 1024
 
 
 # ---------------------------------------------------------------------------
@@ -285,7 +289,13 @@ cdef class RequestParser:
         self.pos = nl + 2
         if count > 0:
             self.argc = count
-            self.argv = []
+            # Up to ARGV_PREALLOC arguments the list is made at its size and each bulk
+            # put in its slot (as Redis sizes its argv, up to 1024): appends to an empty
+            # list cost a malloc and a realloc per request (~300 instructions of an
+            # XADD's 5 arguments, callgrind).  The empty slots are never seen: the
+            # list leaves the parser complete.
+            self.argv = PyList_New(count) if count <= ARGV_PREALLOC else []
+            self.filled = 0
         return True
 
     cdef list bulks(self):
@@ -294,6 +304,8 @@ cdef class RequestParser:
         cdef Py_ssize_t remaining = self.argc
         cdef long long size
         cdef list argv = self.argv
+        cdef Py_ssize_t filled = self.filled, slots = PyList_GET_SIZE(argv)
+        cdef object arg
         while remaining:
             nl = find_line_end(b, pos, n, 13)
             if nl < 0:
@@ -312,11 +324,18 @@ cdef class RequestParser:
             start = nl + 2
             if start + size + 2 > n:
                 break
-            argv.append(PyBytes_FromStringAndSize(<const char*>b + start, size))
+            arg = PyBytes_FromStringAndSize(<const char*>b + start, size)
+            if filled < slots:
+                Py_INCREF(arg)                  # (SET_ITEM takes the reference)
+                PyList_SET_ITEM(argv, filled, arg)
+            else:
+                argv.append(arg)
+            filled += 1
             pos = start + size + 2      # Redis does not check that these two bytes are CRLF
             remaining -= 1
         self.pos = pos
         self.argc = remaining
+        self.filled = filled
         if remaining:
             return None
         self.argv = None

@@ -30,6 +30,8 @@ cdef class Core:
     cdef public Py_ssize_t dirty
     cdef public dict ready_keys, blocking_keys
     cdef public list effect_sinks
+    cdef object _last_spec, _last_table
+    cdef CommandStats _last_stats
 
     cpdef execute(self, Client client, argv)
     cdef Ctx _ctx_for(self, Client client, now, argv, bint in_exec)

@@ -61,6 +61,21 @@ def test_lookup_finds_the_same_spec_as_the_source(argv):
     assert registry.lookup(argv) is SOURCE_REGISTRY.lookup(argv)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(argvs, st.integers(1, 3), st.booleans()), max_size=10))
+def test_runs_of_lookups_find_the_same_specs_as_the_source(runs):
+    """A pipeline's runs of one name (the look-up keeps the last name found), the
+    table changed between some of them: every look-up as the source's."""
+    SOURCE_REGISTRY.COMMANDS.update(registry.COMMANDS)
+    for argv, repeat, changed in runs:
+        if changed:
+            registry.table_changed()
+        for _ in range(repeat):
+            assert registry.lookup(argv) is SOURCE_REGISTRY.lookup(argv)
+            assert registry.lookup([bytes(argv[0])] if argv and isinstance(argv[0], bytes)
+                                   else argv) is SOURCE_REGISTRY.lookup(argv)
+
+
 @settings(max_examples=1000, deadline=None)
 @given(st.integers(0, 4), st.integers(-3, 4), st.integers(0, 3), st.integers(1, 9),
        st.sampled_from(["", "write", "readonly fast", "write denyoom"]))

@@ -173,6 +173,45 @@ def test_node_encoding_agrees_with_the_source(first_ms, rows):
     assert fast.decode_node(blob) == spec.decode_node(blob) == (ids, entries)
 
 
+# Sizes around each msgpack form's limits: fixint/uint 8/16/32/64, bin 8/16/32,
+# fixarray/array 16 (the compiled encode_node writes the bytes itself).
+_edge_uints = st.sampled_from([0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32,
+                               2**63, 2**64 - 1])
+_edge_bytes = st.one_of(st.binary(max_size=3), st.sampled_from([0, 31, 32, 255, 256, 65535, 65536])
+                        .map(lambda n: b"x" * n))
+
+
+@settings(max_examples=150, deadline=None)
+@given(first_ms=st.one_of(_edge_uints, st.integers(0, 2**64 - 1)),
+       first_seq=st.one_of(_edge_uints, st.integers(0, 2**64 - 1)),
+       gaps=st.lists(st.tuples(st.one_of(st.just(0), _edge_uints), _edge_uints),
+                     min_size=0, max_size=40),
+       master=st.lists(_edge_bytes, max_size=3),
+       rows=st.lists(st.one_of(st.none(), st.lists(_edge_bytes, max_size=8)), min_size=41,
+                     max_size=41))
+def test_node_bytes_at_the_msgpack_limits_agree_with_the_source(first_ms, first_seq, gaps,
+                                                                master, rows):
+    """The compiled encode_node writes the blob itself: every int, bin and array form
+    (and entries with and without the master fields) gives the source's bytes."""
+    fast, spec = both("streamdb.engine.stream")
+    ids = [mid(first_ms, first_seq)]
+    for gap_ms, seq in gaps:
+        nxt = ids[-1] + 1 + seq % 1000 if not gap_ms else mid((ids[-1] >> 64) + gap_ms, seq)
+        if nxt >> 64 >= 2**64 or nxt >= 2**128:
+            break
+        ids.append(nxt)
+    entries = []
+    for row in rows[:len(ids)]:
+        if row is None:      # an entry with the master fields
+            fv = [x for f in master for x in (f, b"v")]
+        else:
+            fv = row[:len(row) // 2 * 2]
+        entries.append(fv)
+    blob = fast.encode_node(ids[0], master, ids, [list(e) for e in entries])
+    assert blob == spec.encode_node(ids[0], master, ids, [list(e) for e in entries])
+    assert fast.decode_node(blob) == spec.decode_node(blob)
+
+
 # -- keyspace ------------------------------------------------------------------------
 
 class Watcher:

@@ -1,0 +1,157 @@
+"""What one pipelined request costs the server's own objects, in-process: no sockets,
+no event loop, no benchmark client sharing the CPUs.
+
+    .venv/bin/python tools/bench_request.py [--instructions] [--requests N] [--reads R]
+
+The server is wired as ``python -m streamdb --appendonly no --save ''`` wires it
+(__main__.serve: persistence with its changed-key tracker, replication, limits,
+retention; the GC frozen and tuned after loading), and R connections with a fake
+transport each get reads of 16 ``XADD s * f v`` requests through
+``Connection.data_received`` (the RequestLoop, Core.execute, the handler, the effect
+sinks); a turn is R reads and then the loop's end of turn (``Server._end_of_turn``:
+hooks, then each connection's write).  Prints the time per request (the machine's other
+load makes it noisy) and, with ``--instructions``, the instructions per request counted
+by callgrind (valgrind): the difference of two runs of different lengths, so start-up
+drops out.  Under callgrind the clock runs ~50x slower than the code, so a node spans
+more milliseconds than under real load: the sealing of nodes whose ids are not
+consecutive weighs more than it does in a server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+class _Handle:
+    def cancel(self) -> None:
+        pass
+
+
+class _Loop:
+    """The loop calls the server makes: call_soon queued for the end of the turn."""
+
+    def __init__(self) -> None:
+        self.soon: list = []
+
+    def call_soon(self, callback, *args):
+        self.soon.append((callback, args))
+
+    def call_later(self, delay, callback, *args):
+        return _Handle()
+
+    def end_turn(self) -> None:
+        soon, self.soon = self.soon, []
+        for callback, args in soon:
+            callback(*args)
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written = 0
+
+    def write(self, data) -> None:
+        self.written += len(data)
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, name):
+        return ("127.0.0.1", 6379)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def run(requests: int, reads: int) -> float:
+    """Serve ``requests`` XADDs; the seconds per request."""
+    from streamdb import commands, replication  # noqa: F401  (fills the command table)
+    from streamdb.__main__ import GC_THRESHOLDS
+    from streamdb.commands import persistence, retention
+    from streamdb.config import Config
+    from streamdb.persistence.recovery import open_persistence
+    from streamdb.protocol.request import encode_request
+    from streamdb.server import limits
+    from streamdb.server.core import Core
+    from streamdb.server.network import Server
+
+    cfg = Config()
+    cfg.load_args(["--appendonly", "no", "--save", "", "--dir", tempfile.mkdtemp(), "--port", "0"])
+    core = Core(cfg)
+    server = Server(core)
+    persistence.install(core)
+    store = open_persistence(core, server, cfg)
+    replication.install(core, server)
+    limits.install(core, server)
+    retention.install(core, server)
+    asyncio.run(store.load(server))
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+    loop = server.loop = _Loop()
+    conns = []
+    for _ in range(reads):
+        conn = server._new_connection()
+        conn.connection_made(_Transport())
+        conns.append(conn)
+    data = encode_request(b"XADD", b"s", b"*", b"f", b"v") * 16
+    turns = max(1, requests // (16 * reads))
+    start = time.perf_counter()
+    for _ in range(turns):
+        for conn in conns:
+            conn.data_received(data)
+        loop.end_turn()
+    elapsed = time.perf_counter() - start
+    if not all(conn.transport.written for conn in conns):
+        raise SystemExit("no replies were written")
+    return elapsed / (turns * 16 * reads)
+
+
+def instructions(reads: int) -> int:
+    def count(n: int) -> int:
+        out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                              sys.executable, __file__, "--run", str(n), "--reads", str(reads)],
+                             capture_output=True, text=True, env={**os.environ}).stderr
+        return int(re.search(r"Collected : (\d+)", out).group(1))
+    return (count(192_000) - count(64_000)) // 128_000
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--instructions", action="store_true", help="count with callgrind too")
+    ap.add_argument("--requests", type=int, default=400_000, help="requests per timed run")
+    ap.add_argument("--reads", type=int, default=4, help="reads (connections) per turn")
+    ap.add_argument("--run", type=int, default=0, help=argparse.SUPPRESS)   # one counted run
+    args = ap.parse_args()
+    if args.run:
+        run(args.run, args.reads)
+        return 0
+    from streamdb import compiled, protocol
+    print(f"core: {' '.join(compiled.status(protocol.CORE, protocol.CORE_REASON))}")
+    best = min(run(args.requests, args.reads) for _ in range(3))
+    print(f"XADD -P16 in-process: {best * 1e9:.0f} ns per request (best of 3)")
+    if args.instructions:
+        if shutil.which("valgrind") is None:
+            print("valgrind is not installed: no instruction counts")
+        else:
+            print(f"XADD -P16 in-process: {instructions(args.reads)} instructions per request "
+                  "(callgrind)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
