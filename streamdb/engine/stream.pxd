@@ -7,7 +7,7 @@
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_AsUnsignedLongLongMask
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport realloc
 from libc.string cimport memcmp, memcpy
 
 
