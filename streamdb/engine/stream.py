@@ -592,22 +592,27 @@ def nodes_from_headers(raw: bytes, where) -> tuple:
             node = _sealed_node(_PyLong_FromByteArray(rec, 16, 0, 0),
                                 _PyLong_FromByteArray(rec + 16, 16, 0, 0),
                                 _be32(rec + 32), _be32(rec + 36), _be32(rec + 40))
-            if rec[44] == HEADER_APART and where is not None and i != last_n:
-                node.where = where
-            else:
-                rest.append(i)
-            nodes[i] = node
-            firsts[i] = node.first
+            _place_node(node, i, rec[44] == HEADER_APART and i != last_n, where,
+                        nodes, firsts, rest)
         return nodes, firsts, rest
     for i, (fm, fs, lm, ls, total, live, nbytes, flags) in enumerate(NODE_HEADER.iter_unpack(raw)):
         node = _sealed_node((fm << 64) | fs, (lm << 64) | ls, total, live, nbytes)
-        if flags == HEADER_APART and where is not None and i != last_n:
-            node.where = where
-        else:
-            rest.append(i)
-        nodes[i] = node
-        firsts[i] = node.first
+        _place_node(node, i, flags == HEADER_APART and i != last_n, where, nodes, firsts, rest)
     return nodes, firsts, rest
+
+
+@cython.cfunc
+@cython.inline
+def _place_node(node: Node, i: cython.Py_ssize_t, apart: cython.bint, where,
+                nodes: list, firsts: list, rest: list) -> cython.void:
+    """nodes_from_headers' node ``i``: left cold at ``where`` when stored apart there,
+    else in ``rest`` for the caller."""
+    if apart and where is not None:
+        node.where = where
+    else:
+        rest.append(i)
+    nodes[i] = node
+    firsts[i] = node.first
 
 
 @cython.cfunc
