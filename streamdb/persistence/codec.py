@@ -10,6 +10,7 @@ error, not an exception deep inside the engine.
 
 from __future__ import annotations
 
+import struct
 import zlib
 
 import msgpack

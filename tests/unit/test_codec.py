@@ -117,6 +117,18 @@ def test_documents_of_the_older_layout_still_load():
                 codec.encode_value(value), key
 
 
+def test_an_older_layout_document_with_a_count_out_of_range_is_a_codec_error():
+    """A hostile document of the older layout whose node count does not fit the header
+    column fails as bad data, not with an exception from deep inside."""
+    core = _workload(7)
+    value = next(v for db in core.keyspace.dbs for v in db.data.values()
+                 if type(v) is not bytes and v.nodes)
+    d = msgpack.unpackb(_old_form(codec.encode_value(value)), raw=False, strict_map_key=False)
+    d["nodes"][0][2] = 2**40
+    with pytest.raises(codec.CodecError):
+        codec.decode_value(msgpack.packb(d, use_bin_type=True))
+
+
 def _stream_with_nodes(n: int) -> tuple[Core, list[bytes]]:
     core = Core(clock=FakeClock())
     core.config.values["stream-node-max-entries"] = 2
