@@ -277,8 +277,9 @@ def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -
 # straight from the node's lists: an upper bound of the size, one pass into a scratch
 # buffer, one copy into the blob.  The scratch buffer is the module's and only grows: a
 # malloc and free of the bound per node (about twice the blob) left holes that later
-# blobs fit badly, +2.3 bytes of RSS per entry (1M entries, tools/bench.py memory).  The encoding is msgpack's (use_bin_type): the smallest uint form, bin
-# 8/16/32, fixarray/array 16/32.  Anything else (a bytes subclass, an id out of
+# blobs fit badly, about 1 byte of RSS per entry (1M entries, tools/bench.py memory).
+# The encoding is msgpack's (use_bin_type): the smallest uint form, bin 8/16/32,
+# fixarray/array 16/32.  Anything else (a bytes subclass, an id out of
 # range, ids out of order) returns None and takes the Packer path; the property
 # tests (tests/unit/test_compiled_engine.py) hold the bytes equal to the source's.
 
@@ -292,10 +293,19 @@ _scratch_size = cython.declare(cython.Py_ssize_t, 0)
 
 @cython.cfunc
 @cython.inline
+def _put_be(p: cython.p_uchar, value: cython.ulonglong, size: cython.int) -> cython.void:
+    """``value`` as ``size`` big-endian bytes at ``p``."""
+    while size > 0:
+        size -= 1
+        p[size] = value & 0xFF
+        value >>= 8
+
+
+@cython.cfunc
+@cython.inline
 def _put_uint(out: cython.p_uchar, pos: cython.Py_ssize_t,
               v: cython.ulonglong) -> cython.Py_ssize_t:
     """Write ``v`` as msgpack's smallest unsigned form at ``out[pos]``; the new pos."""
-    i: cython.int
     n: cython.int
     if v < 0x80:
         out[pos] = v
@@ -313,8 +323,7 @@ def _put_uint(out: cython.p_uchar, pos: cython.Py_ssize_t,
     else:
         out[pos] = 0xCF
         n = 8
-    for i in range(n):
-        out[pos + n - i] = (v >> (8 * i)) & 0xFF
+    _put_be(out + pos + 1, v, n)
     return pos + 1 + n
 
 
@@ -334,14 +343,10 @@ def _put_header(out: cython.p_uchar, pos: cython.Py_ssize_t, n: cython.size_t,
         return pos + 2
     if n < 0x10000:
         out[pos] = code16
-        out[pos + 1] = n >> 8
-        out[pos + 2] = n & 0xFF
+        _put_be(out + pos + 1, n, 2)
         return pos + 3
     out[pos] = code16 + 1
-    out[pos + 1] = n >> 24
-    out[pos + 2] = (n >> 16) & 0xFF
-    out[pos + 3] = (n >> 8) & 0xFF
-    out[pos + 4] = n & 0xFF
+    _put_be(out + pos + 1, n, 4)
     return pos + 5
 
 
@@ -364,14 +369,13 @@ def _put_bin(out: cython.p_uchar, pos: cython.Py_ssize_t, b: bytes) -> cython.Py
 @cython.cfunc
 @cython.boundscheck(False)
 @cython.wraparound(False)
-def _bins_bound(items: list, start: cython.Py_ssize_t,
-                step: cython.Py_ssize_t) -> cython.Py_ssize_t:
-    """The bytes ``items[start::step]`` take as bin objects at most; -1 if one is not
-    exactly bytes or is too long for bin 32."""
+def _bins_bound(items: list) -> cython.Py_ssize_t:
+    """The bytes ``items`` take as bin objects at most; -1 if one is not exactly bytes
+    or is too long for bin 32."""
     total: cython.Py_ssize_t = 0
-    i: cython.Py_ssize_t = start
+    i: cython.Py_ssize_t
     n: cython.Py_ssize_t
-    while i < len(items):
+    for i in range(len(items)):
         x = items[i]
         if type(x) is not bytes:
             return -1
@@ -379,7 +383,6 @@ def _bins_bound(items: list, start: cython.Py_ssize_t,
         if n > _MAX_BIN:
             return -1
         total += 5 + n
-        i += step
     return total
 
 
@@ -401,7 +404,7 @@ def _write_node(first, base_ms: cython.ulonglong, master: list, ids: list,
         return None
     # Upper bound: array headers 5 bytes, uints 9, bins 5 + length.
     bound: cython.Py_ssize_t = 1 + 9 + 5 + 5 + 18 * n + 5
-    k = _bins_bound(master, 0, 1)
+    k = _bins_bound(master)
     if k < 0:
         return None
     bound += k
@@ -413,7 +416,7 @@ def _write_node(first, base_ms: cython.ulonglong, master: list, ids: list,
         fv = e
         # All its elements, whether or not it has the master fields (values only):
         # a bound without comparing its field names twice.
-        k = _bins_bound(fv, 0, 1)
+        k = _bins_bound(fv)
         if k < 0:
             return None
         bound += 6 + k             # its array header, a None when not
@@ -506,16 +509,6 @@ def node_headers(nodes: list, sealed_flags: cython.int) -> tuple:
                       for node in nodes]),
             [i for i, node in enumerate(nodes) if node.ids is not None],
             [i for i, node in enumerate(nodes) if node.deleted])
-
-
-@cython.cfunc
-@cython.inline
-def _put_be(p: cython.p_uchar, value: cython.ulonglong, size: cython.int) -> cython.void:
-    """``value`` as ``size`` big-endian bytes at ``p``."""
-    while size > 0:
-        size -= 1
-        p[size] = value & 0xFF
-        value >>= 8
 
 
 @cython.cfunc
