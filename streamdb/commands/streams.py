@@ -317,9 +317,9 @@ def xadd(ctx: Ctx, argv: list[bytes]):
     s.append(sid, fv, cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
     reply = format_id(sid)
     if a is _PLAIN_XADD:
-        # ``XADD key * f v ..``: the effect is argv itself with the id (and the name as
-        # Redis propagates it), one copy at its size; a list of three extended by fv
-        # grows it (~150 instructions of an XADD request, callgrind).
+        # ``XADD key <* | id> f v ..`` with no options: the effect is argv itself with
+        # the id (and the name as Redis propagates it), one copy at its size; a list of
+        # three extended by fv grows it (~150 instructions of an XADD request, callgrind).
         effect: list = list(argv)
         effect[0] = b"XADD"
         effect[2] = reply

@@ -11,7 +11,6 @@ kill -9 under ``appendfsync always``, and a replica's full sync.
 from __future__ import annotations
 
 import random
-import shutil
 import subprocess
 import time
 import urllib.request
