@@ -12,19 +12,13 @@ effects of one event-loop turn (the group commit)::
     #SDBAOF 1\\r\\n
     #F <body length> <crc32 hex>\\r\\n<body: RESP commands>  ...
 
-Each frame is written with one write().  Under ``appendfsync always`` no reply
-of that turn leaves the server before the frame is fdatasync()ed, but the fsync
-runs in a child process (``syncer.py``), pipelined with the loop: while the disk
-syncs the frames of earlier turns, the loop goes on executing and writing later
-turns, whose replies wait (``Server`` keeps them with the log position they need,
-``reply_barrier``) until an fsync covers them.  The frames of the turns that end
-while an fsync runs are kept back and written in one write the moment its
-answer arrives, and the next fsync is asked for in that same callback, before
-the replies the answer covers are released (``_sync_answered``): the disk never
-waits for the end of the loop's turn.  Throughput is then bound by the slower of
-the CPU and the disk rather than their sum, and one fdatasync covers every frame
-written while the previous one ran.  Because a frame is the unit of both writing
-and checking:
+Each frame is written with one write().  Under ``appendfsync always`` the loop
+fdatasync()s it at once, before any reply of the turn leaves the server, as
+Redis does in beforeSleep: one fdatasync covers every client's writes of the
+turn, and the requests that arrive while it runs make the next turn's frame.
+(A child process that fsynced while the loop went on was measured slower: see
+docs/ARCHITECTURE.md.)  Because a frame is the unit of both writing and
+checking:
 
 * a torn last frame (short, or a bad checksum with nothing after it) is a torn
   tail: cut off on load when ``aof-load-truncated yes`` (logged with the
@@ -55,13 +49,11 @@ from operator import itemgetter
 from .. import log
 from ..protocol import ProtocolError, RequestParser, encode_reply
 from .child import fork_child, reap
-from .syncer import ChildGone, Syncer
 
 __all__ = ["Aof", "AofCorruption", "AofError", "encode_command", "encode_commands", "frame_size",
            "last_select", "read_segment", "Manifest", "FRAME_HEADER_MAX", "state_commands", "write_base"]
 
 SEGMENT_MAGIC = b"#SDBAOF 1\r\n"
-_NO_SYNCER = object()       # Aof.syncer when no fsync child can be had
 MANIFEST_MAGIC = "#SDBMANIFEST 1"
 FRAME_HEADER_MAX = 64
 
@@ -325,8 +317,8 @@ class Aof:
         self._stop = False
         self._fsync_thread: threading.Thread | None = None
         # Log positions count bytes written since open_for_append, across
-        # segments: replies wait for ``durable_pos`` to reach the position
-        # their turn's frame ended at.
+        # segments: a client's write is durable once ``durable_pos`` reaches the
+        # end of the frame that holds it (WAITAOF, a replica's FACK).
         self.written_pos = 0
         self.durable_pos = 0
         # Frames written but not yet covered by an fsync (always): kept so that
@@ -335,17 +327,9 @@ class Aof:
         self._sync_lock = threading.Lock()      # held during an fsync; rotation takes it
         self._wake = threading.Condition()      # wakes the everysec thread to stop
         # Bumped when a failed fsync makes the loop rewrite frames: completions
-        # of fsyncs started before that no longer mean anything.
+        # of fsyncs started before that (the everysec thread's) no longer mean anything.
         self._sync_epoch = 0
-        # 'always': the child that fdatasyncs while the loop goes on (syncer.py),
-        # started on first use (_NO_SYNCER: none to be had, fsync on the loop),
-        # and the request it is at: (target position, epoch, segment, offset, start).
-        self.syncer = None
-        self._sync_inflight: tuple | None = None
-        self._fd_generation = 0       # bumped whenever ``fd`` becomes another file
-        # Called with the new durable position (the server releases replies).
-        self.on_durable = None
-        # Also called with each new durable position: WAITAOF's waiters, a
+        # Called with each new durable position: WAITAOF's waiters, a
         # replica's FACK (replication/).
         self.durable_listeners: list = []
         self.loop = None
@@ -485,7 +469,6 @@ class Aof:
         else:
             path = os.path.join(self.dir, self.manifest.incrs[-1])
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            self._fd_generation += 1
             self.size = os.fstat(self.fd).st_size
             if self.size == 0:
                 self._write_all(SEGMENT_MAGIC)
@@ -521,7 +504,6 @@ class Aof:
                     os.fdatasync(self.fd)
                 os.close(self.fd)
             self.fd = fd
-            self._fd_generation += 1
             self.size = len(SEGMENT_MAGIC)
         self._mark_durable(self.written_pos)
         self.cur_db = 0
@@ -545,38 +527,21 @@ class Aof:
         if selected is not None:
             self.cur_db = selected
 
-    def end_of_turn(self) -> bool:
-        """The server's hook at the end of each loop turn: ``flush``, except that
-        under 'always' a frame is kept back while an fsync is under way: its
-        replies wait for the next fsync anyway, which can only start when this
-        one ends, so the frames of those turns go out then in one write, from
-        the callback of its answer (``_sync_answered``), instead of one write
-        per turn."""
-        if self._sync_inflight is not None and self.policy == "always" and self.last_write_ok:
-            self._frame_turn()
-            return True
-        return self.flush()
+    def flush(self) -> bool:
+        """The server's hook at the end of each loop turn: write this turn's frame
+        (after any a failed write kept back) and, under 'always', fdatasync it.
 
-    def _frame_turn(self) -> None:
-        """This turn's effects become one frame, queued behind any not yet written."""
-        if self.buf:
+        Returns False when the frame could not be written or synced: the caller
+        holds the turn's replies and the frame is retried on the next turn or tick.
+        """
+        if self.buf:        # this turn's effects become one frame, behind any kept back
             self.pending += encode_frame(b"".join(self.buf))
             self.buf.clear()
-
-    def flush(self) -> bool:
-        """Write this turn's frame (and any kept back); under 'always', have it
-        fsynced (``_request_sync``: by the syncer child while the loop goes on; the
-        turn's replies wait for ``reply_barrier()``).
-
-        Returns False when the frame could not be written: the caller holds the
-        turn's replies and the frame is retried on the next turn or tick.
-        """
-        self._frame_turn()
         return self._write_pending()
 
     def _write_pending(self) -> bool:
         """Write the frames queued (``pending``) in one write; under 'always',
-        have them fsynced.  False when the write failed (see ``flush``)."""
+        fsync them.  False when the write or the fsync failed (see ``flush``)."""
         if not self.pending:
             return True
         frame = self.pending
@@ -598,9 +563,7 @@ class Aof:
         self.pending = b""
         if self.policy == "always":
             self._unsynced.append((self.written_pos, start, frame))
-            if self.loop is None:
-                return self._sync_now()     # no event loop to go on with (in-process use)
-            self._request_sync()
+            return self._sync_now()
         else:
             self._dirty_since_fsync = True
             self._clear_write_error()
@@ -668,91 +631,10 @@ class Aof:
         frame's start is reached only once the whole frame is covered."""
         return mark <= self.durable_pos
 
-    def reply_barrier(self) -> int | None:
-        """The log position that must be durable before the replies of this turn
-        leave (under 'always', everything written so far), or None: they may go."""
-        if self.policy != "always":
-            return None
-        # (Frames a failed fsync left to write again count: they are not durable.)
-        end = self.written_pos + len(self.pending)
-        return end if end > self.durable_pos else None
-
-    def _request_sync(self) -> None:
-        """'always': have the syncer child fdatasync what is written, unless it is
-        at it already (its answer then asks again for what came meanwhile)."""
-        if self._sync_inflight is not None or self.written_pos <= self.durable_pos:
-            return
-        self._sync_inflight = (self.written_pos, self._sync_epoch, self._segment_name(),
-                               self.size, time.perf_counter())
-        if self.inject_fsync_failures:
-            self.inject_fsync_failures -= 1
-            self.loop.call_soon(self._sync_answered, OSError(errno.EIO, os.strerror(errno.EIO)))
-            return
-        if self.syncer is _NO_SYNCER:
-            self._sync_inflight = None
-            self._sync_now()
-            return
-        try:
-            if self.syncer is None:
-                self.syncer = Syncer(self.loop, self._sync_answered)
-            self.syncer.request(self.fd, self._fd_generation)
-        except OSError as e:
-            self._without_syncer(f"AOF fsync child unavailable ({e})")
-            self._sync_now()
-
-    def _sync_answered(self, err: OSError | None) -> None:
-        """Loop thread: the syncer answered the request in flight."""
-        if self._sync_inflight is None:
-            return
-        target, epoch, name, offset, started = self._sync_inflight
-        self._sync_inflight = None
-        if isinstance(err, ChildGone):
-            self._without_syncer("AOF fsync child exited")
-            self._sync_next()           # on the loop thread from now on
-            return
-        if err is not None:
-            # The frames are cut back; the next turn (or the cron) writes them again.
-            self._fsync_done(target, err, epoch)
-            return
-        self._record_fsync_at(name, offset)
-        self.core.observe.latency_sample(
-            "aof-fsync-always", int((time.perf_counter() - started) * 1000))
-        # Ask again before releasing the replies this answer covers: the disk
-        # then never waits for the end of the loop's current turn, nor for the
-        # replies' socket writes.
-        if self.pending or self.written_pos > target:
-            self._sync_next()
-        self._fsync_done(target, None, epoch)
-
-    def _sync_next(self) -> None:
-        """'always', no fsync in flight: write the frames that end_of_turn kept
-        back (one write for all of them) and ask for the fsync of everything
-        written."""
-        if self.policy != "always" or self.fd is None:
-            return
-        if self.pending and self.last_write_ok:
-            self._write_pending()
-        else:
-            self._request_sync()
-
-    def _without_syncer(self, why: str) -> None:
-        """No child to be had (it could not start, or died): fsync on the loop
-        thread from now on."""
-        log.log(log.WARNING, f"{why}; fsyncing on the event loop")
-        self._stop_syncer()
-        self.syncer = _NO_SYNCER
-
-    def _stop_syncer(self) -> None:
-        if self.syncer is not None and self.syncer is not _NO_SYNCER:
-            self.syncer.close()
-        self.syncer = None
-        self._sync_inflight = None
-
     def _sync_now(self) -> bool:
-        """'always' without the syncer child (no event loop, or the child is
-        gone): fsync what is written here, on the calling thread.  False when
-        the fsync failed: its frames are cut back to be written again, and
-        replies wait."""
+        """'always': fdatasync what is written, on the loop thread, before the
+        turn's replies go.  False when the fsync failed: its frames are cut back
+        to be written again, and the replies wait."""
         target, epoch = self.written_pos, self._sync_epoch
         name, offset = self._segment_name(), self.size
         with self._sync_lock:      # the everysec thread may be syncing after a policy switch
@@ -827,8 +709,6 @@ class Aof:
         if pos <= self.durable_pos:
             return
         self.durable_pos = pos
-        if self.on_durable is not None:
-            self.on_durable(pos)        # replies waiting for this position may go
         for listener in self.durable_listeners:
             listener()
         unsynced = self._unsynced
@@ -855,9 +735,8 @@ class Aof:
             pass
 
     def close(self) -> None:
-        """Shutdown: write what is left, fsync it, stop the thread and the syncer."""
+        """Shutdown: write what is left, fsync it, stop the everysec thread."""
         self.flush()
-        self._stop_syncer()
         with self._wake:
             self._stop = True
             self._wake.notify()

@@ -74,9 +74,7 @@ class Persistence:
                     aof.record_fsyncs()
                 aof.open_for_append()
                 core.effect_sinks.append(aof.append_batch)
-                server.before_reply_hooks.append(aof.end_of_turn)
-                server.reply_barrier = aof.reply_barrier
-                aof.on_durable = server.durable_reached
+                server.before_reply_hooks.append(aof.flush)
                 aof.loop = asyncio.get_running_loop()
                 snap.aof = aof
         finally:

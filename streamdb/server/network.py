@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
 
 from .. import log
 from ..protocol import RequestParser, encode_reply
@@ -167,15 +166,11 @@ class Server:
         self._to_flush: dict[Connection, None] = {}
         self._flush_scheduled = False
         self._held: dict[Connection, None] = {}     # replies waiting for a failed write's retry
-        # appendfsync always: connection -> the log position that must be durable
-        # before its replies (and everything queued behind them) may go out.
-        self._awaiting: dict[Connection, int] = {}
-        # Set by persistence: the position this turn's replies wait for, or None.
-        self.reply_barrier = None
         self._retry_handle = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.servers: list = []
-        # Called at the end of each turn, before replies go out (AOF write + fsync).
+        # Called at the end of each turn, before replies go out (AOF write, and
+        # under appendfsync always its fdatasync).
         self.before_reply_hooks: list = []
         # Called from the periodic tick (snapshot child reaping, save rules, AOF retries).
         self.cron_hooks: list = []
@@ -218,36 +213,8 @@ class Server:
         if self._held:
             conns = {**self._held, **conns}
             self._held = {}
-        barrier = self.reply_barrier() if self.reply_barrier is not None else None
-        awaiting = self._awaiting
-        if barrier is not None:
-            # Written, not yet durable (appendfsync always: the fsync runs while
-            # the loop goes on): these replies wait until it is (durable_reached).
-            # A connection already waiting keeps everything in order behind it.
-            for conn in conns:
-                awaiting[conn] = barrier
-            return
-        if awaiting:            # all durable now: whoever still waits goes too
-            conns = {**awaiting, **conns}
-            awaiting.clear()
         for conn in conns:
             conn.flush()
-
-    def durable_reached(self, pos: int) -> None:
-        """The log is durable up to ``pos``: replies that waited for it go out,
-        at once (the AOF calls this when the fsync's answer arrives, possibly in
-        the middle of a turn).  A connection with replies of the current turn
-        behind the waiting ones (``_to_flush``, or ``_held`` after a failed
-        write) stays: the end of the turn gives it a barrier covering them."""
-        awaiting = self._awaiting
-        if not awaiting:
-            return
-        ready = [conn for conn, barrier in awaiting.items()
-                 if barrier <= pos and conn not in self._to_flush and conn not in self._held]
-        for conn in ready:
-            del awaiting[conn]
-            if conn.transport is not None and not conn.transport.is_closing():
-                conn.flush()
 
     def _retry_durability(self) -> None:
         self._retry_handle = None
@@ -319,7 +286,6 @@ class Server:
     async def close(self) -> None:
         """Stop listening and drop every connection (a failed start-up, or after
         the shutdown closed the AOF: every reply is durable by then)."""
-        self._awaiting.clear()
         for conn in list(self.connections):
             conn.flush()
             if conn.transport is not None:
@@ -335,7 +301,7 @@ class Server:
     async def serve_until_stopped(self) -> None:
         await self.stopped
         for conn in list(self.connections):
-            if conn not in self._awaiting:      # (those go once the AOF's close synced)
+            if conn not in self._held:      # (those go once the AOF's close wrote them)
                 conn.flush()
         for srv in self.servers:
             srv.close()

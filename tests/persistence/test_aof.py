@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import time
@@ -402,69 +401,6 @@ def test_an_xadd_effect_the_stream_refuses_stops_the_load_with_the_frame_offset(
     aof.close()
     with pytest.raises(AofError, match="fails to apply.*equal or smaller"):
         _load_digest(d)
-
-
-def _fsync_child_pids(server_pid: int) -> list[int]:
-    """The server's fsync child (persistence/syncer.py), found among its children."""
-    pids = []
-    for task in os.listdir(f"/proc/{server_pid}/task"):
-        with open(f"/proc/{server_pid}/task/{task}/children") as f:
-            pids += [int(p) for p in f.read().split()]
-    found = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"fsync_child.py" in f.read():
-                    found.append(pid)
-        except OSError:
-            pass
-    return found
-
-
-def _gone_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split(") ", 1)[1].startswith("Z"):
-                    return True          # exited, not yet reaped
-        except OSError:
-            return True
-        time.sleep(0.02)
-    return False
-
-
-def test_always_fsyncs_through_a_child_that_can_die_and_never_outlives_the_server(tmp_path):
-    """appendfsync always: the fsync runs in a child process while the loop goes on.
-    Killing the child loses nothing: the server fsyncs by itself from then on, every
-    acknowledged write survives kill -9, and a killed server leaves no child behind."""
-    d = tmp_path / "data"
-    srv = ServerProcess(d, "--appendonly", "yes", "--appendfsync", "always", "--save", "").start()
-    try:
-        r = redis.Redis(port=srv.port)
-        for i in range(1, 51):
-            r.xadd("s", {"n": i}, id=f"{i}-1")
-        children = _fsync_child_pids(srv.proc.pid)
-        assert len(children) == 1
-        os.kill(children[0], 9)
-        assert _gone_within(children[0], 5)
-        pipe = r.pipeline(transaction=False)
-        for i in range(51, 201):
-            pipe.xadd("s", {"n": i}, id=f"{i}-1")
-        assert len(pipe.execute()) == 150           # acknowledged without the child
-        assert "fsync child exited" in srv.log_text()
-        srv.kill9()
-        srv.stop()
-        srv = ServerProcess(d, "--appendonly", "yes", "--appendfsync", "always", "--save", "").start()
-        r = redis.Redis(port=srv.port)
-        assert r.xlen("s") == 200
-        r.xadd("s", {"n": 201}, id="201-1")
-        child = _fsync_child_pids(srv.proc.pid)
-        assert len(child) == 1
-        srv.kill9()
-        assert _gone_within(child[0], 5), "the fsync child outlived its server"
-    finally:
-        srv.stop()
 
 
 def test_swapdb_replays_from_the_aof_and_reaches_an_incremental_snapshot(tmp_path):
