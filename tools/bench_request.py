@@ -2,11 +2,13 @@
 no event loop, no benchmark client sharing the CPUs.
 
     .venv/bin/python tools/bench_request.py [--instructions] [--requests N] [--reads R]
+        [--pipeline P] [--appendfsync always|everysec|no]
 
 The server is wired as ``python -m streamdb --appendonly no --save ''`` wires it
 (__main__.serve: persistence with its changed-key tracker, replication, limits,
-retention; the GC frozen and tuned after loading), and R connections with a fake
-transport each get reads of 16 ``XADD s * f v`` requests through
+retention; the GC frozen and tuned after loading; with ``--appendfsync`` an AOF in a
+temporary directory, fsynced as that policy says), and R connections with a fake
+transport each get reads of P (16) ``XADD s * f v`` requests through
 ``Connection.data_received`` (the RequestLoop, Core.execute, the handler, the effect
 sinks); a turn is R reads and then the loop's end of turn (``Server._end_of_turn``:
 hooks, then each connection's write).  Prints the time per request (the machine's other
@@ -78,7 +80,7 @@ class _Transport:
         pass
 
 
-def run(requests: int, reads: int) -> float:
+def run(requests: int, reads: int, pipeline: int = 16, appendfsync: str = "") -> float:
     """Serve ``requests`` XADDs; the seconds per request."""
     from streamdb import commands, replication  # noqa: F401  (fills the command table)
     from streamdb.__main__ import GC_THRESHOLDS
@@ -91,7 +93,8 @@ def run(requests: int, reads: int) -> float:
     from streamdb.server.network import Server
 
     cfg = Config()
-    cfg.load_args(["--appendonly", "no", "--save", "", "--dir", tempfile.mkdtemp(), "--port", "0"])
+    aof = ["--appendonly", "yes", "--appendfsync", appendfsync] if appendfsync else ["--appendonly", "no"]
+    cfg.load_args([*aof, "--save", "", "--dir", tempfile.mkdtemp(), "--port", "0"])
     core = Core(cfg)
     server = Server(core)
     persistence.install(core)
@@ -108,8 +111,8 @@ def run(requests: int, reads: int) -> float:
         conn = server._new_connection()
         conn.connection_made(_Transport())
         conns.append(conn)
-    data = encode_request(b"XADD", b"s", b"*", b"f", b"v") * 16
-    turns = max(1, requests // (16 * reads))
+    data = encode_request(b"XADD", b"s", b"*", b"f", b"v") * pipeline
+    turns = max(1, requests // (pipeline * reads))
     start = time.perf_counter()
     for _ in range(turns):
         for conn in conns:
@@ -118,13 +121,15 @@ def run(requests: int, reads: int) -> float:
     elapsed = time.perf_counter() - start
     if not all(conn.transport.written for conn in conns):
         raise SystemExit("no replies were written")
-    return elapsed / (turns * 16 * reads)
+    return elapsed / (turns * pipeline * reads)
 
 
-def instructions(reads: int) -> int:
+def instructions(reads: int, pipeline: int, appendfsync: str) -> int:
     def count(n: int) -> int:
         out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-                              sys.executable, __file__, "--run", str(n), "--reads", str(reads)],
+                              sys.executable, __file__, "--run", str(n), "--reads", str(reads),
+                              "--pipeline", str(pipeline),
+                              *(["--appendfsync", appendfsync] if appendfsync else [])],
                              capture_output=True, text=True, env={**os.environ}).stderr
         return int(re.search(r"Collected : (\d+)", out).group(1))
     return (count(192_000) - count(64_000)) // 128_000
@@ -135,21 +140,27 @@ def main() -> int:
     ap.add_argument("--instructions", action="store_true", help="count with callgrind too")
     ap.add_argument("--requests", type=int, default=400_000, help="requests per timed run")
     ap.add_argument("--reads", type=int, default=4, help="reads (connections) per turn")
+    ap.add_argument("--pipeline", type=int, default=16, help="requests per read")
+    ap.add_argument("--appendfsync", choices=("always", "everysec", "no"), default="",
+                    help="with an AOF fsynced so (default: no AOF)")
     ap.add_argument("--run", type=int, default=0, help=argparse.SUPPRESS)   # one counted run
     args = ap.parse_args()
     if args.run:
-        run(args.run, args.reads)
+        run(args.run, args.reads, args.pipeline, args.appendfsync)
         return 0
     from streamdb import compiled, protocol
     print(f"core: {' '.join(compiled.status(protocol.CORE, protocol.CORE_REASON))}")
-    best = min(run(args.requests, args.reads) for _ in range(3))
-    print(f"XADD -P16 in-process: {best * 1e9:.0f} ns per request (best of 3)")
+    what = f"XADD -P{args.pipeline}, {args.reads} reads a turn" + \
+        (f", appendfsync {args.appendfsync}" if args.appendfsync else "")
+    best = min(run(args.requests, args.reads, args.pipeline, args.appendfsync) for _ in range(3))
+    print(f"{what}, in-process: {best * 1e9:.0f} ns per request (best of 3)")
     if args.instructions:
         if shutil.which("valgrind") is None:
             print("valgrind is not installed: no instruction counts")
         else:
-            print(f"XADD -P16 in-process: {instructions(args.reads)} instructions per request "
-                  "(callgrind)")
+            print(f"{what}, in-process: "
+                  f"{instructions(args.reads, args.pipeline, args.appendfsync)} "
+                  "instructions per request (callgrind)")
     return 0
 
 
