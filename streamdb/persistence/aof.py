@@ -44,13 +44,12 @@ import os
 import threading
 import time
 import zlib
-from operator import itemgetter
 
 from .. import log
-from ..protocol import ProtocolError, RequestParser, encode_reply
+from ..protocol import ProtocolError, RequestParser, encode_commands, encode_reply
 from .child import fork_child, reap
 
-__all__ = ["Aof", "AofCorruption", "AofError", "encode_command", "encode_commands", "frame_size",
+__all__ = ["Aof", "AofCorruption", "AofError", "encode_command", "frame_size",
            "last_select", "read_segment", "Manifest", "FRAME_HEADER_MAX", "state_commands", "write_base"]
 
 SEGMENT_MAGIC = b"#SDBAOF 1\r\n"
@@ -82,20 +81,12 @@ def encode_command(argv: list[bytes]) -> bytes:
     return encode_reply(argv, False)
 
 
-_HEAD = itemgetter(0)
-
-
-def encode_commands(commands: list[list[bytes]]) -> bytes:
-    """``encode_command`` of each command, concatenated: a batch of effects
-    for the AOF or the replication stream."""
-    return b"".join(map(encode_command, commands))
-
-
 def last_select(commands: list[list[bytes]]) -> int | None:
     """The db the last SELECT among ``commands`` selects, or None if none does."""
-    if b"SELECT" not in map(_HEAD, commands):
-        return None
-    return next(int(argv[1]) for argv in reversed(commands) if argv[0] == b"SELECT")
+    for argv in reversed(commands):
+        if argv[0] == b"SELECT":
+            return int(argv[1])
+    return None
 
 
 def segment_seq(name: str) -> int:

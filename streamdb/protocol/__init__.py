@@ -3,7 +3,7 @@
 The one place that chooses between the compiled core (``_resp.pyx``, built by
 ``pip install``) and its plain twins (``request.py``, ``reply.py``: the readable
 specification, with the same behaviour).  Everything else imports
-``RequestParser`` and ``encode_reply`` from here.  The compiled core is used
+``RequestParser``, ``encode_reply`` and ``encode_commands`` from here.  The compiled core is used
 unless ``STREAMDB_PURE=1`` is set or it is not built; ``CORE`` says which runs
 ("compiled" or "python") and ``CORE_REASON`` why (start-up log, ``INFO server``).
 """
@@ -16,23 +16,24 @@ from .reply import (CommandError, Double, Map, NULL_ARRAY, RSet, Status, Verbati
 from .request import ProtocolError
 
 __all__ = ["ProtocolError", "RequestParser", "CommandError", "Double", "Map", "NULL_ARRAY",
-           "RSet", "Status", "Verbatim", "encode_reply", "OK", "QUEUED", "PONG",
+           "RSet", "Status", "Verbatim", "encode_reply", "encode_commands", "OK", "QUEUED", "PONG",
            "CORE", "CORE_REASON", "select_core"]
 
 COMPILED_MODULE = "streamdb.protocol._resp"
 
 
 def select_core(pure: bool, module: str = COMPILED_MODULE):
-    """``(core, reason, RequestParser, encode_reply)``: the compiled module's
-    unless ``pure`` or it cannot be imported, else the plain twins'."""
+    """``(core, reason, RequestParser, encode_reply, encode_commands)``: the compiled
+    module's unless ``pure`` or it cannot be imported, else the plain twins'."""
+    plain = (request.RequestParser, reply.encode_reply, reply.encode_commands)
     if pure:
-        return "python", "STREAMDB_PURE is set", request.RequestParser, reply.encode_reply
+        return ("python", "STREAMDB_PURE is set", *plain)
     try:
         core_module = importlib.import_module(module)
     except ImportError as e:
-        return ("python", f"the compiled core is not built ({e})",
-                request.RequestParser, reply.encode_reply)
-    return "compiled", module, core_module.RequestParser, core_module.encode_reply
+        return ("python", f"the compiled core is not built ({e})", *plain)
+    return ("compiled", module, core_module.RequestParser, core_module.encode_reply,
+            core_module.encode_commands)
 
 
-CORE, CORE_REASON, RequestParser, encode_reply = select_core(compiled.PURE)
+CORE, CORE_REASON, RequestParser, encode_reply, encode_commands = select_core(compiled.PURE)

@@ -21,3 +21,4 @@ cdef class RequestParser:
     cdef list inline(self)
 
 cpdef encode_reply(value, bint resp3)
+cpdef bytes encode_commands(list commands)

@@ -542,3 +542,20 @@ cpdef encode_reply(value, bint resp3):
         return PyBytes_FromStringAndSize(o.p, o.n)
     finally:
         PyMem_Free(o.p)
+
+
+cpdef bytes encode_commands(list commands):
+    """Commands (lists of bytes) as RESP arrays, concatenated, built in one buffer:
+    every write's effects pass here on their way to the AOF (reply.py's encode_commands)."""
+    cdef Out o
+    o.cap = 256
+    o.p = <char*>PyMem_Malloc(o.cap)
+    if o.p == NULL:
+        raise MemoryError()
+    o.n = 0
+    try:
+        for argv in commands:
+            encode_into(&o, argv, False)
+        return PyBytes_FromStringAndSize(o.p, o.n)
+    finally:
+        PyMem_Free(o.p)

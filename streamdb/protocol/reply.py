@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 
 __all__ = ["CommandError", "Status", "Map", "RSet", "Double", "Verbatim", "Raw", "NULL_ARRAY",
-           "OK", "QUEUED", "PONG", "encode_reply"]
+           "OK", "QUEUED", "PONG", "encode_reply", "encode_commands"]
 
 
 class CommandError(Exception):
@@ -118,6 +118,12 @@ def encode_reply(value, resp3: bool) -> bytes:
     out: list[bytes] = []
     _encode(value, resp3, out)
     return b"".join(out)
+
+
+def encode_commands(commands: list) -> bytes:
+    """Commands (lists of bytes) as RESP arrays, concatenated: a batch of effects
+    for the AOF or the replication stream."""
+    return b"".join([encode_reply(argv, False) for argv in commands])
 
 
 def _encode(value, resp3: bool, out: list) -> None:

@@ -31,7 +31,8 @@ from collections import deque
 
 from .. import log
 from ..commands.context import BlockRequest
-from ..persistence.aof import encode_command, encode_commands, last_select
+from ..persistence.aof import encode_command, last_select
+from ..protocol import encode_commands
 from ..protocol.reply import OK, CommandError, Raw
 from . import state
 from .fullsync import PayloadTransfer

@@ -43,6 +43,7 @@ def test_the_compiled_core_runs_unless_streamdb_pure_is_set():
         assert protocol.CORE == "compiled", protocol.CORE_REASON
         assert protocol.RequestParser is _resp.RequestParser
         assert protocol.encode_reply is _resp.encode_reply
+        assert protocol.encode_commands is _resp.encode_commands
 
 
 def test_every_pure_mode_module_runs_compiled_unless_streamdb_pure_is_set():
@@ -74,8 +75,9 @@ def test_a_source_newer_than_its_build_runs_as_python(tmp_path):
 
 
 def test_a_core_that_does_not_import_leaves_the_python_path():
-    core, reason, parser, encode = protocol.select_core(False, "streamdb.protocol._not_built")
-    assert (core, parser, encode) == ("python", request.RequestParser, reply.encode_reply)
+    core, reason, parser, encode, encode_all = protocol.select_core(False, "streamdb.protocol._not_built")
+    assert (core, parser, encode, encode_all) == ("python", request.RequestParser, reply.encode_reply,
+                                                  reply.encode_commands)
     assert "not built" in reason
     assert protocol.select_core(True)[:2] == ("python", "STREAMDB_PURE is set")
 
@@ -306,6 +308,14 @@ def test_replies_encode_to_the_same_bytes(value, resp3):
 def test_edge_replies_encode_alike(value):
     for resp3 in (False, True):
         assert _resp.encode_reply(value, resp3) == reply.encode_reply(value, resp3)
+
+
+@needs_compiled
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.lists(st.binary(max_size=70), min_size=1, max_size=6), max_size=5))
+def test_commands_encode_to_the_same_bytes(commands):
+    assert _resp.encode_commands(commands) == reply.encode_commands(commands)
+    assert reply.encode_commands(commands) == b"".join(reply.encode_reply(c, False) for c in commands)
 
 
 @needs_compiled
