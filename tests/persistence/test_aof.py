@@ -151,6 +151,9 @@ def test_kill9_loses_no_acknowledged_write_under_always(tmp_path):
         assert [e[0] for e in r.xrange("log")] == acked
         for i in range(200):
             acked.append(r.xadd("log", {"round": round_, "i": i}))
+        # (aof-preallocate: the frames were written over zeros written ahead of them.)
+        seg = max((d / "appendonlydir").glob("*.incr.aof"))
+        wait_until(lambda: seg.stat().st_size > segment_logical_size(seg), 10, "preallocated zeros")
         srv.kill9()
         srv.stop()
     srv = ServerProcess(d, "--appendonly", "yes", "--save", "").start()
