@@ -80,8 +80,7 @@ _NO_SYNCER = object()       # Aof.syncer when no fsync child can be had
 MANIFEST_MAGIC = "#SDBMANIFEST 1"
 FRAME_HEADER_MAX = 64
 DEFAULT_PREALLOCATE = 16 << 20      # aof-preallocate's default
-_ZERO_SCAN = 1 << 20                # content_end compares the tail with zeros this much at a time
-_ZEROS = bytes(_ZERO_SCAN)
+_ZERO_SCAN = 1 << 20                # content_end looks at the tail this much at a time
 
 
 class AofError(Exception):
@@ -160,15 +159,14 @@ def content_end(data: bytes) -> int:
     ends in another byte): the end of what was written into a preallocated segment.
 
     A header and every frame end with ``\\r\\n``, so nothing valid is taken for
-    zeros; compared with zeros a MiB at a time from the end (about 60 us a MiB)."""
+    zeros; counted a MiB at a time from the end (about 0.3 ms a MiB of zeros)."""
     end = len(data)
     if not end or data[end - 1]:
         return end
     while end:
         start = max(0, end - _ZERO_SCAN)
-        block = data[start:end]
-        if block != _ZEROS[:end - start]:
-            return start + len(block.rstrip(b"\0"))
+        if data.count(0, start, end) != end - start:
+            return start + len(data[start:end].rstrip(b"\0"))
         end = start
     return 0
 
@@ -185,7 +183,7 @@ def segment_logical_size(path: str) -> int:
             if len(block) != end - start:       # shrank meanwhile: start again from its end
                 end = os.fstat(f.fileno()).st_size
                 continue
-            if block != _ZEROS[:end - start]:
+            if block.count(0) != len(block):
                 return start + len(block.rstrip(b"\0"))
             end = start
             step = min(step * 16, _ZERO_SCAN)

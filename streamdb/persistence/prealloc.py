@@ -47,7 +47,7 @@ __all__ = ["Preallocator", "room_wanted", "CHUNK", "FIRST_CHUNK", "MIN_ROOM"]
 CHUNK = 1 << 20           # one pwrite + fdatasync of zeros
 FIRST_CHUNK = 64 << 10    # a new segment's first chunks double from here up to CHUNK
 MIN_ROOM = 1 << 20        # the room a small segment keeps ahead (see room_wanted)
-_ZEROS = bytes(CHUNK)
+_ZEROS = bytes(64 << 10)   # a chunk is written from this buffer, repeated (os.pwritev)
 _RETRY_AFTER_ERROR = 1.0  # seconds the thread rests after a failed zero write
 
 
@@ -149,8 +149,12 @@ class Preallocator:
             if n <= 0:
                 return chunk
             done = 0
-            while done < n:
-                done += os.pwrite(self.fd, memoryview(_ZEROS)[done:n], start + done)
+            while done < n:           # (one call: the GIL is taken back once per chunk)
+                left = n - done
+                bufs = [_ZEROS] * (left // len(_ZEROS))
+                if left % len(_ZEROS):
+                    bufs.append(memoryview(_ZEROS)[:left % len(_ZEROS)])
+                done += os.pwritev(self.fd, bufs, start + done)
             self.zeroed = start + n
             generation = self._generation
         os.fdatasync(self.fd)
