@@ -192,17 +192,18 @@ def test_a_crash_image_loads_clean_and_appends_after_the_last_frame(tmp_path):
 def test_the_thread_never_writes_zeros_over_a_frame(tmp_path, monkeypatch):
     """Tiny chunks and rooms, frames of every size from a few bytes to more than a
     room: the frames keep catching up with the zeros, and the thread extends hundreds
-    of times meanwhile.  Every frame reads back, in order."""
-    monkeypatch.setattr(prealloc, "CHUNK", 4096)
-    monkeypatch.setattr(prealloc, "FIRST_CHUNK", 512)
-    monkeypatch.setattr(prealloc, "MIN_ROOM", 16384)
-    core, aof = _aof(tmp_path / "aof", preallocate=32768)
+    of times meanwhile.  Every frame reads back, in order.  (Small values: the test's
+    own memory stays low, which the RSS bounds of later tests' servers include.)"""
+    monkeypatch.setattr(prealloc, "CHUNK", 1024)
+    monkeypatch.setattr(prealloc, "FIRST_CHUNK", 256)
+    monkeypatch.setattr(prealloc, "MIN_ROOM", 4096)
+    core, aof = _aof(tmp_path / "aof", preallocate=8192)
     rng = random.Random(5)
     c = core.new_client()
     extended = 0
     last_target = aof.prealloc.target
     for i in range(1, 2501):
-        core.execute(c, [b"XADD", b"s", b"%d-1" % i, b"f", b"v" * rng.choice((1, 50, 700, 5000, 40000))])
+        core.execute(c, [b"XADD", b"s", b"%d-1" % i, b"f", b"v" * rng.choice((1, 50, 300, 2000, 10000))])
         assert aof.flush()
         if aof.prealloc.target != last_target:
             extended, last_target = extended + 1, aof.prealloc.target
