@@ -109,6 +109,8 @@ def _apply_config(core, aof, names: list[str]) -> None:
         aof.policy = core.config["appendfsync"]
     if "aof-load-truncated" in names and aof is not None:
         aof.load_truncated = core.config["aof-load-truncated"]
+    if "aof-preallocate" in names and aof is not None:
+        aof.preallocate = core.config["aof-preallocate"]
     if "loglevel" in names:
         log.set_level(core.config["loglevel"])
 

@@ -258,6 +258,7 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("auto-aof-rewrite-percentage", "100", _parse_int(0, 2**31 - 1), "Rewrite the AOF when it grew by this percentage."),
     _d("auto-aof-rewrite-min-size", "67108864", _parse_mem(), "Minimum AOF size before an automatic rewrite."),
     _d("aof-use-rdb-preamble", "yes", _parse_bool, "What an AOF rewrite writes as the base segment: yes = each key as a RESTORE of its snapshot (binary) payload, exact and compact; no = the plain commands that rebuild it (XADD with ids, XSETID, XGROUP CREATE, XCLAIM for the PEL, SET), readable, but without PEL entries of deleted entries and IDMP counters, as Redis's command form. Both load whatever the setting.", True, _render_bool),
+    _d("aof-preallocate", "16mb", _parse_mem(0, 1 << 40), "appendfsync always: at most this many bytes of zeros are kept written and fsynced ahead of the AOF's end, so that each fsync writes the frames only, not a new file size too (0 = append). The current segment takes up to this much more disk than its logical size.", True),
     _d("aof-record-fsync", "no", _parse_bool, "Crash testing: log each fsync boundary to <appenddirname>/fsync.log.", False, _render_bool),
     _d("save", "3600 1 300 100 60 10000", _parse_save, "Snapshot after <seconds> <changes> pairs."),
     _d("dbfilename", "snapshot.lmdb", _S, "Snapshot directory name (an LMDB environment) under dir.", False),

@@ -11,6 +11,19 @@ effects of one event-loop turn (the group commit)::
 
     #SDBAOF 1\\r\\n
     #F <body length> <crc32 hex>\\r\\n<body: RESP commands>  ...
+    \\0\\0\\0 ...                             optional: zeros to the end of the file
+
+The segment being written is kept physically longer than its logical end (its
+header and frames) under ``appendfsync always``: the bytes after the last frame
+are zeros written and fdatasync'ed ahead of time (``prealloc.py``), so that a
+frame's fdatasync does not also have to commit a new file size.  Frames are
+written with ``os.pwrite`` at the logical end (``Aof.size``), which is what
+every size (INFO, auto-rewrite, backups, replication positions) means.  A
+reader takes a zero byte where a frame header would start, with only zeros
+after it, as the clean end; torn bytes followed by only zeros are a torn tail,
+exactly as torn bytes at the end of the file are.  Nothing valid ends in a zero
+byte (a header or a frame ends with ``\\r\\n``), so the zeros are found
+from the end of the file (``content_end``).
 
 Each frame is written with one write().  Under ``appendfsync always`` the loop
 fdatasync()s it at once, before any reply of the turn leaves the server, as
@@ -48,13 +61,17 @@ import zlib
 from .. import log
 from ..protocol import ProtocolError, RequestParser, encode_commands, encode_reply
 from .child import fork_child, reap
+from .prealloc import Preallocator
 
 __all__ = ["Aof", "AofCorruption", "AofError", "encode_command", "frame_size",
-           "last_select", "read_segment", "Manifest", "FRAME_HEADER_MAX", "state_commands", "write_base"]
+           "last_select", "read_segment", "Manifest", "FRAME_HEADER_MAX", "state_commands", "write_base",
+           "content_end", "segment_logical_size", "copy_segment", "DEFAULT_PREALLOCATE"]
 
 SEGMENT_MAGIC = b"#SDBAOF 1\r\n"
 MANIFEST_MAGIC = "#SDBMANIFEST 1"
 FRAME_HEADER_MAX = 64
+DEFAULT_PREALLOCATE = 16 << 20      # aof-preallocate's default
+_ZERO_SCAN = 1 << 20                # content_end looks at the tail this much at a time
 
 
 class AofError(Exception):
@@ -116,25 +133,87 @@ class SegmentScan:
         self.valid_end = 0                 # offset just past the last good frame
         self.torn_at: int | None = None    # a torn tail starts here
         self.torn_reason = ""
+        self.end = 0                       # where the zeros that end the file (if any) begin
+        self.size = 0                      # the file's size, zeros included
+
+
+def content_end(data: bytes) -> int:
+    """Where the run of zero bytes that ends ``data`` begins (``len(data)`` when it
+    ends in another byte): the end of what was written into a preallocated segment.
+
+    A header and every frame end with ``\\r\\n``, so nothing valid is taken for
+    zeros; counted a MiB at a time from the end (about 0.3 ms a MiB of zeros)."""
+    end = len(data)
+    if not end or data[end - 1]:
+        return end
+    while end:
+        start = max(0, end - _ZERO_SCAN)
+        if data.count(0, start, end) != end - start:
+            return start + len(data[start:end].rstrip(b"\0"))
+        end = start
+    return 0
+
+
+def segment_logical_size(path: str) -> int:
+    """The logical size of the segment file at ``path``: its bytes without the zeros
+    that end it (a preallocated segment's room).  Reads only that tail, from the end."""
+    with open(path, "rb") as f:
+        end = os.fstat(f.fileno()).st_size
+        step = 4096                             # (most files end in a frame: one small read)
+        while end:
+            start = max(0, end - step)
+            block = os.pread(f.fileno(), end - start, start)
+            if len(block) != end - start:       # shrank meanwhile: start again from its end
+                end = os.fstat(f.fileno()).st_size
+                continue
+            if block.count(0) != len(block):
+                return start + len(block.rstrip(b"\0"))
+            end = start
+            step = min(step * 16, _ZERO_SCAN)
+    return 0
+
+
+def copy_segment(src: str, dest: str) -> int:
+    """Copy the logical part of the segment ``src`` to ``dest`` (fsynced, none of its
+    preallocated zeros); returns the bytes copied."""
+    size = segment_logical_size(src)
+    with open(src, "rb") as f, open(dest, "wb") as out:
+        left = size
+        while left:
+            chunk = f.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            out.write(chunk)
+            left -= len(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    return size - left
 
 
 def read_segment(data: bytes, path: str = "") -> SegmentScan:
-    """Split a segment's bytes into frames.  Raises AofError on corruption in the middle."""
+    """Split a segment's bytes into frames.  Raises AofError on corruption in the middle.
+
+    The zeros that may end the file (a preallocated segment) are not part of it:
+    the frames are read up to where they begin (``content_end``), so a zero byte
+    where a frame header would start with only zeros after it is the clean end, a
+    frame cut short by them is a torn tail as one cut by the end of the file, and a
+    bad frame with any non-zero byte after it is corruption in the middle."""
     scan = SegmentScan()
+    n = scan.end = content_end(data)
+    scan.size = len(data)
     if not data.startswith(SEGMENT_MAGIC):
-        if SEGMENT_MAGIC.startswith(data):        # torn while writing the header itself
+        if SEGMENT_MAGIC.startswith(data[:n]):     # torn while writing the header itself
             scan.torn_at, scan.torn_reason = 0, "truncated header"
             return scan
         raise AofError(f"{path}: bad segment header at offset 0 (not a StreamDB AOF segment "
                        f"or unsupported version)")
     pos = len(SEGMENT_MAGIC)
     scan.valid_end = pos
-    n = len(data)
     while pos < n:
-        eol = data.find(b"\r\n", pos, pos + FRAME_HEADER_MAX)
+        eol = data.find(b"\r\n", pos, min(pos + FRAME_HEADER_MAX, n))
         bad = None
         if eol < 0:
-            if n - pos < FRAME_HEADER_MAX and b"\r\n" not in data[pos:]:
+            if n - pos < FRAME_HEADER_MAX and data.find(b"\r\n", pos, n) < 0:
                 scan.torn_at, scan.torn_reason = pos, "truncated frame header"
                 return scan
             bad = "unreadable frame header"
@@ -164,7 +243,7 @@ def read_segment(data: bytes, path: str = "") -> SegmentScan:
                     pos = end
                     scan.valid_end = pos
                     continue
-        raise AofCorruption(f"{path}: {bad} at offset {pos} of {n} (corruption in the middle of "
+        raise AofCorruption(f"{path}: {bad} at offset {pos} of {len(data)} (corruption in the middle of "
                             f"the file: the server will not start on it; "
                             f"'streamdb-check-aof --fix {os.path.dirname(path) or '.'}' cuts the log "
                             f"at the last valid frame, after saying what that loses and asking)",
@@ -269,6 +348,14 @@ class Manifest:
         fsync_dir(dirpath)
 
 
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view = view[n:]
+        offset += n
+
+
 def fsync_dir(dirpath: str) -> None:
     fd = os.open(dirpath, os.O_RDONLY)
     try:
@@ -284,7 +371,8 @@ def fsync_dir(dirpath: str) -> None:
 
 class Aof:
     def __init__(self, core, dirpath: str, basename: str = "appendonly.aof",
-                 fsync: str = "everysec", load_truncated: bool = True) -> None:
+                 fsync: str = "everysec", load_truncated: bool = True,
+                 preallocate: int = DEFAULT_PREALLOCATE) -> None:
         self.core = core
         self.dir = dirpath
         self.basename = basename
@@ -296,8 +384,15 @@ class Aof:
         self.cur_db = 0               # the db the segment's replayer will be in
         self.buf: list[bytes] = []    # this turn's effects
         self.pending: bytes = b""     # a frame that failed to write, retried
-        self.size = 0                 # current segment size
+        self.size = 0                 # current segment's logical size (header and frames)
         self.base_size = 0
+        # aof-preallocate: the most zeros kept written ahead of the current
+        # segment's logical end under 'always' (0: none); the Preallocator of the
+        # current segment, if it has one; the logical sizes of the segments
+        # loaded or sealed (a file may be longer: zeros after a crash).
+        self.preallocate = preallocate
+        self.prealloc: Preallocator | None = None
+        self._sizes: dict[str, int] = {}
         self.total_size = 0
         self.last_write_ok = True
         self.last_error = ""
@@ -396,6 +491,8 @@ class Aof:
                     raise AofError(f"{p}: {scan.torn_reason} at offset {scan.torn_at} "
                                    f"(aof-load-truncated is no; run the AOF checker with --fix)")
             scans.append((p, scan, len(data)))
+        # (What the progress counts: the frames, not the zeros a segment may end with.)
+        self.loading_total_bytes = total = sum(scan.end for _, scan, _ in scans) or 1
         for p, scan, size in scans:
             client.db = 0          # every segment is written starting from db 0
             if p.endswith(".base.aof"):
@@ -430,13 +527,18 @@ class Aof:
                     log.log(log.NOTICE, f"Loading AOF: {self.loaded_perc:.1f}% "
                                         f"({applied} commands, {applied / max(now - t0, 1e-9):.0f}/s)")
             if scan.torn_at is not None:
+                zeros = (f" and the {size - scan.end} bytes of preallocated zeros after it"
+                         if size > scan.end else "")
                 log.log(log.WARNING, f"!!! Warning: torn tail in {p} ({scan.torn_reason}) at offset "
-                                     f"{scan.torn_at} of {size}: cutting {size - scan.torn_at} bytes "
-                                     f"(aof-load-truncated yes)")
+                                     f"{scan.torn_at} of {scan.end}: cutting {scan.end - scan.torn_at} "
+                                     f"bytes{zeros} (aof-load-truncated yes)")
+                # Cut to the last whole frame, zeros included: what is appended next
+                # goes there, and the room ahead is written afresh.
                 with open(p, "r+b") as f:
                     f.truncate(scan.valid_end if scan.valid_end else 0)
                     f.flush()
                     os.fsync(f.fileno())
+            self._sizes[os.path.basename(p)] = scan.valid_end
         self.cur_db = client.db
         self.core.remove_client(client)
         self.loading = False
@@ -458,12 +560,18 @@ class Aof:
         if not self.manifest.incrs:
             self._new_incr_segment()
         else:
-            path = os.path.join(self.dir, self.manifest.incrs[-1])
-            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            self.size = os.fstat(self.fd).st_size
+            name = self.manifest.incrs[-1]
+            path = os.path.join(self.dir, name)
+            # No O_APPEND: frames go at the logical end (os.pwrite at ``size``), which
+            # the load found (the end of the last whole frame), not the file's end:
+            # after a crash the zeros of its preallocation follow it.
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            known = self._sizes.get(name)
+            self.size = known if known is not None else segment_logical_size(path)
             if self.size == 0:
                 self._write_all(SEGMENT_MAGIC)
                 self.size = len(SEGMENT_MAGIC)
+            self._adopt_tail(name)
         self.base_size = self._segment_size(self.manifest.base)
         self.total_size = self.base_size + sum(self._segment_size(s) for s in self.manifest.incrs)
         self.rewrite_base_size = self.total_size
@@ -472,20 +580,56 @@ class Aof:
             self._fsync_thread = threading.Thread(target=self._fsync_loop, name="aof-fsync", daemon=True)
             self._fsync_thread.start()
 
-    def _segment_size(self, name: str | None) -> int:
+    def _adopt_tail(self, name: str) -> None:
+        """open_for_append of an existing segment: what follows its logical end.
+
+        Zeros (a crashed server's preallocation; the load checked that only zeros
+        follow) are made durable, so that frames may be written over them, and
+        kept as the room ahead under 'always'; otherwise they are cut off."""
+        file_end = os.fstat(self.fd).st_size
+        if file_end > self.size:
+            if self.policy == "always" and self.preallocate:
+                os.fdatasync(self.fd)        # (a kill -9 may have left them in the page cache only)
+            else:
+                os.ftruncate(self.fd, self.size)
+                os.fsync(self.fd)
+        self._start_prealloc(name)
+
+    def _start_prealloc(self, name: str, logical_end: int | None = None) -> None:
+        """Under 'always' (with aof-preallocate), the current segment gets its
+        Preallocator, whose thread writes the first room at once (the segment's
+        first frames may be appended meanwhile).  Under the other policies frames
+        are appended: one fdatasync a second (or none) has little to gain, and
+        the zeros would double what the disk writes."""
+        if self.prealloc is None and self.policy == "always" and self.preallocate:
+            end = self.size if logical_end is None else logical_end
+            self.prealloc = Preallocator(self.fd, name, end, os.fstat(self.fd).st_size)
+            self.prealloc.extend(end, self.preallocate)
+
+    def segment_size(self, name: str | None) -> int:
+        """The logical size of segment ``name`` (its header and frames, without
+        preallocated zeros): what INFO, auto-rewrite and backups count."""
         if not name:
             return 0
+        if self.manifest.incrs and name == self.manifest.incrs[-1] and self.fd is not None:
+            return self.size
+        known = self._sizes.get(name)
+        if known is not None:
+            return known
         try:
-            return os.path.getsize(os.path.join(self.dir, name))
+            return segment_logical_size(os.path.join(self.dir, name))
         except OSError:
             return 0
+
+    _segment_size = segment_size
 
     def _new_incr_segment(self) -> None:
         self.manifest.seq += 1
         name = f"{self.basename}.{self.manifest.seq}.incr.aof"
         path = os.path.join(self.dir, name)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.write(fd, SEGMENT_MAGIC)
+        # (No O_APPEND: frames are written at the logical end, see open_for_append.)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.pwrite(fd, SEGMENT_MAGIC, 0)
         os.fsync(fd)
         # The old segment must be durable before its fd goes away (and the
         # fsync thread must not be inside an fsync of it).
@@ -493,6 +637,7 @@ class Aof:
             if self.fd is not None:
                 if self.written_pos > self.durable_pos:
                     os.fdatasync(self.fd)
+                self._seal_current()
                 os.close(self.fd)
             self.fd = fd
             self.size = len(SEGMENT_MAGIC)
@@ -500,6 +645,16 @@ class Aof:
         self.cur_db = 0
         self.manifest.incrs.append(name)
         self.manifest.save(self.dir, self.manifest_name)
+        self._start_prealloc(name)
+
+    def _seal_current(self) -> None:
+        """The current segment gets no more frames: its logical size is final, and
+        its zeros are cut off by its Preallocator's thread (the loop goes on)."""
+        if self.manifest.incrs:
+            self._sizes[self.manifest.incrs[-1]] = self.size
+        if self.prealloc is not None:
+            self.prealloc.retire(self.size)
+            self.prealloc = None
 
     def append_batch(self, db: int, effects: list[list[bytes]]) -> None:
         """Effect sink: queue one command's effects for this turn's frame.
@@ -585,16 +740,33 @@ class Aof:
             self.bgrewrite()
 
     def _write_all(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            n = os.write(self.fd, view)
-            view = view[n:]
+        """Write ``data`` at the logical end (``size``; the caller moves it on).
+
+        Past the zeros the preallocation thread has written (or with none), the
+        frame is appended; while that thread may be writing right there, under its
+        ``io_lock`` (see prealloc.py)."""
+        end = self.size + len(data)
+        pa = self.prealloc
+        if pa is None or end <= pa.zeroed:
+            _pwrite_all(self.fd, data, self.size)
+        else:
+            with pa.io_lock:
+                _pwrite_all(self.fd, data, self.size)
+                pa.logical = end
+        if self.policy == "always" and self.preallocate:
+            if pa is None:      # (appendfsync switched to always at run time)
+                self._start_prealloc(self._segment_name(), end)
+            else:
+                pa.extend(end, self.preallocate)
 
     def _write_failed(self, e: OSError) -> None:
         # Cut back whatever part of the frame reached the file, so that the
-        # retried frame does not follow a torn one.
+        # retried frame does not follow a torn one (the zeros ahead go too).
         try:
-            os.ftruncate(self.fd, self.size)
+            if self.prealloc is not None:
+                self.prealloc.cut_back(self.fd, self.size)
+            else:
+                os.ftruncate(self.fd, self.size)
         except OSError:
             pass
         if self.last_write_ok:
@@ -734,6 +906,7 @@ class Aof:
         if self._fsync_thread is not None:
             self._fsync_thread.join(timeout=5)
             self._fsync_thread = None
+        self._cut_zeros()
         with self._sync_lock:
             if self.fd is not None:
                 try:
@@ -743,6 +916,21 @@ class Aof:
                 os.close(self.fd)
                 self.fd = None
         self._mark_durable(self.written_pos)
+
+    def _cut_zeros(self) -> None:
+        """Shutdown: stop the preallocation and cut the current segment back to its
+        logical size (the fsync after it makes that durable): a stopped server's
+        segments hold no zeros, only a crashed one's may."""
+        pa, self.prealloc = self.prealloc, None
+        if pa is not None and not pa.close():
+            return          # its thread is stuck in the disk: leave the zeros (a valid tail)
+        if self.fd is None:
+            return
+        try:
+            if os.fstat(self.fd).st_size > self.size:
+                os.ftruncate(self.fd, self.size)
+        except OSError:
+            pass
 
     # -- snapshots ------------------------------------------------------------------
 
@@ -773,6 +961,7 @@ class Aof:
         self.manifest.incrs = [s for s in self.manifest.incrs if segment_seq(s) > seq]
         self.manifest.save(self.dir, self.manifest_name)
         for name in old:
+            self._sizes.pop(name, None)
             try:
                 os.unlink(os.path.join(self.dir, name))
             except OSError:
@@ -839,6 +1028,7 @@ class Aof:
         self.manifest.incrs = [s for s in self.manifest.incrs if segment_seq(s) > covered]
         self.manifest.save(self.dir, self.manifest_name)
         for name in old:
+            self._sizes.pop(name, None)
             if name != base_name:
                 try:
                     os.unlink(os.path.join(self.dir, name))

@@ -40,7 +40,7 @@ import time
 import lmdb
 
 from .. import __version__, log
-from .aof import Aof, AofError, Manifest, fsync_dir, read_segment, segment_seq
+from .aof import Aof, AofError, Manifest, copy_segment, fsync_dir, read_segment, segment_seq
 from .child import fork_child, reap
 from .snapshot import MAP_SIZE, SnapshotError, load_snapshot, snapshot_info
 
@@ -187,7 +187,9 @@ class Backup:
                 current = aof.manifest.incrs[-1] if aof.manifest.incrs else None
                 for name in aof.manifest.segments():
                     fd = os.open(os.path.join(aof.dir, name), os.O_RDONLY)
-                    length = aof.size if name == current else os.fstat(fd).st_size
+                    # Logical sizes: the current segment (and one sealed a moment ago)
+                    # has preallocated zeros after its frames, which no backup holds.
+                    length = aof.segment_size(name)
                     segments.append((name, name == aof.manifest.base, fd, length))
                 position.update(aof_segment=current, aof_offset=aof.size)
                 repl = self._replication_position() if exact else None
@@ -448,8 +450,8 @@ def restore_backup(directory: str, datadir: str, aof_from: str | None = None) ->
         with open(os.path.join(aof_dir, manifest_name), encoding="utf-8") as f:
             manifest = Manifest.parse(f.read(), manifest_name)
         for name in later:
-            shutil.copyfile(os.path.join(aof_from, name), os.path.join(aof_dir, name))
-            added += os.path.getsize(os.path.join(aof_dir, name))
+            # (Without the zeros a running or crashed server's last segment ends with.)
+            added += copy_segment(os.path.join(aof_from, name), os.path.join(aof_dir, name))
             if name not in manifest.incrs:
                 manifest.incrs.append(name)
         manifest.seq = max(manifest.seq, max(segment_seq(n) for n in later))

@@ -150,7 +150,7 @@ def open_persistence(core, server, cfg) -> Persistence:
     aof = None
     if cfg["appendonly"]:
         aof = Aof(core, os.path.join(cfg["dir"], cfg["appenddirname"]), cfg["appendfilename"],
-                  cfg["appendfsync"], cfg["aof-load-truncated"])
+                  cfg["appendfsync"], cfg["aof-load-truncated"], cfg["aof-preallocate"])
     p = Persistence(core, aof, snapshotter)
     snapshotter.configure_cache()
     core.config_listeners.append(p.config_changed)

@@ -173,16 +173,22 @@ def log_startup_banner(cfg) -> None:
 
 
 def aof_bytes_on_disk(cfg) -> int:
-    """Size of the AOF directory's files (0 with appendonly no): what a start-up replays at most."""
+    """Size of the AOF directory's files (0 with appendonly no): what a start-up replays at most.
+    A segment counts without the zeros a crashed server's preallocation left after its frames."""
     if not cfg["appendonly"]:
         return 0
+    from ..persistence.aof import segment_logical_size
     aof_dir = os.path.join(cfg["dir"], cfg["appenddirname"])
     try:
         names = os.listdir(aof_dir)
     except FileNotFoundError:
         return 0
-    return sum(os.path.getsize(os.path.join(aof_dir, n)) for n in names
-               if os.path.isfile(os.path.join(aof_dir, n)))
+    total = 0
+    for n in names:
+        p = os.path.join(aof_dir, n)
+        if os.path.isfile(p):
+            total += segment_logical_size(p) if n.endswith(".aof") else os.path.getsize(p)
+    return total
 
 
 def log_loaded(keyspace, aof_bytes: int, seconds: float) -> None:

@@ -15,6 +15,12 @@ follow a hole must not be applied without the ones in it.  Before cutting,
 segment to <segment>.corrupt-<time> and renames the later segments to
 <name>.retired-<time>: nothing is destroyed.
 
+A segment may end with zero bytes: the room a server running under
+``appendfsync always`` preallocates after its last frame (a crashed server's
+segment keeps it; a clean shutdown cuts it).  They are no error: the report
+counts them apart, and a frame torn by a crash with only zeros after it is a
+torn tail like one at the end of the file.
+
 Exit status: 0 the AOF is valid (or was fixed), 1 a torn tail, 2 corruption
 (or a fix declined or impossible).
 """
@@ -29,7 +35,7 @@ import time
 from dataclasses import dataclass
 
 from ..persistence.aof import (SEGMENT_MAGIC, AofCorruption, AofError, Manifest, SegmentScan, fsync_dir,
-                               read_segment, split_commands)
+                               read_segment, segment_logical_size, split_commands)
 from .progress import Progress
 
 
@@ -93,6 +99,8 @@ def check_segment(path: str) -> SegmentCheck:
         prog.update(done)
     prog.finish()
     head = f"AOF analyzed: {path}, size={len(data)}, ok_up_to={scan.valid_end}"
+    if scan.size > scan.end:
+        head += f", preallocated_zeros={scan.size - scan.end}"
     if corruption is not None:
         print(f"{head}, diff={len(data) - scan.valid_end}: CORRUPT: {corruption}")
     elif scan.torn_at is not None:
@@ -120,10 +128,15 @@ def truncate(path: str, size: int) -> None:
         os.fsync(f.fileno())
 
 
+def _zeros_note(seg: SegmentCheck) -> str:
+    zeros = seg.scan.size - seg.scan.end
+    return f" ({zeros} of them preallocated zeros)" if zeros else ""
+
+
 def fix_torn_tail(seg: SegmentCheck, yes: bool) -> int:
     size, keep = len(seg.data), seg.scan.valid_end
-    if not confirm(f"This will shrink the AOF segment from {size} bytes, with {size - keep} bytes, "
-                   f"to {keep} bytes.", yes):
+    if not confirm(f"This will shrink the AOF segment from {size} bytes, with {size - keep} bytes"
+                   f"{_zeros_note(seg)}, to {keep} bytes.", yes):
         return 1
     truncate(seg.path, keep)
     print(f"Successfully truncated AOF segment {seg.path} to {keep} bytes")
@@ -141,11 +154,11 @@ def fix_hole(seg: SegmentCheck, later: list[str], manifest: Manifest | None, man
     size, keep = len(seg.data), seg.scan.valid_end
     bad_at = seg.corruption.offset if seg.corruption else seg.scan.torn_at
     lost = frames_after(seg.data, bad_at)
-    print(f"Cutting {seg.path} at offset {keep} loses {size - keep} bytes: the bad frame at offset "
+    print(f"Cutting {seg.path} at offset {keep} loses {seg.scan.end - keep} bytes: the bad frame at offset "
           f"{bad_at} and {len(lost)} valid frames ({count_commands(lost)} commands) after it.")
     later_frames = later_commands = later_bytes = 0
     for path in later:
-        later_bytes += os.path.getsize(path)
+        later_bytes += segment_logical_size(path)
         with open(path, "rb") as f:
             data = f.read()
         try:
@@ -161,9 +174,9 @@ def fix_hole(seg: SegmentCheck, later: list[str], manifest: Manifest | None, man
               f"{len(later)} later segment(s) are retired from the manifest too: {later_bytes} bytes, "
               f"{later_frames} frames ({later_commands} commands): "
               + ", ".join(os.path.basename(p) for p in later))
-    if not confirm(f"This will shrink the AOF segment from {size} bytes, with {size - keep} bytes, "
-                   f"to {keep} bytes" + (f", and retire {len(later)} later segment(s)." if later else "."),
-                   yes):
+    if not confirm(f"This will shrink the AOF segment from {size} bytes, with {size - keep} bytes"
+                   f"{_zeros_note(seg)}, to {keep} bytes"
+                   + (f", and retire {len(later)} later segment(s)." if later else "."), yes):
         return 2
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     backup = f"{seg.path}.corrupt-{stamp}"

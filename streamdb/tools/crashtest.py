@@ -8,7 +8,11 @@ so the log keeps growing), runs producers (XADD) and group consumers
 (XREADGROUP + XACK) for a random time, then SIGKILLs it.  With --power-loss
 the server records its fsync boundaries and the tool cuts the last AOF
 segment back to a random point after the last one before restarting: what a
-power cut could leave behind.  After every restart it verifies:
+power cut could leave behind.  Under ``appendfsync always`` the segment holds
+durable zeros after its frames (``aof-preallocate``), and a power cut leaves
+those: the bytes after the cut become zeros, or, as when the frames were
+appended past the zeros, the file ends there (each round draws one of the two).
+After every restart it verifies:
 
 * the server starts on what was left (no corruption, nothing unreadable);
 * every acknowledged XADD is present, with its fields;
@@ -48,7 +52,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..persistence.aof import SEGMENT_MAGIC, Manifest, frame_size, read_segment, split_commands
+from ..persistence.aof import (SEGMENT_MAGIC, Manifest, frame_size, read_segment, segment_logical_size,
+                               split_commands)
 from .procs import free_port, wait_until_ready
 
 STREAM = "crash:log"
@@ -153,7 +158,11 @@ def _record_durable(aof_dir: str, seg: str, offset: int) -> None:
 
 
 def _power_cut(aof_dir: str, rng: random.Random) -> PowerCut:
-    """Cut the last segment back to a random point after its last durable offset."""
+    """Cut the last segment back to a random point after its last durable offset.
+
+    What comes after the cut point: zeros to the old end of the file (frames
+    written over preallocated zeros that were durable: the zeros stay), or
+    nothing (frames appended: the file ends at the cut)."""
     seg = _last_segment(aof_dir)
     if seg is None:
         return PowerCut()
@@ -166,19 +175,25 @@ def _power_cut(aof_dir: str, rng: random.Random) -> PowerCut:
     path = os.path.join(aof_dir, seg)
     with open(path, "rb") as f:
         data = f.read()
-    if len(data) <= durable:
+    scan = read_segment(data, path)
+    if scan.end <= durable:          # (the zeros after the frames are not what a cut takes)
         return PowerCut()
-    cut_to = rng.randint(durable, len(data))
-    cut = PowerCut(len(data) - cut_to)
+    cut_to = rng.randint(durable, scan.end)
+    cut = PowerCut(scan.end - cut_to)
     pos = len(SEGMENT_MAGIC)
-    for body in read_segment(data, path).frames:
+    for body in scan.frames:
         end = pos + frame_size(body)
         if end > cut_to:
             for argv in split_commands(body):
                 cut.unsynced_args.update(argv)
         pos = end
     with open(path, "r+b") as f:
-        f.truncate(cut_to)
+        if rng.random() < 0.5:
+            f.truncate(cut_to)
+        else:
+            f.seek(cut_to)
+            f.write(bytes(len(data) - cut_to))
+        f.flush()
         os.fsync(f.fileno())
     # What survived the cut is on disk: a later cut must not reach behind it.
     # (The restart cuts a torn last frame, so the durable end is the last whole one.)
@@ -364,7 +379,7 @@ def run(args) -> list[RoundResult]:
                     # and its group away before the first fsync.
                     aof_dir = os.path.join(data_dir, "appendonlydir")
                     seg = _last_segment(aof_dir)
-                    _record_durable(aof_dir, seg, os.path.getsize(os.path.join(aof_dir, seg)))
+                    _record_durable(aof_dir, seg, segment_logical_size(os.path.join(aof_dir, seg)))
             else:
                 check = verify(port, ledger, last_id)
                 judge(results[-1], check, ledger, args.fsync)
