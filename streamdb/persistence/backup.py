@@ -122,11 +122,13 @@ class Backup:
 
     def start(self, directory: str) -> str:
         """Begin a backup into ``directory`` (absent or empty); returns its absolute path.
+        A relative path is taken from the server's ``dir``, as Redis takes every
+        relative path (it works in ``dir``), never from wherever it was started.
 
         Raises BackupError with the reply's text when it cannot begin."""
         if self.in_progress:
             raise BackupError(f"Backup already in progress (into {self.dir})")
-        path = os.path.abspath(directory)
+        path = os.path.abspath(os.path.join(self.core.config["dir"], directory))
         if os.path.exists(path) and not os.path.isdir(path):
             raise BackupError(f"Backup directory {path} exists and is not a directory")
         if os.path.isdir(path) and os.listdir(path):

@@ -510,7 +510,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="online backup into DIR (STREAMDB.BACKUP), waiting until it is done",
                         description="Run STREAMDB.BACKUP DIR on the server, show its progress and wait "
                                     "for the end; exit 1 if the server refuses or the backup fails.  DIR "
-                                    "is a path on the server's machine, absent or empty.")
+                                    "is a path on the server's machine, absent or empty (a relative one is taken from "
+                                    "the server's dir).")
     bk.add_argument("dir")
     bk.add_argument("--interval", type=float, default=0.2, help="seconds between status polls")
     bk.set_defaults(run=cmd_backup)

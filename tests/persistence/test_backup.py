@@ -167,6 +167,19 @@ def test_backup_without_aof_is_the_snapshot(tmp_path):
         assert redis.Redis(port=restored.port).execute_command("DEBUG", "DIGEST") == digest
 
 
+def test_a_relative_backup_directory_is_taken_from_the_servers_dir(tmp_path):
+    """As Redis works in its ``dir``: a relative path never lands where the server was started."""
+    data = tmp_path / "source"
+    with ServerProcess(data, "--appendonly", "yes", "--save", "") as src:
+        r = redis.Redis(port=src.port)
+        r.xadd("s", {"f": "v"}, id="1-1")
+        reply = r.execute_command("STREAMDB.BACKUP", "nightly/1")
+        assert reply == f"Backup started into {data / 'nightly' / '1'}".encode()
+        assert wait_backup(r)["last_status"] == b"ok"
+    assert (data / "nightly" / "1" / "backup.manifest").is_file()
+    assert not (ROOT / "nightly").exists()
+
+
 @pytest.fixture
 def taken_backup(tmp_path):
     """A backup with a snapshot and a non-empty AOF segment after it."""
