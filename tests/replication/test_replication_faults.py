@@ -40,11 +40,13 @@ def bulk_xadd(port: int, key: str, n: int, width: int = 40) -> None:
         while sent < n:
             k = min(5000, n - sent)
             s.sendall(cmd * k)
-            got = 0
+            got, last = 0, b""
             while got < 2 * k:      # each reply is "$<len>\r\n<id>\r\n"
                 data = s.recv(1 << 20)
                 assert data, "server closed the connection"
-                got += data.count(b"\r\n")
+                # (a \r\n split between two reads counts too)
+                got += (last + data).count(b"\r\n") - last.count(b"\r\n")
+                last = data[-1:]
             sent += k
 
 
