@@ -407,13 +407,10 @@ class Aof:
         # end of the frame that holds it (WAITAOF, a replica's FACK).
         self.written_pos = 0
         self.durable_pos = 0
-        # Frames written but not yet covered by an fsync (always): kept so that
-        # a failed fsync can write them again.  (end position, segment offset, frame)
-        self._unsynced: list[tuple[int, int, bytes]] = []
         self._sync_lock = threading.Lock()      # held during an fsync; rotation takes it
         self._wake = threading.Condition()      # wakes the everysec thread to stop
-        # Bumped when a failed fsync makes the loop rewrite frames: completions
-        # of fsyncs started before that (the everysec thread's) no longer mean anything.
+        # Bumped when a failed 'always' fsync makes the loop rewrite a frame: the
+        # everysec thread's fsyncs started before that no longer mean anything.
         self._sync_epoch = 0
         # Called with each new durable position: WAITAOF's waiters, a
         # replica's FACK (replication/).
@@ -572,8 +569,8 @@ class Aof:
                 self._write_all(SEGMENT_MAGIC)
                 self.size = len(SEGMENT_MAGIC)
             self._adopt_tail(name)
-        self.base_size = self._segment_size(self.manifest.base)
-        self.total_size = self.base_size + sum(self._segment_size(s) for s in self.manifest.incrs)
+        self.base_size = self.segment_size(self.manifest.base)
+        self.total_size = self.base_size + sum(self.segment_size(s) for s in self.manifest.incrs)
         self.rewrite_base_size = self.total_size
         if self._fsync_thread is None:
             # everysec's once-a-second fsync (CONFIG SET appendfsync may switch live).
@@ -620,8 +617,6 @@ class Aof:
             return segment_logical_size(os.path.join(self.dir, name))
         except OSError:
             return 0
-
-    _segment_size = segment_size
 
     def _new_incr_segment(self) -> None:
         self.manifest.seq += 1
@@ -708,8 +703,7 @@ class Aof:
         self.written_pos += len(frame)
         self.pending = b""
         if self.policy == "always":
-            self._unsynced.append((self.written_pos, start, frame))
-            return self._sync_now()
+            return self._sync_now(start, frame)
         else:
             self._dirty_since_fsync = True
             self._clear_write_error()
@@ -794,11 +788,12 @@ class Aof:
         frame's start is reached only once the whole frame is covered."""
         return mark <= self.durable_pos
 
-    def _sync_now(self) -> bool:
+    def _sync_now(self, start: int, frame: bytes) -> bool:
         """'always': fdatasync what is written, on the loop thread, before the
-        turn's replies go.  False when the fsync failed: its frames are cut back
-        to be written again, and the replies wait."""
-        target, epoch = self.written_pos, self._sync_epoch
+        turn's replies go: ``frame``, just written at ``start`` in the segment.
+        False when the fsync failed: the frame is cut back to be written again,
+        and the replies wait."""
+        target = self.written_pos
         name, offset = self._segment_name(), self.size
         with self._sync_lock:      # the everysec thread may be syncing after a policy switch
             try:
@@ -814,8 +809,19 @@ class Aof:
             self._record_fsync_at(name, offset)
             self.core.observe.latency_sample(
                 "aof-fsync-always", int((time.perf_counter() - sync_started) * 1000))
-        self._fsync_done(target, err, epoch)
-        return err is None
+            self._mark_durable(target)
+            return True
+        # The kernel may have dropped the dirty pages, so the frame cannot be
+        # trusted: cut the segment back to its start and write it again (its
+        # replies are held meanwhile).
+        with self._sync_lock:
+            self._sync_epoch += 1
+            self.pending = frame + self.pending
+            self.written_pos = self.durable_pos
+            self.total_size -= self.size - start
+            self.size = start
+            self._write_failed(err)
+        return False
 
     def _sync_everysec(self) -> None:
         with self._sync_lock:
@@ -833,7 +839,7 @@ class Aof:
                     f"MISCONF Errors writing to the AOF file: {self.last_error}"
                 return
         self._record_fsync_at(name, offset)
-        self._call_in_loop(self._fsync_done, target, None, epoch)
+        self._call_in_loop(self._everysec_synced, target, epoch)
 
     def _call_in_loop(self, fn, *args) -> None:
         loop = self.loop
@@ -845,28 +851,11 @@ class Aof:
             except RuntimeError:     # the loop closed meanwhile
                 pass
 
-    def _fsync_done(self, target: int, err: OSError | None, epoch: int) -> None:
-        """Loop thread: an fsync (the everysec thread's, or 'always''s own) finished."""
-        if epoch != self._sync_epoch:
-            return
-        if err is None:
+    def _everysec_synced(self, target: int, epoch: int) -> None:
+        """Loop thread: the everysec thread's fsync covered the log up to ``target``
+        (unless a failed 'always' fsync has cut the segment back since it began)."""
+        if epoch == self._sync_epoch:
             self._mark_durable(target)
-            return
-        # An fsync failed: the kernel may have dropped the dirty pages, so the
-        # frames it covered cannot be trusted.  Cut the segment back to the last
-        # durable frame and write them again (their replies are held meanwhile).
-        if not self._unsynced:
-            return
-        with self._sync_lock:
-            self._sync_epoch += 1
-            first_start = self._unsynced[0][1]
-            frames = b"".join(f for _, _, f in self._unsynced)
-            self._unsynced.clear()
-            self.pending = frames + self.pending
-            self.written_pos = self.durable_pos
-            self.total_size -= self.size - first_start
-            self.size = first_start
-            self._write_failed(err)
 
     def _mark_durable(self, pos: int) -> None:
         if pos <= self.durable_pos:
@@ -874,10 +863,7 @@ class Aof:
         self.durable_pos = pos
         for listener in self.durable_listeners:
             listener()
-        unsynced = self._unsynced
-        while unsynced and unsynced[0][0] <= pos:
-            unsynced.pop(0)
-        if not unsynced and not self.pending:
+        if not self.pending:
             self._clear_write_error()
 
     def _segment_name(self) -> str:
@@ -966,8 +952,8 @@ class Aof:
                 os.unlink(os.path.join(self.dir, name))
             except OSError:
                 pass
-        self.base_size = self._segment_size(self.manifest.base)
-        self.total_size = self.base_size + sum(self._segment_size(s) for s in self.manifest.incrs)
+        self.base_size = self.segment_size(self.manifest.base)
+        self.total_size = self.base_size + sum(self.segment_size(s) for s in self.manifest.incrs)
         log.log(log.VERBOSE, f"Retired {len(old)} AOF segment(s) covered by the snapshot")
 
     # -- rewrite ----------------------------------------------------------------
@@ -1034,8 +1020,8 @@ class Aof:
                     os.unlink(os.path.join(self.dir, name))
                 except OSError:
                     pass
-        self.base_size = self._segment_size(base_name)
-        self.total_size = self.base_size + sum(self._segment_size(s) for s in self.manifest.incrs)
+        self.base_size = self.segment_size(base_name)
+        self.total_size = self.base_size + sum(self.segment_size(s) for s in self.manifest.incrs)
         self.rewrites += 1
         self.rewrite_base_size = self.total_size
         log.log(log.NOTICE, f"AOF rewrite complete: base {base_name} ({self.base_size} bytes)")
