@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import pytest
@@ -27,8 +26,9 @@ import streamdb.commands  # noqa: F401
 from helpers import ROOT, ServerProcess, wait_until
 from streamdb.commands.server import digest_keyspace
 from streamdb.persistence import prealloc
-from streamdb.persistence.aof import (SEGMENT_MAGIC, Aof, AofCorruption, content_end,
+from streamdb.persistence.aof import (SEGMENT_MAGIC, Aof, AofCorruption, content_end, encode_frame,
                                       read_segment, segment_logical_size)
+from streamdb.protocol.request import encode_request
 from streamdb.server.core import Core
 
 # (No stream cache even under STREAMDB_TEST_STREAM_CACHE: with one, the server snapshots
@@ -36,16 +36,8 @@ from streamdb.server.core import Core
 ALWAYS = ("--appendonly", "yes", "--appendfsync", "always", "--save", "", "--stream-cache-size", "0")
 
 
-def frame(body: bytes) -> bytes:
-    return b"#F %d %08x\r\n" % (len(body), zlib.crc32(body)) + body
-
-
-def _cmd(*args: bytes) -> bytes:
-    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
-
-
-BODIES = [_cmd(b"XADD", b"s", b"%d-1" % i, b"f", b"v" * (i * 7 % 40)) for i in range(1, 13)]
-SEGMENT = SEGMENT_MAGIC + b"".join(frame(b) for b in BODIES)
+BODIES = [encode_request(b"XADD", b"s", b"%d-1" % i, b"f", b"v" * (i * 7 % 40)) for i in range(1, 13)]
+SEGMENT = SEGMENT_MAGIC + b"".join(encode_frame(b) for b in BODIES)
 
 
 def _same_verdict(a: bytes, b: bytes) -> None:
@@ -78,7 +70,7 @@ def test_zeros_after_the_last_frame_are_the_clean_end():
 def test_a_torn_frame_followed_by_zeros_is_judged_as_one_at_the_end_of_the_file():
     """What a crash leaves of a frame written over the zeros: its first bytes, zeros after
     (the file keeps its size), at every byte of the last three frames."""
-    boundaries = [len(SEGMENT) - sum(len(frame(b)) for b in BODIES[k:]) for k in (-3, -2, -1)]
+    boundaries = [len(SEGMENT) - sum(len(encode_frame(b)) for b in BODIES[k:]) for k in (-3, -2, -1)]
     for cut in range(boundaries[0], len(SEGMENT)):
         torn = SEGMENT[:cut]
         _same_verdict(torn, torn + bytes(len(SEGMENT) - cut))       # zeros to the old end
@@ -90,7 +82,7 @@ def test_a_torn_frame_followed_by_zeros_is_judged_as_one_at_the_end_of_the_file(
 
 def test_a_frame_with_a_hole_of_zeros_and_only_zeros_after_is_a_torn_last_frame():
     # The header and the end of the body reached the disk, a page in between did not.
-    last = frame(BODIES[-1] + b"x" * 9000)[:-2] + b"\r\n"
+    last = encode_frame(BODIES[-1] + b"x" * 9000)[:-2] + b"\r\n"
     hole = bytearray(last)
     hole[4096:8192] = bytes(4096)
     scan = read_segment(SEGMENT + bytes(hole) + bytes(1 << 16))
@@ -98,7 +90,7 @@ def test_a_frame_with_a_hole_of_zeros_and_only_zeros_after_is_a_torn_last_frame(
     assert scan.frames == BODIES
 
 
-@pytest.mark.parametrize("after", [b"x", b"#F 3 00000000\r\nabc", frame(BODIES[0])])
+@pytest.mark.parametrize("after", [b"x", b"#F 3 00000000\r\nabc", encode_frame(BODIES[0])])
 def test_anything_but_zeros_after_the_zeros_is_corruption_in_the_middle(after):
     data = SEGMENT + bytes(5000) + after + bytes(100)
     with pytest.raises(AofCorruption) as e:
@@ -317,10 +309,10 @@ def test_kill9_restart_appends_after_the_frames_and_a_second_restart_reads_every
 
 
 TORN = {
-    "body-cut": lambda: frame(_cmd(b"XADD", b"log", b"*", b"torn", b"x" * 3000))[:1500],
+    "body-cut": lambda: encode_frame(encode_request(b"XADD", b"log", b"*", b"torn", b"x" * 3000))[:1500],
     "header-cut": lambda: b"#F 3012 1a2b",
     "hole-in-body": lambda: (lambda f: f[:100] + bytes(2000) + f[2100:])(
-        frame(_cmd(b"XADD", b"log", b"*", b"torn", b"x" * 3000))),
+        encode_frame(encode_request(b"XADD", b"log", b"*", b"torn", b"x" * 3000))),
 }
 
 
@@ -363,7 +355,7 @@ def test_garbage_after_the_zeros_is_corruption_in_the_middle(tmp_path):
     end = segment_logical_size(seg)
     with open(seg, "r+b") as f:
         f.seek(end + 3000)
-        f.write(frame(_cmd(b"XADD", b"s", b"*", b"late", b"1")))       # a whole frame, after a gap
+        f.write(encode_frame(encode_request(b"XADD", b"s", b"*", b"late", b"1")))       # a whole frame, after a gap
     broken = seg.read_bytes()
     for setting in ("yes", "no"):
         bad = ServerProcess(d, *ALWAYS, "--aof-load-truncated", setting)
@@ -420,7 +412,7 @@ def test_check_aof_on_a_crashed_servers_preallocated_segment(tmp_path):
     ok = _tool("streamdb.tools.aofcheck", str(d / "appendonlydir"))
     assert ok.returncode == 0 and "AOF is valid" in ok.stdout, ok.stdout
     assert f"preallocated_zeros={zeros}" in ok.stdout and "frames=30" in ok.stdout
-    torn_bytes = frame(_cmd(b"XADD", b"s", b"31-1", b"i", b"x"))[:-4]
+    torn_bytes = encode_frame(encode_request(b"XADD", b"s", b"31-1", b"i", b"x"))[:-4]
     at = _write_at_logical_end(seg, torn_bytes)
     torn = _tool("streamdb.tools.aofcheck", str(d / "appendonlydir"))
     assert torn.returncode == 1 and f"torn tail (truncated frame at offset {at})" in torn.stdout
