@@ -111,3 +111,15 @@ def test_the_metrics_endpoint(tmp_path):
         out = _run("metrics", tmp_path, srv, ports={9121: metrics_port})
         assert 'streamdb_stream_length{db="0",key="orders"} 1' in out
         assert "streamdb_group_lag" in out
+
+
+def test_the_shipped_config_serves_the_metrics_the_readme_reads():
+    """After `make run` (the shipped streamdb.conf) the README's curl must find an endpoint:
+    the file turns it on, on loopback, at the port the README names."""
+    from helpers import ROOT
+    from streamdb.config import Config
+    cfg = Config()
+    cfg.load_file(str(ROOT / "streamdb.conf"))
+    readme = (ROOT / README).read_text()
+    assert f"curl -s http://127.0.0.1:{cfg['metrics-port']}/metrics" in readme
+    assert cfg["metrics-bind"] == "127.0.0.1"
