@@ -23,12 +23,16 @@ $(VPY):
 
 # The server's runtime dependencies only: no test or Spark extras.
 $(RUN_STAMP): $(BUILD_INPUTS) | $(VPY)
+	@echo "streamdb: installing the server's dependencies into $(VENV) and compiling its core with Cython (about 2 minutes on 2 cores)..."
 	$(VPY) -m pip install -q -e .
+	@echo "streamdb: installed"
 	touch $@
 
 # Everything the tests import (test + spark extras) includes the runtime set.
 $(TEST_STAMP): $(BUILD_INPUTS) | $(VPY)
+	@echo "streamdb: installing the server, test and Spark packages into $(VENV) and compiling the core with Cython (a few minutes)..."
 	$(VPY) -m pip install -q -e '.[test,spark]'
+	@echo "streamdb: installed"
 	touch $@ $(RUN_STAMP)
 
 # Both end with the byte-compiled modules up to date (quick when they are): an
@@ -67,8 +71,14 @@ java:
 
 # For the Spark pipelines (streamdb-spark) and the data source: the spark extra
 # (pyspark, pyarrow) in the venv, and Java.
+# The extra's requirements are read from pyproject.toml and installed on their own:
+# `pip install -e '.[spark]'` would rebuild the package and compile the core again.
+SPARK_REQS = $(VPY) -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['spark']))"
 spark-deps: deps java
-	@$(VPY) -c 'import pyspark, pyarrow' 2>/dev/null || $(VPY) -m pip install -q -e '.[spark]'
+	@$(VPY) -c 'import pyspark, pyarrow' 2>/dev/null || { \
+	  echo "streamdb: installing pyspark and pyarrow into $(VENV) (a large download)..."; \
+	  $(SPARK_REQS) > $(VENV)/spark-requirements.txt && \
+	  $(VPY) -m pip install -q -r $(VENV)/spark-requirements.txt; }
 
 # STREAMDB_PURE=1 make test runs the tests on the plain Python core instead of
 # the compiled one (the server processes the tests start inherit it);

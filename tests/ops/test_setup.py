@@ -76,9 +76,25 @@ def test_make_run_after_make_test_installs_nothing_more(project):
     assert _planned_installs(project, "test") == []
 
 
-def test_make_spark_deps_installs_the_spark_extra(project):
+def test_make_spark_deps_installs_the_spark_extra_without_compiling_the_core_again(project):
+    """`pip install -e '.[spark]'` would rebuild the package (two more minutes of Cython):
+    the extra's requirements, read from pyproject.toml, are installed on their own."""
     _venv_made_by(project, ".installed-run")
-    assert any("'.[spark]'" in line for line in _planned_installs(project, "spark-deps"))
+    out = subprocess.run(["make", "-n", "spark-deps"], cwd=project, capture_output=True,
+                         text=True, check=True, timeout=30).stdout
+    assert "['optional-dependencies']['spark']" in out
+    assert "pip install -q -r .venv/spark-requirements.txt" in out
+    assert "-e" not in " ".join(_planned_installs(project, "spark-deps")).split()
+
+
+def test_the_installs_that_compile_say_so_before_they_start(project):
+    """`make run` compiles the core for about two minutes: it says what it does first."""
+    for target in ("run", "test"):
+        out = subprocess.run(["make", "-n", target], cwd=project, capture_output=True,
+                             text=True, check=True, timeout=30).stdout
+        lines = out.splitlines()
+        install = next(i for i, line in enumerate(lines) if "pip install -q -e" in line)
+        assert any("compiling" in line and "Cython" in line for line in lines[:install])
 
 
 def test_make_test_rebuilds_an_edited_compiled_module(project):
