@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import deque
 
 from .. import log
+from ..config import ConfigError, parse_memory
 from ..engine.ids import PAST_MAX_ID
 from ..engine.retention import RetentionPolicy
 from ..engine.stream import Stream
@@ -165,9 +166,23 @@ def _non_negative(raw: bytes, name: str) -> int:
     return v
 
 
+def _byte_size(raw: bytes) -> int:
+    """MAXBYTES takes what the stream-retention-max-bytes directive takes: 5000, 5mb, 1gb."""
+    try:
+        v = parse_memory(raw.decode("ascii", "replace"))
+    except ConfigError:
+        raise CommandError("ERR MAXBYTES must be a byte count, optionally with a unit "
+                           "(kb, mb, gb)") from None
+    if v < 0:
+        raise CommandError("ERR MAXBYTES must be >= 0")
+    return v
+
+
 @subcommand("streamdb.retention", "set", -4, "write fast", keys=(2, 2, 1), since=_SINCE)
 def retention_set(ctx: Ctx, argv: list[bytes]):
     """STREAMDB.RETENTION SET key [MAXAGE milliseconds] [MAXBYTES bytes] [ACKED|NOACKED]
+
+    MAXBYTES takes units as the directive does (5mb).
 
     Sets what is given; the rest keeps the stream's earlier setting or the
     server's default.  0 is "no limit" for this stream, whatever the default.
@@ -180,7 +195,7 @@ def retention_set(ctx: Ctx, argv: list[bytes]):
             max_age = _non_negative(argv[i + 1], "MAXAGE")
             i += 2
         elif lo == b"maxbytes" and i + 1 < n:
-            max_bytes = _non_negative(argv[i + 1], "MAXBYTES")
+            max_bytes = _byte_size(argv[i + 1])
             i += 2
         elif lo in (b"acked", b"noacked") and acked is None:
             acked = lo == b"acked"

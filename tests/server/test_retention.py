@@ -233,6 +233,7 @@ def test_get_is_a_map_under_resp3(srv):
     (["SET", "s", "MAXAGE", "-1"], "ERR MAXAGE must be >= 0"),
     (["SET", "s", "MAXBYTES", "-5"], "ERR MAXBYTES must be >= 0"),
     (["SET", "s", "MAXAGE", "soon"], "ERR value is not an integer or out of range"),
+    (["SET", "s", "MAXBYTES", "lots"], "ERR MAXBYTES must be a byte count, optionally with a unit (kb, mb, gb)"),
     (["SET", "s", "MAXAGE"], "ERR syntax error"),
     (["SET", "s", "FOREVER"], "ERR syntax error"),
     (["SET", "s", "ACKED", "NOACKED"], "ERR syntax error"),
@@ -251,6 +252,15 @@ def test_bad_arguments_give_clear_errors(srv, rc, args, error):
         assert raw.call("STREAMDB.RETENTION", *args) == (b"-", error.encode())
     finally:
         raw.close()
+
+
+def test_maxbytes_takes_the_units_the_directive_takes(rc):
+    rc.xadd("s", {"f": "v"})
+    for given, stored in (("5mb", 5 * 1024 * 1024), ("64kb", 64 * 1024), ("1g", 1000 ** 3), ("1gb", 1024 ** 3), ("4096", 4096)):
+        assert rc.execute_command("STREAMDB.RETENTION", "SET", "s", "MAXBYTES", given) == b"OK"
+        reply = rc.execute_command("STREAMDB.RETENTION", "GET", "s")
+        fields = dict(zip(reply[::2], reply[1::2])) if isinstance(reply, list) else reply
+        assert fields[b"max-bytes"] == stored
 
 
 def test_bad_server_defaults_are_refused(rc):
