@@ -93,13 +93,26 @@ def _render_percentiles(values: tuple[float, ...]) -> str:
     return " ".join(f"{p:g}" for p in values)
 
 
-def _parse_mem(lo: int = 0, hi: int = 2**63 - 1) -> Callable[[str], int]:
-    def parse(text: str) -> int:
+class _parse_mem:
+    """A memory size directive's parser (``512mb``); CONFIG REWRITE writes such a value
+    back with a unit (``format_memory``), as Redis does."""
+
+    def __init__(self, lo: int = 0, hi: int = 2**63 - 1) -> None:
+        self.lo, self.hi = lo, hi
+
+    def __call__(self, text: str) -> int:
         v = parse_memory(text)
-        if not lo <= v <= hi:
-            raise ConfigError(f"argument must be between {lo} and {hi} inclusive")
+        if not self.lo <= v <= self.hi:
+            raise ConfigError(f"argument must be between {self.lo} and {self.hi} inclusive")
         return v
-    return parse
+
+
+def format_memory(n: int) -> str:
+    """Redis's rewriteConfigFormatMemory: the largest of gb, mb, kb that divides ``n``."""
+    for unit, size in (("gb", 1024 ** 3), ("mb", 1024 ** 2), ("kb", 1024)):
+        if n and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
 
 
 def _parse_enum(*choices: str) -> Callable[[str], str]:
@@ -400,6 +413,13 @@ class Config:
 
     def render(self, name: str) -> str:
         return DIRECTIVES[name].render(self.values[name])
+
+    def rewrite_form(self, name: str) -> str:
+        """The value as CONFIG REWRITE writes it: as CONFIG GET renders it, except that
+        memory sizes keep a unit (CONFIG GET gives bytes; the file says ``512mb``)."""
+        if isinstance(DIRECTIVES[name].parse, _parse_mem):
+            return format_memory(self.values[name])
+        return self.render(name)
 
     def matching(self, pattern: str) -> list[tuple[str, str]]:
         pat = pattern.lower()

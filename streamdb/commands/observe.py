@@ -807,7 +807,7 @@ def _directive_of(line: str) -> str | None:
 
 
 def _config_line(config, name: str) -> str:
-    value = config.render(name)
+    value = config.rewrite_form(name)
     # Space-separated lists (save, bind, ...) stay bare: the loader joins the words.
     if value == "" or any(ch in value for ch in "\"'\\#"):
         escaped = value.replace("\\", "\\\\").replace('"', '\\"')

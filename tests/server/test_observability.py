@@ -346,6 +346,23 @@ def test_config_rewrite_keeps_comments_and_order(tmp_path):
         c.close()
 
 
+def test_config_rewrite_keeps_memory_sizes_in_units(tmp_path):
+    """Redis writes 512mb back as 512mb (rewriteConfigFormatMemory), not 536870912;
+    CONFIG GET still answers bytes."""
+    conf = tmp_path / "streamdb.conf"
+    conf.write_text("maxmemory 512mb\nstream-cache-size 16mb\n")
+    with ServerProcess(tmp_path / "data", "--save", "", config=str(conf)) as srv:
+        c = redis.Redis(port=srv.port, decode_responses=True)
+        c.config_set("stream-node-max-bytes", "5000")
+        c.config_set("client-query-buffer-limit", "2gb")
+        assert c.config_get("maxmemory") == {"maxmemory": str(512 * 1024 * 1024)}
+        assert c.config_rewrite()
+        c.close()
+    lines = conf.read_text().splitlines()
+    assert lines[:2] == ["maxmemory 512mb", "stream-cache-size 16mb"]
+    assert "stream-node-max-bytes 5000" in lines and "client-query-buffer-limit 2gb" in lines
+
+
 def test_config_rewrite_without_config_file(r):
     with pytest.raises(redis.ResponseError, match="^The server is running without a config file$"):
         r.config_rewrite()
