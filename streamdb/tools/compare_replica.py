@@ -134,6 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         p, rep = _conn(args.primary, args.password), _conn(args.replica, args.password)
+        # Waiting for a server that follows nobody (say, one just promoted) to catch up
+        # would only time out: say what it is at once.
+        role = rep.info("replication").get("role")
+        if role != "slave":
+            print(f"error: {args.replica} is not a replica (role: {role}); nothing to compare "
+                  "it with", file=sys.stderr)
+            return 2
         t0 = time.monotonic()
         target = _offset(p, "master_repl_offset")
         roff = _offset(rep, "slave_repl_offset")

@@ -195,6 +195,19 @@ def test_compare_tool_reports_equal(pair):
     assert "digest: equal" in out.stdout and "lag_bytes:" in out.stdout
 
 
+def test_compare_tool_says_at_once_that_a_primary_is_not_a_replica(pair):
+    """Given a server that follows nobody (one just promoted, say), the tool says so and
+    exits 2 at once instead of waiting --timeout for it to catch up."""
+    p, _ = pair
+    out = subprocess.run([sys.executable, "-m", "streamdb.tools.compare_replica", "--timeout", "60",
+                          "--primary", f"127.0.0.1:{p.port}", "--replica", f"127.0.0.1:{p.port}"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert out.stderr == f"error: 127.0.0.1:{p.port} is not a replica (role: master); nothing " \
+                         "to compare it with\n"
+    assert "did not catch up" not in out.stdout
+
+
 def test_partial_resync_after_replica_kill9_and_restart(tmp_path):
     with ServerProcess(tmp_path / "p", "--save", "") as p:
         rp = client(p)
