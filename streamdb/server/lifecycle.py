@@ -173,8 +173,10 @@ def log_startup_banner(cfg) -> None:
 
 
 def aof_bytes_on_disk(cfg) -> int:
-    """Size of the AOF directory's files (0 with appendonly no): what a start-up replays at most.
-    A segment counts without the zeros a crashed server's preallocation left after its frames."""
+    """Size of the AOF directory's segments (0 with appendonly no): what a start-up replays at
+    most.  A segment counts without the zeros a crashed server's preallocation left after its
+    frames; the manifest and the ``.corrupt-<time>`` copies streamdb-check-aof --fix keeps
+    are not replayed and do not count (INFO's aof sizes leave them out too)."""
     if not cfg["appendonly"]:
         return 0
     from ..persistence.aof import segment_logical_size
@@ -186,8 +188,8 @@ def aof_bytes_on_disk(cfg) -> int:
     total = 0
     for n in names:
         p = os.path.join(aof_dir, n)
-        if os.path.isfile(p):
-            total += segment_logical_size(p) if n.endswith(".aof") else os.path.getsize(p)
+        if n.endswith(".aof") and os.path.isfile(p):
+            total += segment_logical_size(p)
     return total
 
 
