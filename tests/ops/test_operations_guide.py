@@ -42,16 +42,16 @@ def _wait_until(check, timeout: float = 20) -> None:
 
 
 def test_backup_with_bgsave_and_copy_then_restore_on_another_port(tmp_path):
-    data, backup = tmp_path / "data", tmp_path / "backup"
+    data, backup = tmp_path / "data", tmp_path / "copy"
     with ServerProcess(data, "--appendonly", "yes", "--save", "") as srv:
         digest = _fill(srv.port)
-        out = _run_block("backup", PORT=srv.port, DATA=data, BACKUP=backup)
+        out = _run_block("backup", PORT=srv.port, DATA=data, COPY=backup)
         assert "Background saving started" in out
         assert (backup / "snapshot.lmdb").is_dir() and (backup / "appendonlydir").is_dir()
 
         # The restore block is one command: run it as the server process itself.
         restore_port = free_port()
-        restored = start_block(GUIDE, "restore", cwd=ROOT, RESTORE_PORT=restore_port, BACKUP=backup)
+        restored = start_block(GUIDE, "restore", cwd=ROOT, RESTORE_PORT=restore_port, COPY=backup)
         try:
             wait_until_ready(restore_port, restored)
             copy = redis.Redis(port=restore_port)

@@ -313,7 +313,8 @@ def test_point_of_restore_replays_the_old_servers_later_segments(tmp_path):
     out = run_block(GUIDE, "point-of-restore", cwd=tmp_path, BACKUP=backup, RESTORE_DIR=restore_dir,
                     DATA=data)
     assert "plus 1 segment(s)" in out
-    with ServerProcess(restore_dir, "--appendonly", "yes", "--save", "") as restored:
+    restored_dir = tmp_path / "restore-with-aof"                # the block's "$RESTORE_DIR-with-aof"
+    with ServerProcess(restored_dir, "--appendonly", "yes", "--save", "") as restored:
         rr = redis.Redis(port=restored.port)
         assert writer_prefix_length(rr) == 300
         assert rr.execute_command("DEBUG", "DIGEST") == final

@@ -1,0 +1,146 @@
+"""docs/OPERATIONS.md read from top to bottom, as a reader would on one machine.
+
+Every ``guide-test`` block runs in the guide's order, under ``bash -eu`` (``set -u``: a
+variable the guide never sets stops the walk), with the guide's own variables block run
+first and nothing else set: its absolute paths are moved into a scratch directory (which
+stands for the machine's root) and its ports to free ones.  Between blocks the test does
+only what the guide's prose tells the reader to do (start the server it describes, stop a
+server before working on its files).  The other tests of the guide's blocks
+(test_operations_guide.py, test_backup.py, ...) check what each block gives in detail;
+this one checks that the guide works as a whole, in order: a block that reuses a path an
+earlier one filled, or names a variable nobody set, fails here."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import redis
+
+from docblocks import block_command, block_env, rewrite_ports, runnable_blocks, shell_blocks
+from helpers import ServerProcess
+from streamdb.tools.procs import free_port, wait_until_ready
+
+GUIDE = "docs/OPERATIONS.md"
+DOC_BLOCKS = {"docs/OPERATIONS.md": {"variables"}}
+
+# The guide's blocks in reading order.  A block added to the guide must be placed here (the
+# first test fails until it is), with whatever the reader does around it in the walk below.
+WALK = ["variables", "online-backup", "verify-backup", "restore-backup", "start-restored",
+        "point-of-restore", "backup", "restore", "check", "repair", "replicate", "compare",
+        "promote", "stream-cache", "retention", "fsync", "stop"]
+
+
+def test_the_walk_covers_every_block_of_the_guide_in_its_order():
+    assert [b.label for b in shell_blocks() if b.doc == GUIDE and b.mark == "guide-test"] == WALK
+
+
+class Reader:
+    """A shell session on the reader's machine: the guide's variables, then one block."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.ports = {6379: free_port(), 6380: free_port(), 6381: free_port()}
+        # The machine's directories the guide's paths live in (a backup disk at /backup, and
+        # /run/streamdb as systemd's RuntimeDirectory makes it).
+        for d in ("var/lib", "backup", "run/streamdb"):
+            (root / d).mkdir(parents=True)
+        variables = runnable_blocks(GUIDE)["variables"]
+        self.variables = re.sub(r"(?m)^(\w+)=/", rf"\g<1>={root}/", rewrite_ports(variables, self.ports))
+        self.env = block_env(root, self.ports)
+
+    def path(self, name: str) -> Path:
+        """The value the guide's variable ``name`` has in this walk."""
+        return Path(self.run_script(f'printf %s "${name}"'))
+
+    def run_script(self, text: str) -> str:
+        proc = subprocess.run(["bash", "-eu", "-c", self.variables + "\n" + text], env=self.env,
+                              cwd=self.root, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"{text!r} failed:\n{proc.stdout}\n{proc.stderr}"
+        return proc.stdout
+
+    def run(self, name: str) -> str:
+        return self.run_script(block_command(GUIDE, name, self.ports))
+
+    def start(self, name: str, port: int) -> subprocess.Popen:
+        """A block that runs a server in the foreground; the reader stops it with Ctrl-C."""
+        proc = subprocess.Popen(["bash", "-eu", "-c", self.variables + "\nexec " +
+                                 block_command(GUIDE, name, self.ports)],
+                                env=self.env, cwd=self.root, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        wait_until_ready(port, proc)
+        return proc
+
+
+def _fill(port: int) -> bytes:
+    r = redis.Redis(port=port)
+    for i in range(300):
+        r.xadd(f"sensor:{i % 3}", {"temperature": f"{19 + i % 7}.5"})
+    r.xgroup_create("sensor:0", "alerts", id="0")
+    r.xreadgroup("alerts", "w1", {"sensor:0": ">"}, count=25)
+    return r.execute_command("DEBUG", "DIGEST")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 0
+
+
+def test_the_guide_from_top_to_bottom(tmp_path):
+    reader = Reader(tmp_path)
+    port, replica_port, restore_port = (reader.ports[p] for p in (6379, 6380, 6381))
+    reader.run("variables")
+    data, pidfile = reader.path("DATA"), reader.path("PIDFILE")
+
+    # Deploy: the server the guide speaks of, with its data directory and pidfile.
+    def start_primary() -> ServerProcess:
+        return ServerProcess(data, "--appendonly", "yes", "--pidfile", str(pidfile),
+                             port=port).start()
+
+    primary = start_primary()
+    replica = None
+    try:
+        digest = _fill(port)
+
+        # Back up and restore: online backup, verify, restore it, look at it.
+        reader.run("online-backup")
+        assert reader.run("verify-backup").endswith("backup OK\n")
+        reader.run("restore-backup")
+        restored = reader.start("start-restored", restore_port)
+        assert redis.Redis(port=restore_port).execute_command("DEBUG", "DIGEST") == digest
+        _stop(restored)
+        reader.run("point-of-restore")
+        assert (reader.path("RESTORE_DIR").parent / "streamdb-restored-with-aof").is_dir()
+
+        # Without the backup command: a copy, then a second server on it.
+        reader.run("backup")
+        copy = reader.start("restore", restore_port)
+        assert redis.Redis(port=restore_port).execute_command("DEBUG", "DIGEST") == digest
+        _stop(copy)
+
+        # "The tools work on a stopped server's files": the reader stops it first, and
+        # starts it again after the repair.
+        primary.stop()
+        assert "AOF is valid" in reader.run("check")
+        reader.run("repair")
+        primary = start_primary()
+        assert redis.Redis(port=port).execute_command("DEBUG", "DIGEST") == digest
+
+        # Replicate and promote: "a replica is a second server".
+        replica = ServerProcess(tmp_path / "replica-data", "--save", "", port=replica_port).start()
+        reader.run("replicate")
+        assert "digest: equal" in reader.run("compare")
+        assert reader.run("promote").splitlines()[1] == "master"
+
+        for name in ("stream-cache", "retention", "fsync"):
+            reader.run(name)
+
+        reader.run("stop")
+        assert primary.proc.wait(timeout=30) == 0
+        assert not pidfile.exists()
+    finally:
+        primary.stop()
+        if replica is not None:
+            replica.stop()
