@@ -385,13 +385,13 @@ class Core:
         except CommandError as e:
             reply = e
             stats.failed += 1
-            self._count_error(e)
+            self.count_error(e)
         except Exception as e:  # a bug must cost one reply, never the connection or the server
             log.log(log.WARNING, f"Internal error in '{spec.name}': {e!r}\n" +
                     "".join(traceback.format_exc()).replace("\n", " | "))
             reply = CommandError(f"ERR internal error in '{spec.name}': {type(e).__name__}")
             stats.failed += 1
-            self._count_error(reply)
+            self.count_error(reply)
         elapsed_ns: cython.longlong = _wall_clock_ns() - started_ns
         if elapsed_ns < 0:
             elapsed_ns = 0          # the wall clock was set back during the command
@@ -405,10 +405,12 @@ class Core:
     def _error(self, err: CommandError, name: str | None, rejected: bool = False) -> CommandError:
         if name is not None and rejected:
             self.stats.commands[name].rejected += 1
-        self._count_error(err)
+        self.count_error(err)
         return err
 
-    def _count_error(self, err: CommandError) -> None:
+    def count_error(self, err: CommandError) -> None:
+        """Counts one error reply (INFO errorstats, total_error_replies): every one a client
+        gets, the network layer's protocol errors included, as Redis counts them."""
         self.stats.error_replies += 1
         self.stats.errors[err.code] += 1
 
@@ -592,7 +594,7 @@ class Core:
                     try:
                         reply = req.serve(ctx)
                     except CommandError as e:
-                        self._count_error(e)
+                        self.count_error(e)
                         self.stats.commands[req.command].failed += 1
                         reply = e
                     if ctx.effects:

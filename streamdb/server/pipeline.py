@@ -19,7 +19,7 @@ from __future__ import annotations
 import cython
 
 from .. import log
-from ..protocol import ProtocolError, encode_reply
+from ..protocol import CommandError, ProtocolError, encode_reply
 from .client import Client
 from .core import BLOCKED, DROP, Core, Stats
 
@@ -101,6 +101,7 @@ class RequestLoop:
         except ProtocolError as e:
             # latin-1: the message quotes the offending byte raw, as Redis does.
             out.append(b"-ERR %s\r\n" % str(e).encode("latin-1", "replace"))
+            core.count_error(CommandError(f"ERR {e}"))
             log.log(log.VERBOSE, f"Protocol error ({e}) from client: id={client.id} addr={client.addr}")
             return CLOSE_AFTER_FLUSH
         return READ_ON

@@ -289,3 +289,58 @@ def test_swapdb_invalidates_watches_on_keys_existing_on_either_side(servers, wat
     replies = run(servers, "SET here 1", "SELECT 1", "SET there 1", "SELECT 0",
                   f"WATCH {watched}", "SWAPDB 0 1", "MULTI", "PING", "EXEC")
     assert replies[-1] == (NullArray if dirty else [Status("PONG")])
+
+
+# -- error counting ------------------------------------------------------------------
+
+
+def _errors(client: RawClient) -> tuple[bytes, bytes]:
+    info = client.call("INFO", "errorstats") + client.call("INFO", "stats")
+    lines = [line for line in info.split(b"\r\n") if line.startswith((b"errorstat_", b"total_error_replies"))]
+    return tuple(sorted(lines))
+
+
+def test_protocol_errors_and_refused_connections_count_as_redis_counts_them(server, redis_server):
+    """Every error reply counts in INFO errorstats and total_error_replies, the protocol
+    errors the connection answers before any command runs included; a connection refused
+    at maxclients is counted in rejected_connections only (Redis writes that error
+    straight to the socket, outside its reply path)."""
+    import socket
+    import time
+    malformed = [b"*1\r\n$x\r\n", b"*abc\r\n", b'"unbalanced\r\n', b"*1\r\n$-5\r\n",
+                 b"PING\r\n*1\r\n$4\r\nPANG\r\n", b"*2\r\n$3\r\nGET\r\n:1\r\n"]
+    results = []
+    for port in (server.port, redis_server.port):
+        admin = RawClient(port)
+        admin.call("CONFIG", "RESETSTAT")
+        for data in malformed:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(data)
+                reply = b""
+                while not reply.endswith(b"\r\n") or reply.count(b"\r\n") < data.count(b"PING") + 1:
+                    chunk = s.recv(1000)
+                    if not chunk:
+                        break
+                    reply += chunk
+        def connected() -> int:
+            return int(admin.call("INFO", "clients").split(b"connected_clients:")[1].split(b"\r\n")[0])
+        clients, settled = connected(), False
+        for _ in range(50):         # the closed connections above leave the server's list
+            time.sleep(0.05)
+            settled, clients = clients == connected(), connected()
+            if settled:
+                break
+        old_max = admin.call("CONFIG", "GET", "maxclients")
+        old_max = old_max[1] if isinstance(old_max, list) else dict(old_max)[b"maxclients"]
+        admin.call("CONFIG", "SET", "maxclients", str(clients))
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                assert s.recv(100) == b"-ERR max number of clients reached\r\n"
+            time.sleep(0.05)
+        finally:
+            admin.call("CONFIG", "SET", "maxclients", old_max)
+        stats = admin.call("INFO", "stats")
+        results.append((_errors(admin), b"rejected_connections:1\r\n" in stats))
+        admin.close()
+    assert results[0] == results[1]
+    assert results[1][1] and b"errorstat_ERR:count=6" in results[1][0]
