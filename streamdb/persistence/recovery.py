@@ -16,7 +16,7 @@ import time
 
 from .. import log
 from ..engine.nodecache import CACHE
-from .aof import Aof, AofError
+from .aof import Aof, AofError, AofRotationError
 from .backup import Backup
 from .snapshot import Snapshotter, SnapshotError, load_snapshot
 
@@ -72,7 +72,13 @@ class Persistence:
                     raise RecoveryError(f"Fatal error loading the AOF: {e}") from None
                 if cfg["aof-record-fsync"]:
                     aof.record_fsyncs()
-                aof.open_for_append()
+                try:
+                    aof.open_for_append()
+                except (AofError, AofRotationError) as e:
+                    raise RecoveryError(f"Fatal error opening the AOF: {e}") from None
+                except OSError as e:
+                    raise RecoveryError(f"Fatal error opening the AOF in {aof.dir}: "
+                                        f"{e.strerror or e}") from None
                 core.effect_sinks.append(aof.append_batch)
                 server.before_reply_hooks.append(aof.flush)
                 aof.loop = asyncio.get_running_loop()
