@@ -165,7 +165,7 @@ def _power_cut(aof_dir: str, rng: random.Random) -> PowerCut:
     seg = _last_segment(aof_dir)
     if seg is None:
         return PowerCut()
-    durable = 0
+    durable = len(SEGMENT_MAGIC)        # (fsynced before the manifest named the segment)
     with open(os.path.join(aof_dir, "fsync.log"), encoding="utf-8") as f:
         for line in f:
             parts = line.split()
