@@ -449,7 +449,11 @@ class Snapshotter:
     # -- saving ---------------------------------------------------------------------
 
     def _begin(self):
-        covered = self.aof.rotate() if self.aof is not None else None
+        try:
+            covered = self.aof.rotate() if self.aof is not None else None
+        except AofRotationError:
+            self.last_ok = False        # (nothing else changed: INFO says the save failed)
+            raise
         dirty = None if self.full else self.dirty
         self.located = self.located or CACHE.bounded
         state = (self.dirty, self.full, covered, self.core.dirty, self._node_rows(dirty),
@@ -620,12 +624,12 @@ class Snapshotter:
 
     def _automatic_bgsave(self) -> None:
         """A BGSAVE the server starts by itself (a save rule, the node cache).  When
-        the AOF cannot start its new segment (logged there) the save counts as failed
-        and waits, as the AOF says (``_aof_busy``), before it is tried again."""
+        the AOF cannot start its new segment (logged there) the save has failed, and
+        waits as the AOF says (``_aof_busy``) before it is tried again."""
         try:
             self.bgsave()
         except AofRotationError:
-            self.last_ok = False
+            pass
 
     def wait(self, timeout: float = 600) -> None:
         deadline = time.monotonic() + timeout

@@ -119,13 +119,26 @@ def test_a_rotation_whose_manifest_cannot_be_saved_keeps_every_acknowledged_writ
         assert "No space left on device" in message and "Error" not in message.split(":")[0]
         assert sorted(p.name for p in aof_dir.iterdir()) == before
         assert (aof_dir / MANIFEST).read_bytes() == manifest
+        assert r.info("persistence")["rdb_last_bgsave_status"] == "err"
+        # The other callers of a rotation fail alike; a save rule's cron tick too, quietly.
+        with pytest.raises(redis.ResponseError, match="^could not start a new AOF segment"):
+            r.bgrewriteaof()
+        r.config_set("save", "1 1")
+        wait_until(lambda: "changes in 1 seconds. Saving..." in srv.log_text(), 20, "the save rule")
+        r.config_set("save", "")
+        assert sorted(p.name for p in aof_dir.iterdir()) == before
         filler.unlink()
-        acked += _xadds(srv.port, 100)
+        acked += _xadds(srv.port, 50)
+        r.bgsave()              # the disk has room again: the rotation works
+        wait_until(lambda: r.info("persistence")["rdb_bgsave_in_progress"] == 0, 30, "the snapshot")
+        assert r.info("persistence")["rdb_last_bgsave_status"] == "ok"
+        acked += _xadds(srv.port, 50)
         assert r.xlen("s") == 200
         srv.kill9()
         srv.stop()
         log = srv.log_text()
         assert log.count("could not start a new AOF segment") == 1 and "Traceback" not in log
+        assert "AOF segment rotation works again" in log
         srv = ServerProcess(logs, "--dir", str(mnt), *AOF).start()
         assert _ids(srv.port) == acked
     finally:
