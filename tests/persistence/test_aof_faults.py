@@ -149,23 +149,35 @@ def test_a_rotation_whose_manifest_cannot_be_saved_keeps_every_acknowledged_writ
 
 
 def test_segments_without_a_manifest_refuse_to_start_and_change_nothing(tmp_path):
+    """The manifest is lost: the start stops (it used to start empty and cut the first
+    segment to its header), and streamdb-check-aof --fix writes the manifest back from
+    the segments: the newest base and the incr segments after it, leaving out an older
+    segment that a crash kept from being deleted after the rewrite."""
     data, logs = tmp_path / "data", tmp_path / "logs"
     aof_dir = data / "appendonlydir"
+    first = aof_dir / "appendonly.aof.1.incr.aof"
     with ServerProcess(logs, "--dir", str(data), *AOF, "--appendfsync", "always") as srv:
-        acked = _xadds(srv.port, 1000)
+        acked = _xadds(srv.port, 600)
+        stale = first.read_bytes()
+        r = redis.Redis(port=srv.port)
+        r.bgrewriteaof()        # a base of the 600 replaces appendonly.aof.1.incr.aof
+        wait_until(lambda: not first.exists(), 30, "the rewrite")
+        acked += _xadds(srv.port, 400)
+    first.write_bytes(stale)
     (aof_dir / MANIFEST).unlink()
     before = _files(aof_dir)
-    segment = next(iter(before))
     log = _refused_start(data, logs)
     assert "Fatal error loading the AOF" in log and "no manifest" in log
-    assert str(aof_dir) in log and segment in log and f"streamdb-check-aof --fix {aof_dir}" in log
+    assert str(aof_dir) in log and all(name in log for name in before)
+    assert f"streamdb-check-aof --fix {aof_dir}" in log
     assert _files(aof_dir) == before
 
     report = _tool(str(aof_dir))
-    assert report.returncode == 2 and "MISSING manifest" in report.stdout and segment in report.stdout
+    assert report.returncode == 2 and "MISSING manifest" in report.stdout and first.name in report.stdout
     assert "Traceback" not in report.stderr and _files(aof_dir) == before
     fixed = _tool(str(aof_dir), "--fix", "--yes")
     assert fixed.returncode == 0 and "AOF is valid" in fixed.stdout, fixed.stdout + fixed.stderr
+    assert f"left out, as older than the base appendonly.aof.1.base.aof: {first.name}" in fixed.stdout
     with ServerProcess(logs, "--dir", str(data), *AOF) as srv:
         assert _ids(srv.port) == acked
 
