@@ -68,16 +68,13 @@ class Persistence:
                         if time.monotonic() - last_pause >= 0.01:
                             await asyncio.sleep(0.0005)
                             last_pause = time.monotonic()
-                except AofError as e:
-                    raise RecoveryError(f"Fatal error loading the AOF: {e}") from None
-                if cfg["aof-record-fsync"]:
-                    aof.record_fsyncs()
-                try:
+                    if cfg["aof-record-fsync"]:
+                        aof.record_fsyncs()
                     aof.open_for_append()
                 except (AofError, AofRotationError) as e:
-                    raise RecoveryError(f"Fatal error opening the AOF: {e}") from None
-                except OSError as e:
-                    raise RecoveryError(f"Fatal error opening the AOF in {aof.dir}: "
+                    raise RecoveryError(f"Fatal error loading the AOF: {e}") from None
+                except OSError as e:        # (a file it cannot read or create: permissions, EIO)
+                    raise RecoveryError(f"Fatal error loading the AOF: {e.filename or aof.dir}: "
                                         f"{e.strerror or e}") from None
                 core.effect_sinks.append(aof.append_batch)
                 server.before_reply_hooks.append(aof.flush)
