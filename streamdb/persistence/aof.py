@@ -46,8 +46,10 @@ checking:
 Lifecycle (the one state machine of this module):
 ``load()`` (start-up: replay every segment through the core's replay client)
 -> ``open_for_append()`` -> for every turn ``append_batch()`` ... ``flush()``
--> ``rewrite()`` (compaction: a new base segment holding the current state) ->
-``close()`` (shutdown: flush and fsync).
+-> ``rotate()`` (a snapshot, rewrite or backup: a new incr segment, which the
+manifest on disk names before any frame goes to it) -> ``rewrite()``
+(compaction: a new base segment holding the current state) -> ``close()``
+(shutdown: flush and fsync).
 """
 
 from __future__ import annotations

@@ -212,9 +212,10 @@ def test_an_all_zero_last_segment_refuses_to_start_and_nothing_is_cut(tmp_path):
     assert "cutting" not in log and f"streamdb-check-aof --fix {aof_dir}" in log
     assert _files(aof_dir) == before
 
-    report = _tool(str(aof_dir))
-    assert report.returncode == 2 and "CORRUPT" in report.stdout and "no segment header" in report.stdout
-    assert "Traceback" not in report.stderr and _files(aof_dir) == before
+    for checked in (aof_dir, last):         # the directory, or the segment alone
+        report = _tool(str(checked))
+        assert report.returncode == 2 and "CORRUPT" in report.stdout and "all zeros" in report.stdout
+        assert "Traceback" not in report.stderr and _files(aof_dir) == before
     fixed = _tool(str(aof_dir), "--fix", "--yes")
     assert fixed.returncode == 0 and "damaged segment header" in fixed.stdout, fixed.stdout + fixed.stderr
     assert last.read_bytes() == b"#SDBAOF 1\r\n"
