@@ -129,6 +129,20 @@ def confirm(question: str, yes: bool) -> bool:
     return False
 
 
+def fix_stamp() -> str:
+    """The time in the names of what a fix keeps (``.corrupt-<time>``, ``.retired-<time>``)."""
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+
+
+def keep_copy(path: str, stamp: str) -> str:
+    """Copy ``path`` to ``<path>.corrupt-<stamp>``, fsynced, before a fix changes it; the copy's path."""
+    kept = f"{path}.corrupt-{stamp}"
+    shutil.copy2(path, kept)
+    with open(kept, "rb") as f:
+        os.fsync(f.fileno())
+    return kept
+
+
 def kept_size(seg: SegmentCheck) -> int:
     """What --fix leaves of ``seg``: its valid frames, and at least its header (a
     segment a manifest names has one, even when nothing readable is left of it)."""
@@ -199,11 +213,8 @@ def fix_hole(seg: SegmentCheck, later: list[str], manifest: Manifest | None, man
                    f"{_zeros_note(seg)}, to {keep} bytes"
                    + (f", and retire {len(later)} later segment(s)." if later else "."), yes):
         return 2
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    backup = f"{seg.path}.corrupt-{stamp}"
-    shutil.copy2(seg.path, backup)
-    with open(backup, "rb") as f:
-        os.fsync(f.fileno())
+    stamp = fix_stamp()
+    backup = keep_copy(seg.path, stamp)
     if later:
         # The manifest first: a crash before the renames leaves files it no longer names.
         kept = len(manifest.segments()) - len(later)     # the cut segment and those before it
@@ -245,10 +256,8 @@ def rebuild_manifest(dirpath: str, mpath: str, segments: list[str], yes: bool) -
           + (f"; left out, as older than the base {manifest.base}: {', '.join(left_out)}" if left_out else ""))
     if not confirm("This will write the manifest.", yes):
         return None
-    if os.path.exists(mpath):
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        os.replace(mpath, f"{mpath}.corrupt-{stamp}")
-        print(f"The damaged manifest is kept in {mpath}.corrupt-{stamp}")
+    if os.path.exists(mpath):       # (copied, so that a failed save leaves it in place)
+        print(f"The damaged manifest is kept in {keep_copy(mpath, fix_stamp())}")
     manifest.save(dirpath, os.path.basename(mpath))
     print(f"Wrote {mpath}; checking the segments it names")
     return manifest
