@@ -664,11 +664,9 @@ class Aof:
             name = self.manifest.incrs[-1]
             path = os.path.join(self.dir, name)
             known = self._sizes.get(name)
-            if known is None:           # (not replayed: the snapshot covers it)
+            if known is None:       # (not replayed, as the snapshot covers it: judged here)
                 with open(path, "rb") as f:
-                    if f.read(len(SEGMENT_MAGIC)) != SEGMENT_MAGIC:
-                        read_segment(b"", path)     # raises the missing-header error
-                known = segment_logical_size(path)
+                    known = read_segment(f.read(), path).valid_end
             # No O_APPEND: frames go at the logical end (os.pwrite at ``size``), which
             # the load found (the end of the last whole frame), not the file's end:
             # after a crash the zeros of its preallocation follow it.
