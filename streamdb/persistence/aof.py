@@ -46,14 +46,17 @@ checking:
 Lifecycle (the one state machine of this module):
 ``load()`` (start-up: replay every segment through the core's replay client)
 -> ``open_for_append()`` -> for every turn ``append_batch()`` ... ``flush()``
--> ``rewrite()`` (compaction: a new base segment holding the current state) ->
-``close()`` (shutdown: flush and fsync).
+-> ``rotate()`` (a snapshot, rewrite or backup: a new incr segment, which the
+manifest on disk names before any frame goes to it) -> ``rewrite()``
+(compaction: a new base segment holding the current state) -> ``close()``
+(shutdown: flush and fsync).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import threading
 import time
 import zlib
@@ -63,12 +66,14 @@ from ..protocol import ProtocolError, RequestParser, encode_commands, encode_rep
 from .child import fork_child, reap
 from .prealloc import Preallocator
 
-__all__ = ["Aof", "AofCorruption", "AofError", "encode_command", "frame_size",
-           "last_select", "read_segment", "Manifest", "FRAME_HEADER_MAX", "state_commands", "write_base",
+__all__ = ["Aof", "AofCorruption", "AofError", "AofRotationError", "Manifest", "encode_command", "frame_size",
+           "last_select", "read_segment", "FRAME_HEADER_MAX", "state_commands", "write_base",
            "content_end", "segment_logical_size", "copy_segment", "DEFAULT_PREALLOCATE"]
 
 SEGMENT_MAGIC = b"#SDBAOF 1\r\n"
 MANIFEST_MAGIC = "#SDBMANIFEST 1"
+# ``<appendfilename>.<seq>.<base|incr>.aof``: a segment's file name.
+SEGMENT_NAME = re.compile(r"[^/]+\.(\d+)\.(base|incr)\.aof")
 FRAME_HEADER_MAX = 64
 DEFAULT_PREALLOCATE = 16 << 20      # aof-preallocate's default
 _ZERO_SCAN = 1 << 20                # content_end looks at the tail this much at a time
@@ -80,6 +85,12 @@ class AofError(Exception):
 
 class AofUnwritten(RuntimeError):
     """A rotation refused: frames that failed to write are still waiting for the disk."""
+
+
+class AofRotationError(RuntimeError):
+    """A new segment could not be started (the disk is full, ...): nothing changed,
+    the AOF goes on in its current segment, and the caller (BGSAVE, BGREWRITEAOF, a
+    backup) fails with this message."""
 
 
 class AofCorruption(AofError):
@@ -190,6 +201,15 @@ def copy_segment(src: str, dest: str) -> int:
     return size - left
 
 
+def _missing_header(data: bytes, content: int) -> str:
+    """What a segment without its header holds instead (``content``: see content_end)."""
+    if not data:
+        return "no segment header (the file is empty)"
+    if not content:
+        return f"no segment header (the file's {len(data)} bytes are all zeros)"
+    return f"no segment header (the file starts with zeros or a partial header; {len(data)} bytes)"
+
+
 def read_segment(data: bytes, path: str = "") -> SegmentScan:
     """Split a segment's bytes into frames.  Raises AofError on corruption in the middle.
 
@@ -197,14 +217,21 @@ def read_segment(data: bytes, path: str = "") -> SegmentScan:
     the frames are read up to where they begin (``content_end``), so a zero byte
     where a frame header would start with only zeros after it is the clean end, a
     frame cut short by them is a torn tail as one cut by the end of the file, and a
-    bad frame with any non-zero byte after it is corruption in the middle."""
+    bad frame with any non-zero byte after it is corruption in the middle.
+
+    A file without the header (empty, zeros, a part of it) is damage at offset 0
+    (AofCorruption): no server leaves one that a manifest names."""
     scan = SegmentScan()
     n = scan.end = content_end(data)
     scan.size = len(data)
     if not data.startswith(SEGMENT_MAGIC):
-        if SEGMENT_MAGIC.startswith(data[:n]):     # torn while writing the header itself
-            scan.torn_at, scan.torn_reason = 0, "truncated header"
-            return scan
+        if SEGMENT_MAGIC.startswith(data[:n]) or data[:1] == b"\0":
+            raise AofCorruption(f"{path}: {_missing_header(data, n)}: a segment's header is fsynced "
+                                f"before any manifest names it, so this is damage, not a torn write "
+                                f"(the server will not start on it; restore the AOF from a backup, or "
+                                f"'streamdb-check-aof --fix {os.path.dirname(path) or '.'}' cuts the log "
+                                f"there, keeping only this segment's header, after saying what that "
+                                f"loses and asking)", scan, 0)
         raise AofError(f"{path}: bad segment header at offset 0 (not a StreamDB AOF segment "
                        f"or unsupported version)")
     pos = len(SEGMENT_MAGIC)
@@ -283,10 +310,27 @@ def split_commands(body: bytes) -> list[list[bytes]]:
 # commands ran since the last time.
 _LOAD_STEP = 2000
 
+# Seconds an automatic rotation (auto-aof-rewrite) waits after a failed one, as Redis
+# waits before retrying a failed background save.
+_ROTATION_RETRY_DELAY = 5
+
 
 # ---------------------------------------------------------------------------
 # Manifest
 # ---------------------------------------------------------------------------
+
+
+def manifest_way_out(dirpath: str) -> str:
+    """What an operator runs when the manifest of the AOF directory ``dirpath`` is missing
+    or damaged (the end of the start-up error, and of streamdb-check-aof's report)."""
+    return (f"restore it from a backup (docs/OPERATIONS.md, \"Repair a corrupt AOF\"), or run "
+            f"'streamdb-check-aof --fix {dirpath}' on the stopped server's files to write one "
+            f"naming the segments found there (it lists them and asks first)")
+
+
+class ManifestNotDurable(OSError):
+    """Manifest.save renamed the new manifest into place but the directory's fsync
+    failed: it is what readers see now, yet a power cut may bring back the old one."""
 
 
 class Manifest:
@@ -310,42 +354,83 @@ class Manifest:
         return body + f"#C {zlib.crc32(body.encode()):08x}\n"
 
     @classmethod
+    def read(cls, path: str) -> "Manifest":
+        """The manifest file at ``path``.  Raises AofError, naming the file and the way
+        out, for anything but a readable, checksummed manifest (binary data, an empty
+        file, a bad line): never another exception."""
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError as e:
+            raise AofError(f"{path}: cannot read the AOF manifest: {e.strerror or e}") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise cls.damaged(path, "not a StreamDB AOF manifest (binary data)") from None
+        return cls.parse(text, path)
+
+    @staticmethod
+    def damaged(path: str, what: str) -> AofError:
+        """The error for the manifest at ``path`` that cannot be used, and why (``what``)."""
+        return AofError(f"{path}: {what}. The manifest says which segments make up the log "
+                        f"and in what order; the server will not start without it: "
+                        f"{manifest_way_out(os.path.dirname(path) or '.')}")
+
+    @classmethod
     def parse(cls, text: str, path: str) -> "Manifest":
+        """Raises AofError (see ``damaged``) for anything but a valid manifest."""
+        if not text:
+            raise cls.damaged(path, "the manifest file is empty")
         lines = text.split("\n")
-        if not lines or lines[0] != MANIFEST_MAGIC:
-            raise AofError(f"{path}: not a StreamDB AOF manifest (or unsupported version)")
+        if lines[0] != MANIFEST_MAGIC:
+            raise cls.damaged(path, "not a StreamDB AOF manifest (or an unsupported version)")
         try:
             crc_line = next(i for i, l in enumerate(lines) if l.startswith("#C "))
         except StopIteration:
-            raise AofError(f"{path}: manifest has no checksum line (torn write?)") from None
+            raise cls.damaged(path, "the manifest has no checksum line") from None
         body = "\n".join(lines[:crc_line]) + "\n"
         if f"{zlib.crc32(body.encode()):08x}" != lines[crc_line][3:].strip():
-            raise AofError(f"{path}: manifest checksum mismatch")
+            raise cls.damaged(path, "manifest checksum mismatch")
         m = cls()
         for line in lines[1:crc_line]:
             parts = line.split()
-            if parts[:1] == ["seq"]:
+            if parts[:1] == ["seq"] and len(parts) == 2 and parts[1].isdigit():
                 m.seq = int(parts[1])
-            elif parts[:1] == ["file"] and len(parts) == 4:
-                if "/" in parts[1] or parts[1].startswith("."):
-                    raise AofError(f"{path}: bad segment name {parts[1]!r}")
+            elif parts[:1] == ["file"] and len(parts) == 4 and parts[3] in ("b", "i"):
+                if "/" in parts[1] or parts[1].startswith(".") or not SEGMENT_NAME.fullmatch(parts[1]):
+                    raise cls.damaged(path, f"bad segment name {parts[1]!r}")
                 if parts[3] == "b":
                     m.base = parts[1]
                 else:
                     m.incrs.append(parts[1])
             else:
-                raise AofError(f"{path}: unreadable manifest line {line!r}")
+                raise cls.damaged(path, f"unreadable manifest line {line!r}")
         return m
 
     def save(self, dirpath: str, name: str) -> None:
+        """Make this the manifest ``name`` in ``dirpath``: written aside, fsynced, renamed
+        into place, the directory fsynced.
+
+        Raises OSError when a step fails, the file aside removed: the manifest in place
+        is the old one then, except for ManifestNotDurable (only the last fsync failed)."""
         path = os.path.join(dirpath, name)
         tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(self.render())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(dirpath)
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(self.render())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        try:
+            fsync_dir(dirpath)
+        except OSError as e:
+            raise ManifestNotDurable(e.errno, e.strerror) from None
 
 
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
@@ -426,6 +511,8 @@ class Aof:
         self.rewrite_pid: int | None = None
         self._rewrite_pending: tuple[int, str] | None = None
         self.last_rewrite_ok = True
+        self.rotation_error = ""      # why the last rotation failed ("" once one succeeds)
+        self.rotation_failed_at = 0.0     # (monotonic) automatic rewrites wait a while after it
 
     # -- loading ----------------------------------------------------------------
 
@@ -452,9 +539,9 @@ class Aof:
         ``aof-load-truncated``; nothing on disk is changed unless a torn tail is cut.
         """
         if not os.path.exists(self.manifest_path()):
+            self._refuse_segments_without_manifest()
             return
-        with open(self.manifest_path(), encoding="utf-8") as f:
-            self.manifest = Manifest.parse(f.read(), self.manifest_path())
+        self.manifest = Manifest.read(self.manifest_path())
         segments = [s for s in self.manifest.segments()
                     if covered_seq is None or segment_seq(s) > covered_seq]
         paths = [os.path.join(self.dir, s) for s in segments]
@@ -532,7 +619,7 @@ class Aof:
                 # Cut to the last whole frame, zeros included: what is appended next
                 # goes there, and the room ahead is written afresh.
                 with open(p, "r+b") as f:
-                    f.truncate(scan.valid_end if scan.valid_end else 0)
+                    f.truncate(scan.valid_end)
                     f.flush()
                     os.fsync(f.fileno())
             self._sizes[os.path.basename(p)] = scan.valid_end
@@ -545,6 +632,19 @@ class Aof:
                             f"({applied} commands)")
         yield applied
 
+    def _refuse_segments_without_manifest(self) -> None:
+        """No manifest: a fresh directory, unless segments are there.  Those are a
+        previous run's log whose manifest was lost; starting empty would write a new
+        manifest and overwrite the first of them, so the start stops instead."""
+        try:
+            found = sorted(n for n in os.listdir(self.dir) if SEGMENT_NAME.fullmatch(n))
+        except FileNotFoundError:
+            return
+        if found:
+            raise AofError(f"{self.dir} holds AOF segments but no manifest {self.manifest_name} "
+                           f"({', '.join(found)}): refusing to start empty over them; "
+                           f"{manifest_way_out(self.dir)}, or move them away to start empty")
+
     # -- appending --------------------------------------------------------------
 
     def record_fsyncs(self) -> None:
@@ -553,21 +653,25 @@ class Aof:
                                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def open_for_append(self) -> None:
+        """Start-up, after ``load``: frames go on at the end of the last whole frame of
+        the manifest's last incr segment, or into a new one when it names none (a fresh
+        directory, or a base only).  An existing segment is opened as the load judged
+        it: it is never created, nor given a header, here."""
         os.makedirs(self.dir, exist_ok=True)
         if not self.manifest.incrs:
             self._new_incr_segment()
         else:
             name = self.manifest.incrs[-1]
             path = os.path.join(self.dir, name)
+            known = self._sizes.get(name)
+            if known is None:       # (not replayed, as the snapshot covers it: judged here)
+                with open(path, "rb") as f:
+                    known = read_segment(f.read(), path).valid_end
             # No O_APPEND: frames go at the logical end (os.pwrite at ``size``), which
             # the load found (the end of the last whole frame), not the file's end:
             # after a crash the zeros of its preallocation follow it.
-            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-            known = self._sizes.get(name)
-            self.size = known if known is not None else segment_logical_size(path)
-            if self.size == 0:
-                self._write_all(SEGMENT_MAGIC)
-                self.size = len(SEGMENT_MAGIC)
+            self.fd = os.open(path, os.O_WRONLY)
+            self.size = known
             self._adopt_tail(name)
         self.base_size = self.segment_size(self.manifest.base)
         self.total_size = self.base_size + sum(self.segment_size(s) for s in self.manifest.incrs)
@@ -619,28 +723,113 @@ class Aof:
             return 0
 
     def _new_incr_segment(self) -> None:
-        self.manifest.seq += 1
-        name = f"{self.basename}.{self.manifest.seq}.incr.aof"
-        path = os.path.join(self.dir, name)
-        # (No O_APPEND: frames are written at the logical end, see open_for_append.)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.pwrite(fd, SEGMENT_MAGIC, 0)
-        os.fsync(fd)
-        # The old segment must be durable before its fd goes away (and the
-        # fsync thread must not be inside an fsync of it).
+        """Move the log on to a new incr segment, in the order that leaves the
+        directory loadable whichever step a crash or a full disk stops:
+
+        1. the segment is created under a name no file has, with its header, fsynced;
+        2. the old segment's frames are fsynced (they must be durable before its fd goes);
+        3. the manifest naming the new segment is saved (aside, fsync, rename, fsync dir);
+        4. only then does memory switch: frames go to the new segment.
+
+        When a step fails, what the rotation created is removed, frames keep going to
+        the old segment, ``manifest`` is unchanged, and AofRotationError (logged once
+        while failures last) tells the caller why.
+        """
+        seq, name, fd = self._create_segment()
+        manifest = Manifest(self.manifest.base, self.manifest.incrs + [name], seq)
+        step = f"fsyncing {self._segment_name()}"
+        try:
+            # (Under the lock: the fsync thread must not be inside an fsync of the old fd.)
+            with self._sync_lock:
+                if self.fd is not None and self.written_pos > self.durable_pos:
+                    os.fdatasync(self.fd)
+            step = f"saving the manifest {self.manifest_name}"
+            manifest.save(self.dir, self.manifest_name)
+        except OSError as e:
+            os.close(fd)
+            self._remove_created_segment(name, isinstance(e, ManifestNotDurable))
+            raise self._rotation_failed(step, e) from None
         with self._sync_lock:
             if self.fd is not None:
-                if self.written_pos > self.durable_pos:
-                    os.fdatasync(self.fd)
                 self._seal_current()
                 os.close(self.fd)
             self.fd = fd
             self.size = len(SEGMENT_MAGIC)
+        self.manifest = manifest
         self._mark_durable(self.written_pos)
         self.cur_db = 0
-        self.manifest.incrs.append(name)
-        self.manifest.save(self.dir, self.manifest_name)
         self._start_prealloc(name)
+        if self.rotation_error:
+            log.log(log.WARNING, "AOF segment rotation works again")
+            self.rotation_error = ""
+
+    def _create_segment(self) -> tuple[int, str, int]:
+        """A new incr segment holding its header, fsynced: (seq, name, fd).
+
+        It gets the first seq after the manifest's that no file holds (O_EXCL): a
+        file left in the way (a crash or a failed rotation left it before a manifest
+        named it) is not ours to overwrite."""
+        seq = self.manifest.seq
+        while True:
+            seq += 1
+            name = f"{self.basename}.{seq}.incr.aof"
+            try:
+                fd = os.open(os.path.join(self.dir, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                log.log(log.WARNING, f"AOF: {name} exists but the manifest does not name it; "
+                                     f"leaving it as it is and skipping its sequence number")
+                continue
+            except OSError as e:
+                raise self._rotation_failed(f"creating {name}", e) from None
+            try:
+                _pwrite_all(fd, SEGMENT_MAGIC, 0)
+                os.fsync(fd)
+            except OSError as e:
+                os.close(fd)
+                self._remove_created_segment(name)
+                raise self._rotation_failed(f"writing the header of {name}", e) from None
+            return seq, name, fd
+
+    def _remove_created_segment(self, name: str, manifest_renamed: bool = False) -> None:
+        """Undo a failed rotation: remove the segment ``name`` it created.
+
+        ``manifest_renamed``: the manifest naming it was renamed into place but not
+        made durable.  The one memory believes is put back first; if that fails too,
+        the file stays, since a manifest naming a missing segment stops the next start
+        while a segment holding only its header is harmless."""
+        if manifest_renamed:
+            try:
+                self.manifest.save(self.dir, self.manifest_name)
+            except OSError:
+                return
+        try:
+            os.unlink(os.path.join(self.dir, name))
+        except OSError:
+            pass
+
+    def _replace_manifest(self, manifest: Manifest, why: str) -> None:
+        """Save ``manifest``, and only then make it the one memory believes.
+
+        OSError (logged at warning) when the save failed: memory keeps the old one,
+        which names only files that still exist (nothing was deleted yet)."""
+        try:
+            manifest.save(self.dir, self.manifest_name)
+        except OSError as e:
+            log.log(log.WARNING, f"Could not save the AOF manifest ({why}): {e.strerror or e}; "
+                                 f"the AOF goes on with the segments it named")
+            raise
+        self.manifest = manifest
+
+    def _rotation_failed(self, step: str, e: OSError) -> "AofRotationError":
+        """The error for a rotation that failed at ``step``; logged at the first failure."""
+        current = self._segment_name()
+        message = (f"could not start a new AOF segment ({step}: {e.strerror or e}); "
+                   + (f"the AOF goes on in {current}" if current else "the AOF has no segment yet"))
+        if not self.rotation_error:
+            log.log(log.WARNING, message)
+        self.rotation_error = message
+        self.rotation_failed_at = time.monotonic()
+        return AofRotationError(message)
 
     def _seal_current(self) -> None:
         """The current segment gets no more frames: its logical size is final, and
@@ -730,8 +919,19 @@ class Aof:
         base = max(self.rewrite_base_size, 1)
         if (self.total_size - base) * 100 // base >= pct and self.rewrite_pid is None \
                 and not self.pending:      # (rotate() refuses while a write waits for the disk)
+            if self.rotation_backing_off():
+                return
             log.log(log.NOTICE, f"Starting automatic rewriting of AOF on {pct}% growth")
-            self.bgrewrite()
+            try:
+                self.bgrewrite()
+            except AofRotationError:
+                pass            # (logged by the rotation; tried again after the delay)
+
+    def rotation_backing_off(self) -> bool:
+        """Whether automatic work that rotates (auto-aof-rewrite, a save rule's or the
+        node cache's snapshot) waits: the last rotation failed a moment ago."""
+        return bool(self.rotation_error) and \
+            time.monotonic() - self.rotation_failed_at < _ROTATION_RETRY_DELAY
 
     def _write_all(self, data: bytes) -> None:
         """Write ``data`` at the logical end (``size``; the caller moves it on).
@@ -924,6 +1124,8 @@ class Aof:
         """Start a new incr segment; returns the seq of the last segment before it.
 
         A snapshot taken right after covers every segment up to that seq.
+        AofRotationError when the new segment could not be started (see
+        ``_new_incr_segment``): nothing changed.
 
         Refused (``AofUnwritten``) while a frame that failed to write waits for the
         disk: the snapshot would hold its effects and the retry would write them into
@@ -942,10 +1144,12 @@ class Aof:
         old = [s for s in self.manifest.segments() if segment_seq(s) <= seq]
         if not old:
             return
-        if self.manifest.base and segment_seq(self.manifest.base) <= seq:
-            self.manifest.base = None
-        self.manifest.incrs = [s for s in self.manifest.incrs if segment_seq(s) > seq]
-        self.manifest.save(self.dir, self.manifest_name)
+        base = self.manifest.base if self.manifest.base and segment_seq(self.manifest.base) > seq else None
+        try:
+            self._replace_manifest(Manifest(base, [s for s in self.manifest.incrs if segment_seq(s) > seq],
+                                            self.manifest.seq), "retiring the segments a snapshot covers")
+        except OSError:
+            return          # (they are retired after the next snapshot)
         for name in old:
             self._sizes.pop(name, None)
             try:
@@ -995,8 +1199,11 @@ class Aof:
         self.rewrite_pid = None
         covered, name = self._rewrite_pending
         if code == 0:
-            self._rewrite_done(covered, name)
-            self.last_rewrite_ok = True
+            try:
+                self._rewrite_done(covered, name)
+                self.last_rewrite_ok = True
+            except OSError:
+                self.last_rewrite_ok = False        # (logged by _replace_manifest)
         else:
             self.last_rewrite_ok = False
             try:
@@ -1010,9 +1217,16 @@ class Aof:
 
     def _rewrite_done(self, covered: int, base_name: str) -> None:
         old = [s for s in self.manifest.segments() if segment_seq(s) <= covered]
-        self.manifest.base = base_name
-        self.manifest.incrs = [s for s in self.manifest.incrs if segment_seq(s) > covered]
-        self.manifest.save(self.dir, self.manifest_name)
+        try:
+            self._replace_manifest(Manifest(base_name, [s for s in self.manifest.incrs if segment_seq(s) > covered],
+                                            self.manifest.seq), f"naming the rewritten base {base_name}")
+        except OSError as e:
+            if not isinstance(e, ManifestNotDurable):       # (else the manifest on disk may name it)
+                try:
+                    os.unlink(os.path.join(self.dir, base_name))
+                except OSError:
+                    pass
+            raise
         for name in old:
             self._sizes.pop(name, None)
             if name != base_name:

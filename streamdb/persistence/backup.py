@@ -449,8 +449,7 @@ def restore_backup(directory: str, datadir: str, aof_from: str | None = None) ->
     if later:
         aof_dir = os.path.join(datadir, names["appenddirname"])
         manifest_name = names["appendfilename"] + ".manifest"
-        with open(os.path.join(aof_dir, manifest_name), encoding="utf-8") as f:
-            manifest = Manifest.parse(f.read(), manifest_name)
+        manifest = Manifest.read(os.path.join(aof_dir, manifest_name))
         for name in later:
             # (Without the zeros a running or crashed server's last segment ends with.)
             added += copy_segment(os.path.join(aof_from, name), os.path.join(aof_dir, name))
@@ -469,10 +468,7 @@ def _later_segments(doc: dict, directory: str, aof_from: str) -> list[str]:
         raise BackupError("the backup was taken without an AOF: there is no position to continue from")
     manifest_path = os.path.join(aof_from, names["appendfilename"] + ".manifest")
     try:
-        with open(manifest_path, encoding="utf-8") as f:
-            old = Manifest.parse(f.read(), manifest_path)
-    except OSError as e:
-        raise BackupError(f"cannot read {manifest_path}: {e.strerror or e}") from None
+        old = Manifest.read(manifest_path)
     except AofError as e:
         raise BackupError(str(e)) from None
     if last not in old.incrs:

@@ -16,7 +16,7 @@ import time
 
 from .. import log
 from ..engine.nodecache import CACHE
-from .aof import Aof, AofError
+from .aof import Aof, AofError, AofRotationError
 from .backup import Backup
 from .snapshot import Snapshotter, SnapshotError, load_snapshot
 
@@ -68,11 +68,14 @@ class Persistence:
                         if time.monotonic() - last_pause >= 0.01:
                             await asyncio.sleep(0.0005)
                             last_pause = time.monotonic()
-                except AofError as e:
+                    if cfg["aof-record-fsync"]:
+                        aof.record_fsyncs()
+                    aof.open_for_append()
+                except (AofError, AofRotationError) as e:
                     raise RecoveryError(f"Fatal error loading the AOF: {e}") from None
-                if cfg["aof-record-fsync"]:
-                    aof.record_fsyncs()
-                aof.open_for_append()
+                except OSError as e:        # (a file it cannot read or create: permissions, EIO)
+                    raise RecoveryError(f"Fatal error loading the AOF: {e.filename or aof.dir}: "
+                                        f"{e.strerror or e}") from None
                 core.effect_sinks.append(aof.append_batch)
                 server.before_reply_hooks.append(aof.flush)
                 aof.loop = asyncio.get_running_loop()

@@ -40,6 +40,7 @@ import msgpack
 from .. import log
 from ..engine import Stream
 from ..engine.nodecache import CACHE
+from .aof import AofRotationError
 from .changes import ChangedKeys
 from .child import fork_child, reap
 from .codec import CodecError, decode_value, encode_value
@@ -448,7 +449,11 @@ class Snapshotter:
     # -- saving ---------------------------------------------------------------------
 
     def _begin(self):
-        covered = self.aof.rotate() if self.aof is not None else None
+        try:
+            covered = self.aof.rotate() if self.aof is not None else None
+        except AofRotationError:
+            self.last_ok = False        # (nothing else changed: INFO says the save failed)
+            raise
         dirty = None if self.full else self.dirty
         self.located = self.located or CACHE.bounded
         state = (self.dirty, self.full, covered, self.core.dirty, self._node_rows(dirty),
@@ -592,15 +597,17 @@ class Snapshotter:
             if self.core.dirty >= changes and now - self.last_save_time >= seconds and \
                     (self.last_ok or now - self.last_save_time >= 5):
                 log.log(log.NOTICE, f"{changes} changes in {seconds} seconds. Saving...")
-                self.bgsave()
+                self._automatic_bgsave()
                 return
         self._maybe_make_nodes_durable(now)
 
     def _aof_busy(self) -> bool:
         """Whether an automatic snapshot must wait for the AOF: one child at a time (a
         rewrite runs), or a frame that failed to write waits for the disk (the
-        rotation a snapshot starts with refuses then: Aof.rotate)."""
-        return self.aof is not None and (self.aof.rewrite_pid is not None or bool(self.aof.pending))
+        rotation a snapshot starts with refuses then: Aof.rotate), or the last rotation
+        failed a moment ago (a full disk: Aof.rotation_backing_off)."""
+        return self.aof is not None and (self.aof.rewrite_pid is not None or bool(self.aof.pending)
+                                         or self.aof.rotation_backing_off())
 
     def _maybe_make_nodes_durable(self, now: int) -> None:
         """With a bounded node cache, snapshot once enough sealed bytes wait to become
@@ -613,7 +620,16 @@ class Snapshotter:
         if self.full or CACHE.sealed_pending * self.cache_trigger > budget:
             log.log(log.VERBOSE, f"{CACHE.sealed_pending} bytes of stream nodes not yet on "
                                  "disk (stream-cache-size). Saving...")
+            self._automatic_bgsave()
+
+    def _automatic_bgsave(self) -> None:
+        """A BGSAVE the server starts by itself (a save rule, the node cache).  When
+        the AOF cannot start its new segment (logged there) the save has failed, and
+        waits as the AOF says (``_aof_busy``) before it is tried again."""
+        try:
             self.bgsave()
+        except AofRotationError:
+            pass
 
     def wait(self, timeout: float = 600) -> None:
         deadline = time.monotonic() + timeout

@@ -63,8 +63,7 @@ def recover(path: str, dbfilename: str = "snapshot.lmdb", appenddirname: str = "
     covered = info.get("aof_seq") if info else None
     manifest_path = os.path.join(aofdir, appendfilename + ".manifest")
     if os.path.exists(manifest_path):
-        with open(manifest_path, encoding="utf-8") as f:
-            manifest = Manifest.parse(f.read(), manifest_path)
+        manifest = Manifest.read(manifest_path)
         segments = [s for s in manifest.segments() if covered is None or segment_seq(s) > covered]
         client = core.replay_client("aof")
         for i, seg in enumerate(segments):

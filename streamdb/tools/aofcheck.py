@@ -21,6 +21,14 @@ segment keeps it; a clean shutdown cuts it).  They are no error: the report
 counts them apart, and a frame torn by a crash with only zeros after it is a
 torn tail like one at the end of the file.
 
+A segment without its header (an empty file, or zeros: its content never
+reached the disk) is damage at offset 0, never a torn write, since the header
+is fsynced before a manifest names the segment: --fix leaves it its header
+only, as a cut at offset 0.  A directory whose manifest is missing or damaged
+(the server refuses to start on it) is reported; --fix writes one naming the
+segments found, the newest base and the incr segments after it in order, after
+listing them and asking (a damaged manifest is kept as <name>.corrupt-<time>).
+
 Exit status: 0 the AOF is valid (or was fixed), 1 a torn tail, 2 corruption
 (or a fix declined or impossible).
 """
@@ -34,8 +42,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from ..persistence.aof import (SEGMENT_MAGIC, AofCorruption, AofError, Manifest, SegmentScan, fsync_dir,
-                               read_segment, segment_logical_size, split_commands)
+from ..persistence.aof import (SEGMENT_MAGIC, SEGMENT_NAME, AofCorruption, AofError, Manifest, SegmentScan,
+                               fsync_dir, read_segment, segment_logical_size, segment_seq, split_commands)
 from .progress import Progress
 
 
@@ -121,8 +129,34 @@ def confirm(question: str, yes: bool) -> bool:
     return False
 
 
-def truncate(path: str, size: int) -> None:
+def fix_stamp() -> str:
+    """The time in the names of what a fix keeps (``.corrupt-<time>``, ``.retired-<time>``)."""
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+
+
+def keep_copy(path: str, stamp: str) -> str:
+    """Copy ``path`` to ``<path>.corrupt-<stamp>``, fsynced, before a fix changes it; the copy's path."""
+    kept = f"{path}.corrupt-{stamp}"
+    shutil.copy2(path, kept)
+    with open(kept, "rb") as f:
+        os.fsync(f.fileno())
+    return kept
+
+
+def kept_size(seg: SegmentCheck) -> int:
+    """What --fix leaves of ``seg``: its valid frames, and at least its header (a
+    segment a manifest names has one, even when nothing readable is left of it)."""
+    return max(seg.scan.valid_end, len(SEGMENT_MAGIC))
+
+
+def cut_segment(path: str, size: int) -> None:
+    """Cut the segment at ``path`` to ``size`` bytes (see kept_size); a segment whose own
+    header was damaged is left with a fresh one."""
     with open(path, "r+b") as f:
+        if f.read(len(SEGMENT_MAGIC)) != SEGMENT_MAGIC:
+            f.truncate(0)
+            f.seek(0)
+            f.write(SEGMENT_MAGIC)
         f.truncate(size)
         f.flush()
         os.fsync(f.fileno())
@@ -134,11 +168,11 @@ def _zeros_note(seg: SegmentCheck) -> str:
 
 
 def fix_torn_tail(seg: SegmentCheck, yes: bool) -> int:
-    size, keep = len(seg.data), seg.scan.valid_end
+    size, keep = len(seg.data), kept_size(seg)
     if not confirm(f"This will shrink the AOF segment from {size} bytes, with {size - keep} bytes"
                    f"{_zeros_note(seg)}, to {keep} bytes.", yes):
         return 1
-    truncate(seg.path, keep)
+    cut_segment(seg.path, keep)
     print(f"Successfully truncated AOF segment {seg.path} to {keep} bytes")
     return 0
 
@@ -151,10 +185,11 @@ def fix_hole(seg: SegmentCheck, later: list[str], manifest: Manifest | None, man
     after the bad spot, and the later segments.  Keeps a copy of the whole
     segment and renames (never deletes) the retired ones.
     """
-    size, keep = len(seg.data), seg.scan.valid_end
+    size, keep = len(seg.data), kept_size(seg)
     bad_at = seg.corruption.offset if seg.corruption else seg.scan.torn_at
     lost = frames_after(seg.data, bad_at)
-    print(f"Cutting {seg.path} at offset {keep} loses {seg.scan.end - keep} bytes: the bad frame at offset "
+    what = "the bad frame" if bad_at else "the damaged segment header"
+    print(f"Cutting {seg.path} at offset {keep} loses {max(seg.scan.end - keep, 0)} bytes: {what} at offset "
           f"{bad_at} and {len(lost)} valid frames ({count_commands(lost)} commands) after it.")
     later_frames = later_commands = later_bytes = 0
     for path in later:
@@ -178,11 +213,8 @@ def fix_hole(seg: SegmentCheck, later: list[str], manifest: Manifest | None, man
                    f"{_zeros_note(seg)}, to {keep} bytes"
                    + (f", and retire {len(later)} later segment(s)." if later else "."), yes):
         return 2
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    backup = f"{seg.path}.corrupt-{stamp}"
-    shutil.copy2(seg.path, backup)
-    with open(backup, "rb") as f:
-        os.fsync(f.fileno())
+    stamp = fix_stamp()
+    backup = keep_copy(seg.path, stamp)
     if later:
         # The manifest first: a crash before the renames leaves files it no longer names.
         kept = len(manifest.segments()) - len(later)     # the cut segment and those before it
@@ -190,7 +222,7 @@ def fix_hole(seg: SegmentCheck, later: list[str], manifest: Manifest | None, man
         manifest.save(os.path.dirname(manifest_path), os.path.basename(manifest_path))
         for path in later:
             os.replace(path, f"{path}.retired-{stamp}")
-    truncate(seg.path, keep)
+    cut_segment(seg.path, keep)
     fsync_dir(os.path.dirname(seg.path) or ".")
     print(f"Successfully truncated AOF segment {seg.path} to {keep} bytes; the whole segment as it was "
           f"is kept in {backup}"
@@ -198,17 +230,77 @@ def fix_hole(seg: SegmentCheck, later: list[str], manifest: Manifest | None, man
     return 0
 
 
+def manifest_from_segments(names: list[str]) -> tuple[Manifest, list[str]]:
+    """The manifest of the log the segment files ``names`` hold, and the files it leaves out.
+
+    The newest base holds the state up to its seq (a base is named after the last
+    segment it covers), so the log is that base and the incr segments after it, in
+    order; older segments are what a crash left before they were deleted.  The seq is
+    the highest found, so that no new segment takes the name of one left out."""
+    ordered = sorted(names, key=segment_seq)
+    bases = [n for n in ordered if n.endswith(".base.aof")]
+    base = bases[-1] if bases else None
+    after = segment_seq(base) if base else -1
+    incrs = [n for n in ordered if n.endswith(".incr.aof") and segment_seq(n) > after]
+    left_out = [n for n in ordered if n != base and n not in incrs]
+    return Manifest(base, incrs, max((segment_seq(n) for n in ordered), default=0)), left_out
+
+
+def rebuild_manifest(dirpath: str, mpath: str, segments: list[str], yes: bool) -> Manifest | None:
+    """--fix of a missing or damaged manifest: write one naming ``segments`` (see
+    manifest_from_segments) after listing them and asking.  A damaged manifest is kept
+    as ``<name>.corrupt-<time>``.  None when declined."""
+    manifest, left_out = manifest_from_segments(segments)
+    print(f"A new manifest {mpath} would name, in this order: "
+          + (", ".join(manifest.segments()) or "no segment (the server then starts empty)")
+          + (f"; left out, as older than the base {manifest.base}: {', '.join(left_out)}" if left_out else ""))
+    if not confirm("This will write the manifest.", yes):
+        return None
+    if os.path.exists(mpath):       # (copied, so that a failed save leaves it in place)
+        print(f"The damaged manifest is kept in {keep_copy(mpath, fix_stamp())}")
+    manifest.save(dirpath, os.path.basename(mpath))
+    print(f"Wrote {mpath}; checking the segments it names")
+    return manifest
+
+
+def directory_manifest(dirpath: str, fix: bool, yes: bool) -> tuple[Manifest | None, str]:
+    """The manifest of the AOF directory ``dirpath`` and its path; (None, "") after
+    reporting that there is none, or a damaged one, that was not rebuilt (--fix)."""
+    names = os.listdir(dirpath)
+    manifests = [n for n in names if n.endswith(".manifest")]
+    if len(manifests) > 1:
+        print(f"{dirpath}: expected one .manifest file, found {len(manifests)}: {', '.join(manifests)}")
+        return None, ""
+    segments = [n for n in names if SEGMENT_NAME.fullmatch(n)]
+    if manifests:
+        mpath = os.path.join(dirpath, manifests[0])
+        try:
+            return Manifest.read(mpath), mpath
+        except AofError as e:
+            print(f"CORRUPT manifest: {e}")     # (the way out included)
+            if not fix:
+                return None, ""
+        prefix = manifests[0][:-len(".manifest")] + "."
+        segments = [n for n in segments if n.startswith(prefix)]
+    else:
+        logs = sorted({n.rsplit(".", 3)[0] for n in segments})
+        if len(logs) != 1:
+            print(f"{dirpath}: no .manifest file, and " + (f"segments of {len(logs)} logs ({', '.join(logs)})"
+                                                           if logs else "no AOF segment"))
+            return None, ""
+        mpath = os.path.join(dirpath, logs[0] + ".manifest")
+        print(f"MISSING manifest: {dirpath} holds AOF segments ({', '.join(sorted(segments, key=segment_seq))}) "
+              f"but no manifest {os.path.basename(mpath)}: the server will not start on it")
+        if not fix:
+            print(f"Run 'streamdb-check-aof --fix {dirpath}' to write a manifest naming the segments found "
+                  f"(it lists them and asks first), or restore the manifest from a backup.")
+            return None, ""
+    return rebuild_manifest(dirpath, mpath, segments, yes), mpath
+
+
 def check_directory(dirpath: str, fix: bool, yes: bool) -> int:
-    manifests = [n for n in os.listdir(dirpath) if n.endswith(".manifest")]
-    if len(manifests) != 1:
-        print(f"{dirpath}: expected exactly one .manifest file, found {len(manifests)}")
-        return 2
-    mpath = os.path.join(dirpath, manifests[0])
-    try:
-        with open(mpath, encoding="utf-8") as f:
-            manifest = Manifest.parse(f.read(), mpath)
-    except AofError as e:
-        print(f"CORRUPT manifest: {e}")
+    manifest, mpath = directory_manifest(dirpath, fix, yes)
+    if manifest is None:
         return 2
     paths = [os.path.join(dirpath, name) for name in manifest.segments()]
     for p in paths:
@@ -275,9 +367,13 @@ def main(argv: list[str] | None = None) -> int:
                          "(then later segments are retired); says what is lost and asks first")
     ap.add_argument("--yes", action="store_true", help="do not ask before fixing (for scripts)")
     args = ap.parse_args(argv)
-    if os.path.isdir(args.path):
-        return check_directory(args.path, args.fix, args.yes)
-    return check_one_segment(args.path, args.fix, args.yes)
+    try:
+        if os.path.isdir(args.path):
+            return check_directory(args.path, args.fix, args.yes)
+        return check_one_segment(args.path, args.fix, args.yes)
+    except OSError as e:
+        print(f"streamdb-check-aof: {e.filename or args.path}: {e.strerror or e}")
+        return 2
 
 
 if __name__ == "__main__":

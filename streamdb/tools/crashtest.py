@@ -147,8 +147,7 @@ def _last_segment(aof_dir: str) -> str | None:
     manifest = [n for n in os.listdir(aof_dir) if n.endswith(".manifest")]
     if not manifest:
         return None
-    with open(os.path.join(aof_dir, manifest[0]), encoding="utf-8") as f:
-        return Manifest.parse(f.read(), manifest[0]).incrs[-1]
+    return Manifest.read(os.path.join(aof_dir, manifest[0])).incrs[-1]
 
 
 def _record_durable(aof_dir: str, seg: str, offset: int) -> None:
@@ -166,7 +165,7 @@ def _power_cut(aof_dir: str, rng: random.Random) -> PowerCut:
     seg = _last_segment(aof_dir)
     if seg is None:
         return PowerCut()
-    durable = 0
+    durable = len(SEGMENT_MAGIC)        # (fsynced before the manifest named the segment)
     with open(os.path.join(aof_dir, "fsync.log"), encoding="utf-8") as f:
         for line in f:
             parts = line.split()
