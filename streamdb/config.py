@@ -275,6 +275,7 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("aof-record-fsync", "no", _parse_bool, "Crash testing: log each fsync boundary to <appenddirname>/fsync.log.", False, _render_bool),
     _d("save", "3600 1 300 100 60 10000", _parse_save, "Snapshot after <seconds> <changes> pairs."),
     _d("dbfilename", "snapshot.lmdb", _S, "Snapshot directory name (an LMDB environment) under dir.", False),
+    _d("stop-writes-on-bgsave-error", "yes", _parse_bool, "While background saves fail (a failed fork, a child that failed to write) and save rules are set, write commands get MISCONF until a save succeeds.", True, _render_bool),
     # -- observability
     _d("slowlog-log-slower-than", "10000", _parse_int(-1, 2**63 - 1), "Log commands slower than this many microseconds."),
     _d("slowlog-max-len", "128", _parse_int(0, 2**31 - 1), "Slow log length."),
@@ -334,7 +335,6 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
         ("rdb-save-incremental-fsync", "yes", _parse_bool, "a snapshot is one LMDB transaction.", True, _render_bool),
         ("aof-rewrite-incremental-fsync", "yes", _parse_bool, "the rewrite child fsyncs its base once.", True, _render_bool),
         ("aof-timestamp-enabled", "no", _parse_bool, "AOF frames carry no timestamps.", True, _render_bool),
-        ("stop-writes-on-bgsave-error", "yes", _parse_bool, "a failed snapshot leaves the AOF in charge; writes go on.", True, _render_bool),
         ("repl-diskless-sync", "yes", _parse_bool, "full syncs are always diskless.", True, _render_bool),
         ("repl-diskless-sync-delay", "5", _parse_int(0, 2**31 - 1), "a full sync starts at once.", True, str),
         ("repl-diskless-sync-max-replicas", "0", _parse_int(0, 2**31 - 1), "a full sync starts at once.", True, str),

@@ -7,6 +7,7 @@ without it (``appendonly no``) these commands report that persistence is off.
 from __future__ import annotations
 
 from ..persistence import codec
+from ..persistence.child import NotStarted
 from . import backup
 from ..protocol.reply import OK, CommandError, Status
 from .args import parse_int
@@ -101,6 +102,11 @@ def _restore_more_nodes(ctx: Ctx, key: bytes, run, argv):
     return OK
 
 
+# Redis's reply when BGREWRITEAOF cannot start its child (the log says why).
+REWRITE_NOT_STARTED = ("ERR Can't execute an AOF background rewriting. "
+                       "Please check the server logs for more information.")
+
+
 def _aof(ctx: Ctx):
     return ctx.core.aof
 
@@ -118,6 +124,8 @@ def bgrewriteaof(ctx: Ctx, argv):
         snap.wait()          # one child at a time, as in Redis; a snapshot finishes first
     try:
         aof.bgrewrite()
+    except NotStarted:                  # (logged with the reason, as Redis does)
+        raise CommandError(REWRITE_NOT_STARTED) from None
     except RuntimeError as e:           # (AofUnwritten: a failed write waits for the disk)
         raise CommandError(f"ERR {e}") from None
     return Status("Background append only file rewriting started")
@@ -156,6 +164,9 @@ def bgsave(ctx: Ctx, argv):
         raise CommandError("ERR Background save already in progress")
     try:
         snap.bgsave()
+    except NotStarted:
+        # Redis answers a failed fork with a bare -ERR (shared.err); the log says why.
+        raise CommandError("ERR") from None
     except RuntimeError as e:
         raise CommandError(f"ERR {e}") from None
     return Status("Background saving started")
@@ -181,6 +192,7 @@ def info_persistence(core) -> list[tuple[str, object]]:
         ("aof_last_rewrite_time_sec", -1),
         ("aof_last_bgrewrite_status", "ok" if not aof or aof.last_rewrite_ok else "err"),
         ("aof_rewrites", aof.rewrites if aof else 0),
+        ("aof_rewrites_consecutive_failures", aof.rewrite_failures if aof else 0),
         ("aof_last_write_status", "ok" if not aof or aof.last_write_ok else "err"),
         ("aof_last_cow_size", 0),
     ] + backup.info_fields(core)

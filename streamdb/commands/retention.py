@@ -83,7 +83,7 @@ class Retention:
         core = self.core
         # A replica applies its primary's trims; while loading or refusing writes
         # (MISCONF) nothing may change.
-        if core.is_replica or core.loading or core.write_refusal:
+        if core.is_replica or core.loading or core.write_refusal or core.save_refusal:
             return
         now = core.now_ms()
         keys, nodes = KEYS_PER_TICK, NODES_PER_TICK

@@ -63,7 +63,8 @@ import zlib
 
 from .. import log
 from ..protocol import ProtocolError, RequestParser, encode_commands, encode_reply
-from .child import fork_child, reap
+from .child import (NotStarted, describe_exit, describe_failure, fork_reporting_child,
+                    read_failure_reason, reap)
 from .prealloc import Preallocator
 
 __all__ = ["Aof", "AofCorruption", "AofError", "AofRotationError", "Manifest", "encode_command", "frame_size",
@@ -76,6 +77,11 @@ MANIFEST_MAGIC = "#SDBMANIFEST 1"
 SEGMENT_NAME = re.compile(r"[^/]+\.(\d+)\.(base|incr)\.aof")
 FRAME_HEADER_MAX = 64
 DEFAULT_PREALLOCATE = 16 << 20      # aof-preallocate's default
+# Automatic rewrites after this many failures in a row wait between tries: 1
+# minute, then twice as long each time, up to an hour (Redis's aofRewriteLimited).
+REWRITE_FAILURES_BEFORE_DELAY = 3
+REWRITE_DELAY_FIRST = 60
+REWRITE_DELAY_MAX = 3600
 _ZERO_SCAN = 1 << 20                # content_end looks at the tail this much at a time
 
 
@@ -510,9 +516,15 @@ class Aof:
         self.rewrite_base_size = 0
         self.rewrite_pid: int | None = None
         self._rewrite_pending: tuple[int, str] | None = None
+        self._rewrite_reason_fd: int | None = None    # where the rewrite child says why it failed
         self.last_rewrite_ok = True
         self.rotation_error = ""      # why the last rotation failed ("" once one succeeds)
         self.rotation_failed_at = 0.0     # (monotonic) automatic rewrites wait a while after it
+        # Failed rewrites in a row (INFO aof_rewrites_consecutive_failures), and the
+        # wait they impose on automatic ones (_auto_rewrite_held).
+        self.rewrite_failures = 0
+        self._auto_rewrite_delay = 0
+        self._auto_rewrite_at = 0.0
 
     # -- loading ----------------------------------------------------------------
 
@@ -658,6 +670,7 @@ class Aof:
         directory, or a base only).  An existing segment is opened as the load judged
         it: it is never created, nor given a header, here."""
         os.makedirs(self.dir, exist_ok=True)
+        self._remove_stale_rewrite_files()
         if not self.manifest.incrs:
             self._new_incr_segment()
         else:
@@ -680,6 +693,23 @@ class Aof:
             # everysec's once-a-second fsync (CONFIG SET appendfsync may switch live).
             self._fsync_thread = threading.Thread(target=self._fsync_loop, name="aof-fsync", daemon=True)
             self._fsync_thread.start()
+
+    def _remove_stale_rewrite_files(self) -> None:
+        """Start-up (of the server, which alone appends): a rewrite whose server was
+        killed (its child dies with it) left its base's temp file.  Nothing names
+        one (a rewrite's base is renamed into place before the manifest names it):
+        remove those, never a file the manifest names."""
+        named = set(self.manifest.segments())
+        prefix, suffix = self.basename + ".", ".base.aof.tmp"
+        for name in os.listdir(self.dir):
+            if name.startswith(prefix) and name.endswith(suffix) and name not in named:
+                try:
+                    os.unlink(os.path.join(self.dir, name))
+                except OSError as e:
+                    log.log(log.WARNING, f"Can't remove the temp file {name} of an interrupted "
+                                         f"AOF rewrite: {describe_failure(e)}")
+                    continue
+                log.log(log.NOTICE, f"Removed {name}, left by an interrupted AOF rewrite")
 
     def _adopt_tail(self, name: str) -> None:
         """open_for_append of an existing segment: what follows its logical end.
@@ -912,26 +942,50 @@ class Aof:
             self.flush()
 
     def maybe_auto_rewrite(self, cfg) -> None:
-        """auto-aof-rewrite-percentage / -min-size, as Redis: growth over the size after the last rewrite."""
+        """auto-aof-rewrite-percentage / -min-size, as Redis: growth over the size after the
+        last rewrite.  After failures in a row, waits between tries (``_auto_rewrite_held``).
+        Never raises (a rewrite that cannot start is logged and counted)."""
         pct = cfg["auto-aof-rewrite-percentage"]
         if not pct or self.total_size < cfg["auto-aof-rewrite-min-size"]:
             return
         base = max(self.rewrite_base_size, 1)
         if (self.total_size - base) * 100 // base >= pct and self.rewrite_pid is None \
-                and not self.pending:      # (rotate() refuses while a write waits for the disk)
+                and not self.pending and not self._auto_rewrite_held():
+            # (rotate() refuses while a write waits for the disk)
             if self.rotation_backing_off():
                 return
             log.log(log.NOTICE, f"Starting automatic rewriting of AOF on {pct}% growth")
             try:
                 self.bgrewrite()
-            except AofRotationError:
-                pass            # (logged by the rotation; tried again after the delay)
+            except (AofRotationError, NotStarted):
+                pass            # (logged by the rotation or the fork; tried again later)
 
     def rotation_backing_off(self) -> bool:
         """Whether automatic work that rotates (auto-aof-rewrite, a save rule's or the
         node cache's snapshot) waits: the last rotation failed a moment ago."""
         return bool(self.rotation_error) and \
             time.monotonic() - self.rotation_failed_at < _ROTATION_RETRY_DELAY
+
+    def _auto_rewrite_held(self) -> bool:
+        """Whether automatic rewrites wait: after REWRITE_FAILURES_BEFORE_DELAY failures
+        in a row, one try per delay (1 minute, doubling up to an hour), each delay said
+        once in the log (Redis's aofRewriteLimited; BGREWRITEAOF is never held)."""
+        if self.rewrite_failures < REWRITE_FAILURES_BEFORE_DELAY:
+            self._auto_rewrite_delay, self._auto_rewrite_at = 0, 0.0
+            return False
+        now = time.monotonic()
+        if self._auto_rewrite_at:
+            if now < self._auto_rewrite_at:
+                return True
+            self._auto_rewrite_at = 0.0         # the delay is over: one more try
+            return False
+        self._auto_rewrite_delay = min(self._auto_rewrite_delay * 2 or REWRITE_DELAY_FIRST,
+                                       REWRITE_DELAY_MAX)
+        self._auto_rewrite_at = now + self._auto_rewrite_delay
+        log.log(log.WARNING, f"Background AOF rewrite has repeatedly failed ({self.rewrite_failures} "
+                             f"times in a row) and triggered the limit, will retry in "
+                             f"{self._auto_rewrite_delay // 60} minutes")
+        return True
 
     def _write_all(self, data: bytes) -> None:
         """Write ``data`` at the logical end (``size``; the caller moves it on).
@@ -1139,6 +1193,17 @@ class Aof:
         self._new_incr_segment()
         return covered
 
+    def snapshot_point(self) -> int:
+        """``rotate()`` for a snapshot: the seq through which a snapshot taken now
+        covers the log.  When the current segment holds no frame yet (nothing was
+        written since the last rotation, e.g. by a save that failed and is tried
+        again while writes get MISCONF), the segments before it already hold every
+        change: no new segment is started for each try."""
+        self.flush()
+        if not self.pending and self.manifest.incrs and self.size == len(SEGMENT_MAGIC):
+            return segment_seq(self.manifest.incrs[-1]) - 1
+        return self.rotate()
+
     def retire_through(self, seq: int) -> None:
         """Drop segments a snapshot now covers (seq <= ``seq``) from the manifest, then the files."""
         old = [s for s in self.manifest.segments() if segment_seq(s) <= seq]
@@ -1177,17 +1242,39 @@ class Aof:
         succeeded, ``poll_rewrite`` swaps the manifest to [new base, segments
         after the rotation] and deletes what the base replaced.  A crash at any
         point leaves either the old manifest (all old files intact) or the new one.
+
+        Raises RuntimeError when a rewrite runs already or a write waits for the
+        disk, and NotStarted (logged, counted as a failed rewrite) when the
+        rotation or the fork failed: the old manifest stays in charge.
         """
         if self.rewrite_pid is not None:
             raise RuntimeError("Background append only file rewriting already in progress")
-        covered = self.rotate()
+        try:
+            covered = self.rotate()
+        except OSError as e:
+            raise self._rewrite_not_started(f"rotating the AOF: {describe_failure(e)}") from None
         name = self._base_name(covered)
         path = os.path.join(self.dir, name)
         snapshot_form = self.core.config["aof-use-rdb-preamble"]
-        pid = fork_child(lambda: write_base(path, self.core.keyspace, snapshot_form), "AOF rewrite")
+        try:
+            pid, self._rewrite_reason_fd = fork_reporting_child(
+                lambda: write_base(path, self.core.keyspace, snapshot_form), "AOF rewrite")
+        except OSError as e:
+            raise self._rewrite_not_started(f"fork: {describe_failure(e)}") from None
         self.rewrite_pid = pid
         self._rewrite_pending = (covered, name)
         log.log(log.NOTICE, f"Background append only file rewriting started by pid {pid}")
+
+    def _rewrite_not_started(self, reason: str) -> NotStarted:
+        """A rewrite that could not start is a failed one: logged (Redis's words), counted."""
+        message = f"Can't rewrite append only file in background: {reason}"
+        log.log(log.WARNING, message)
+        self._rewrite_failed()
+        return NotStarted(message)
+
+    def _rewrite_failed(self) -> None:
+        self.last_rewrite_ok = False
+        self.rewrite_failures += 1
 
     def poll_rewrite(self) -> None:
         """Cron: finish a background rewrite whose child has exited."""
@@ -1196,21 +1283,26 @@ class Aof:
         code = reap(self.rewrite_pid)
         if code is None:
             return
+        reason = read_failure_reason(self._rewrite_reason_fd)
+        self._rewrite_reason_fd = None
         self.rewrite_pid = None
         covered, name = self._rewrite_pending
         if code == 0:
             try:
                 self._rewrite_done(covered, name)
-                self.last_rewrite_ok = True
             except OSError:
-                self.last_rewrite_ok = False        # (logged by _replace_manifest)
+                self._rewrite_failed()              # (logged by _replace_manifest)
+            else:
+                self.last_rewrite_ok = True
+                self.rewrite_failures = 0
         else:
-            self.last_rewrite_ok = False
+            self._rewrite_failed()
             try:
                 os.unlink(os.path.join(self.dir, name + ".tmp"))
             except OSError:
                 pass
-            log.log(log.WARNING, "Background AOF rewrite terminated with error")
+            log.log(log.WARNING, f"Background AOF rewrite terminated with error: "
+                                 f"{reason or 'the child ' + describe_exit(code)}")
 
     def _base_name(self, covered: int) -> str:
         return f"{self.basename}.{covered}.base.aof"

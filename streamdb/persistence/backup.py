@@ -41,14 +41,13 @@ import lmdb
 
 from .. import __version__, log
 from .aof import Aof, AofError, Manifest, copy_segment, fsync_dir, read_segment, segment_seq
-from .child import fork_child, reap
+from .child import describe_exit, fork_reporting_child, read_failure_reason, reap
 from .snapshot import MAP_SIZE, SnapshotError, load_snapshot, snapshot_info
 
 __all__ = ["Backup", "BackupError", "BACKUP_MANIFEST", "restore_backup", "verify_backup"]
 
 BACKUP_MANIFEST = "backup.manifest"
 FORMAT = 1
-_ERROR_FILE = ".backup-error"      # the child's reason for failing, read by the parent
 _CHUNK = 1 << 20
 
 
@@ -107,6 +106,7 @@ class Backup:
         self.started = 0.0
         self.snapshot_pid: int | None = None
         self.copy_pid: int | None = None
+        self._copy_reason_fd: int | None = None     # where the copy child says why it failed
         self.repl_at_snapshot: tuple[str, int] | None = None
         self.last_status = "none"        # none | ok | err
         self.last_dir = ""
@@ -169,7 +169,7 @@ class Backup:
         if snap.child_pid == self.snapshot_pid:
             return              # still writing
         if not snap.last_ok:
-            self._fail("the snapshot failed (see the log)")
+            self._fail(f"the snapshot failed: {snap.last_error}")
             return
         self._start_copy()
 
@@ -206,7 +206,7 @@ class Backup:
                            aof_seq=aof.manifest.seq if aof is not None else None,
                            segments=[(n, b, fd, ln) for n, b, fd, ln in segments],
                            position=position)
-            self.copy_pid = fork_child(job.run, "backup")
+            self.copy_pid, self._copy_reason_fd = fork_reporting_child(job.run, "backup")
         except OSError as e:
             self._fail(f"could not start copying: {e.strerror or e}")
             return
@@ -217,14 +217,12 @@ class Backup:
         self.last_position = position
 
     def _copy_finished(self, code: int) -> None:
+        reason = read_failure_reason(self._copy_reason_fd)
+        self._copy_reason_fd = None
         if code != 0:
-            reason = "the copy child failed"
-            try:
-                with open(os.path.join(self.dir, _ERROR_FILE), encoding="utf-8") as f:
-                    reason = f.read().strip() or reason
-            except OSError:
-                pass
-            self._fail(reason)
+            # The child's own words (ENOSPC, EIO, a source that ended early), which
+            # it could not have written into the backup directory when that is full.
+            self._fail(f"copying failed: {reason}" if reason else f"the copy child {describe_exit(code)}")
             return
         try:
             with open(os.path.join(self.dir, BACKUP_MANIFEST), encoding="utf-8") as f:
@@ -268,6 +266,9 @@ class Backup:
             except OSError:
                 pass
             self.copy_pid = None
+        if self._copy_reason_fd is not None:
+            os.close(self._copy_reason_fd)
+            self._copy_reason_fd = None
         if self.in_progress:
             self._fail("the server shut down")
 
@@ -289,14 +290,6 @@ class _CopyJob:
         self.__dict__.update(kw)
 
     def run(self) -> None:
-        try:
-            self._copy()
-        except BaseException as e:
-            with open(os.path.join(self.dest, _ERROR_FILE), "w", encoding="utf-8") as f:
-                f.write(f"{e}")
-            raise
-
-    def _copy(self) -> None:
         files: list[dict] = []
         snap_dest = os.path.join(self.dest, self.dbfilename)
         os.mkdir(snap_dest)

@@ -98,6 +98,8 @@ class Persistence:
     def config_changed(self, names: list[str]) -> None:
         if "stream-cache-size" in names:
             self.snapshotter.configure_cache()
+        if "save" in names or "stop-writes-on-bgsave-error" in names:
+            self.snapshotter.update_write_refusal()
 
     def cron(self) -> None:
         if self.core.loading:

@@ -18,13 +18,20 @@ snapshot.  Finding the nodes a stream lost would mean reading every row of the k
 how many the key has, and when as many of its nodes are located in its own rows
 (the node cache's) none can have been lost, so no row is read (``_NodeWrites``).
 
-Point in time: BGSAVE first rotates the AOF to a fresh segment, then forks.
+Point in time: BGSAVE first rotates the AOF to a fresh segment, then forks
+(``Aof.snapshot_point``: a segment still empty since the last rotation is fresh
+already, so a save retried after failures makes no segment per try).
 The child sees memory exactly as it was at that instant (copy-on-write) and
 writes it in one LMDB write transaction, so the snapshot is either absent or
 complete, and it covers exactly the AOF segments before the rotation.  Only
 after the child succeeded does the parent retire those segments.  A crash at
 any point therefore leaves either the old snapshot + all segments, or the new
 snapshot + segments of which the covered ones are skipped on load.
+
+A save that fails (the fork, or the child) gives back the changed keys it took:
+the next snapshot writes them, so the segments it retires hold nothing it did not
+write.  While saves fail, writes get Redis's MISCONF (``stop-writes-on-bgsave-error``
+with save rules), and the save rules retry every 5 seconds, not every tick.
 """
 
 from __future__ import annotations
@@ -42,7 +49,8 @@ from ..engine import Stream
 from ..engine.nodecache import CACHE
 from .aof import AofRotationError
 from .changes import ChangedKeys
-from .child import fork_child, reap
+from .child import (NotStarted, describe_exit, describe_failure, fork_reporting_child,
+                    read_failure_reason, reap)
 from .codec import CodecError, decode_value, encode_value
 from .nodestore import LmdbNodeStore
 
@@ -50,6 +58,15 @@ __all__ = ["Snapshotter", "SnapshotError", "load_snapshot", "write_snapshot", "s
 
 FORMAT = b"1"
 MAP_SIZE = 1 << 40          # address space only; the file grows with the data
+# Seconds before a save rule tries again after a failed background save
+# (Redis's CONFIG_BGSAVE_RETRY_DELAY).
+BGSAVE_RETRY_DELAY = 5
+# Redis's shared.bgsaveerr, word for word: what writes get while saves fail.
+MISCONF_SAVE = ("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to "
+                "persist to disk. Commands that may modify the data set are disabled, because this "
+                "instance is configured to report errors during writes if RDB snapshotting fails "
+                "(stop-writes-on-bgsave-error option). Please check the Redis logs for details "
+                "about the RDB error.")
 
 
 class SnapshotError(Exception):
@@ -398,8 +415,11 @@ class Snapshotter:
         # first snapshot writes everything.
         self.changes = ChangedKeys(snapshot_info(path) is None)
         self.child_pid: int | None = None
+        self._reason_fd: int | None = None       # where the child says why it failed
         self._pending = None
         self.last_ok = True
+        self.last_error = ""         # why the last save failed ("" after a good one)
+        self.last_try_time = 0       # when a background save was last tried (seconds)
         self.last_stats: dict = {}
         self.in_progress = False
         self.last_save_time = int(core.clock())
@@ -449,11 +469,11 @@ class Snapshotter:
     # -- saving ---------------------------------------------------------------------
 
     def _begin(self):
-        try:
-            covered = self.aof.rotate() if self.aof is not None else None
-        except AofRotationError:
-            self.last_ok = False        # (nothing else changed: INFO says the save failed)
-            raise
+        """Take what a snapshot writes (the AOF's point, the changed keys, the nodes to
+        make durable); ``_succeeded`` or ``_failed`` settles it.  Raises (and takes
+        nothing) when the AOF cannot give its point (AofRotationError: its new segment
+        could not be started)."""
+        covered = self.aof.snapshot_point() if self.aof is not None else None
         dirty = None if self.full else self.dirty
         self.located = self.located or CACHE.bounded
         state = (self.dirty, self.full, covered, self.core.dirty, self._node_rows(dirty),
@@ -499,7 +519,7 @@ class Snapshotter:
         # Rows the snapshot deleted were readable through the pinned transaction
         # until the nodes pointed elsewhere; from now on read the new snapshot.
         self.pin_store()
-        self.last_ok = True
+        self._settled(True)
         self.last_stats = stats
         self.core.dirty = max(self.core.dirty - dirty_before, 0)
         self.last_save_time = int(self.core.clock())
@@ -507,13 +527,37 @@ class Snapshotter:
         if self.aof is not None and covered is not None:
             self.aof.retire_through(covered)
 
-    def _failed(self, state) -> None:
+    def _failed(self, state, reason: str) -> None:
+        """Give back what ``_begin`` took (the next snapshot writes those keys: the
+        segments it retires then hold nothing it did not write); the save failed."""
         dirty, full, _, _, _, pending, _ = state
         self.dirty |= dirty
         self.full = self.full or full
-        self.last_ok = False
         CACHE.sealed_pending += pending
         self.pin_store()
+        self._settled(False, reason)
+
+    def _settled(self, ok: bool, reason: str = "") -> None:
+        """Record how the last save ended, and refuse or accept writes accordingly."""
+        self.last_ok = ok
+        self.last_error = reason
+        self.update_write_refusal()
+
+    def update_write_refusal(self) -> None:
+        """Writes get MISCONF while the last save failed, if ``save`` rules exist and
+        ``stop-writes-on-bgsave-error`` is yes (Redis's writeCommandsDeniedByDiskError;
+        also called when either directive changes).  Said once each way in the log."""
+        cfg = self.core.config
+        refuse = not self.last_ok and cfg["stop-writes-on-bgsave-error"] and bool(cfg["save"].split())
+        refusal = MISCONF_SAVE if refuse else None
+        if refusal == self.core.save_refusal:
+            return
+        self.core.save_refusal = refusal
+        if refuse:
+            log.log(log.WARNING, "Background saving failed: write commands are refused (MISCONF) until "
+                                 "a save succeeds (stop-writes-on-bgsave-error yes)")
+        else:
+            log.log(log.WARNING, "Write commands are accepted again (no failed background save stops them)")
 
     def pin_store(self) -> None:
         """Keep a read transaction of the snapshot for cold nodes, if any may exist (a
@@ -535,7 +579,7 @@ class Snapshotter:
             stats = write_snapshot(self.path, self.core.keyspace, dirty, covered, self.core.now_ms(),
                                    self.located, self.stale_rows)
         except Exception as e:
-            self._failed(state)
+            self._failed(state, describe_failure(e))
             log.log(log.WARNING, f"Snapshot failed: {e}")
             raise
         self._succeeded(state, stats)
@@ -544,12 +588,26 @@ class Snapshotter:
         return stats
 
     def bgsave(self) -> None:
-        """BGSAVE: fork; the child writes the snapshot from its copy-on-write memory."""
+        """BGSAVE: fork; the child writes the snapshot from its copy-on-write memory.
+
+        Raises RuntimeError when a child runs already or the AOF cannot give its point
+        yet (a write waits for the disk), and NotStarted when the fork failed: that
+        save failed (logged as Redis does, what it took given back)."""
         if self.child_pid is not None:
             raise RuntimeError("Background save already in progress")
         if self.aof is not None and self.aof.rewrite_pid is not None:
             raise RuntimeError("Background append only file rewriting in progress")
-        dirty, covered, state = self._begin()
+        self.last_try_time = int(self.core.clock())
+        try:
+            dirty, covered, state = self._begin()
+        except AofRotationError as e:   # (logged by the AOF, once while rotations fail)
+            self._settled(False, str(e))
+            raise
+        except OSError as e:
+            reason = f"rotating the AOF: {describe_failure(e)}"
+            log.log(log.WARNING, f"Can't save in background: {reason}")
+            self._settled(False, reason)
+            raise NotStarted(f"Can't save in background: {reason}") from None
         now = self.core.now_ms()
         located, stale_rows = self.located, self.stale_rows
 
@@ -559,34 +617,26 @@ class Snapshotter:
             with open(os.path.join(self.path, "last-save.stats"), "wb") as f:
                 f.write(msgpack.packb(stats))
 
-        pid = fork_child(work, "snapshot")
+        try:
+            pid, self._reason_fd = fork_reporting_child(work, "snapshot")
+        except OSError as e:
+            reason = f"fork: {describe_failure(e)}"
+            log.log(log.WARNING, f"Can't save in background: {reason}")
+            self._failed(state, reason)
+            raise NotStarted(f"Can't save in background: {reason}") from None
         self.child_pid = pid
         self._pending = state
         self.in_progress = True
         log.log(log.NOTICE, f"Background saving started by pid {pid}")
 
     def poll(self) -> None:
-        """Cron: reap a finished child; start a BGSAVE when a ``save`` rule says so."""
+        """Cron: reap a finished child; start a BGSAVE when a ``save`` rule says so
+        (after a failed save, not before BGSAVE_RETRY_DELAY seconds).  Never raises."""
         if self.child_pid is not None:
             code = reap(self.child_pid)
             if code is None:
                 return
-            self.child_pid = None
-            self.in_progress = False
-            state, self._pending = self._pending, None
-            if code == 0:
-                stats = {}
-                try:
-                    with open(os.path.join(self.path, "last-save.stats"), "rb") as f:
-                        stats = msgpack.unpackb(f.read())
-                except OSError:
-                    pass
-                self._succeeded(state, stats)
-                log.log(log.NOTICE, f"Background saving terminated with success "
-                                    f"({stats.get('bytes_written', '?')} bytes written)")
-            else:
-                self._failed(state)
-                log.log(log.WARNING, "Background saving error")
+            self._reaped(code)
             return
         rules = self.core.config["save"].split()
         now = int(self.core.clock())
@@ -595,11 +645,52 @@ class Snapshotter:
             if self._aof_busy():
                 return        # the rule fires again once the AOF is ready
             if self.core.dirty >= changes and now - self.last_save_time >= seconds and \
-                    (self.last_ok or now - self.last_save_time >= 5):
-                log.log(log.NOTICE, f"{changes} changes in {seconds} seconds. Saving...")
-                self._automatic_bgsave()
+                    self._may_retry(now):
+                self._bgsave_from_cron(f"{changes} changes in {seconds} seconds. Saving...")
                 return
         self._maybe_make_nodes_durable(now)
+
+    def _reaped(self, code: int) -> None:
+        """The child exited with ``code`` (``reap``): settle the save."""
+        reason = read_failure_reason(self._reason_fd)
+        self._reason_fd = None
+        self.child_pid = None
+        self.in_progress = False
+        state, self._pending = self._pending, None
+        if code == 0:
+            stats = {}
+            try:
+                with open(os.path.join(self.path, "last-save.stats"), "rb") as f:
+                    stats = msgpack.unpackb(f.read())
+            except OSError:
+                pass
+            self._succeeded(state, stats)
+            log.log(log.NOTICE, f"Background saving terminated with success "
+                                f"({stats.get('bytes_written', '?')} bytes written)")
+            return
+        reason = reason or f"the child {describe_exit(code)}"
+        self._failed(state, reason)
+        # (Redis's words; the reason the child gave, too.)
+        if code < 0:
+            log.log(log.WARNING, f"Background saving terminated by signal {-code}")
+        else:
+            log.log(log.WARNING, f"Background saving error: {reason}")
+
+    def _may_retry(self, now: int) -> bool:
+        """An automatic save may start: the last one succeeded, or failed more than
+        BGSAVE_RETRY_DELAY seconds ago (Redis's lastbgsave_try)."""
+        return self.last_ok or now - self.last_try_time > BGSAVE_RETRY_DELAY
+
+    def _bgsave_from_cron(self, why: str, level: int = log.NOTICE) -> None:
+        """A save the server starts by itself: logged (at ``level``), and no failure
+        leaves the cron (``bgsave`` logs and records a failed start; the next try waits)."""
+        log.log(level, why)
+        try:
+            self.bgsave()
+        except (NotStarted, AofRotationError):
+            pass                # (logged where it failed; the next try waits)
+        except Exception as e:  # noqa: BLE001 - e.g. the AOF's rotation failed; tried again later
+            log.log(log.WARNING, f"Can't save in background: {describe_failure(e)}")
 
     def _aof_busy(self) -> bool:
         """Whether an automatic snapshot must wait for the AOF: one child at a time (a
@@ -615,21 +706,11 @@ class Snapshotter:
         budget = CACHE.budget
         if not budget or self._aof_busy():
             return
-        if not self.last_ok and now - self.last_save_time < 5:
+        if not self._may_retry(now):
             return
         if self.full or CACHE.sealed_pending * self.cache_trigger > budget:
-            log.log(log.VERBOSE, f"{CACHE.sealed_pending} bytes of stream nodes not yet on "
-                                 "disk (stream-cache-size). Saving...")
-            self._automatic_bgsave()
-
-    def _automatic_bgsave(self) -> None:
-        """A BGSAVE the server starts by itself (a save rule, the node cache).  When
-        the AOF cannot start its new segment (logged there) the save has failed, and
-        waits as the AOF says (``_aof_busy``) before it is tried again."""
-        try:
-            self.bgsave()
-        except AofRotationError:
-            pass
+            self._bgsave_from_cron(f"{CACHE.sealed_pending} bytes of stream nodes not yet on "
+                                   "disk (stream-cache-size). Saving...", log.VERBOSE)
 
     def wait(self, timeout: float = 600) -> None:
         deadline = time.monotonic() + timeout

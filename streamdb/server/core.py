@@ -188,8 +188,10 @@ class Core:
         self.run_id = "0" * 40               # INFO run_id; __main__ draws a random one
         self.last_save_time = self.start_time   # LASTSAVE; the Snapshotter's last save (seconds)
         self.peak_memory = 0                 # INFO / MEMORY STATS: highest used_memory seen
-        # The MISCONF error writes get while the AOF cannot write (set and cleared by aof.py).
+        # The MISCONF error writes get while the AOF cannot write (set and cleared by aof.py),
+        # and while background saves fail (snapshot.py: stop-writes-on-bgsave-error).
         self.write_refusal: str | None = None
+        self.save_refusal: str | None = None
         # SHUTDOWN SAVE (True) / NOSAVE (False); None: as configured (read by __main__).
         self.shutdown_save: bool | None = None
         self.active_expire_disabled = False  # DEBUG SET-ACTIVE-EXPIRE 0: the cron deletes no expired key
@@ -326,7 +328,7 @@ class Core:
                     f"ERR Command not allowed inside a transaction"), spec.name, rejected=True)
             client.multi_queue.append(argv)
             return QUEUED
-        refusal = self.write_refusal
+        refusal = self.save_refusal or self.write_refusal     # (Redis's order)
         if refusal and client.kind == "normal" and (spec.is_write or (
                 name == "exec" and _any_write(client.multi_queue))):
             if name == "exec":
