@@ -1,0 +1,155 @@
+"""A replica loads a full sync aside and switches only once the payload is complete
+(real processes on loopback, the link relayed by linkproxy.LinkProxy to stop it at a
+chosen byte of the payload).
+
+The replica has 1k entries of its own; the primary ~21k.  A transfer cut in the
+middle (the primary kill -9'd, or the payload damaged on its way) leaves the replica
+serving, persisting and -- promoted -- owning exactly its old data, its replication
+id/offset unmoved and the payload file gone; a complete transfer replaces the data.
+"""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from helpers import ServerProcess
+from linkproxy import LinkProxy
+from test_replication import client, info, link_up, populate, wait_synced, wait_until
+from test_replication_faults import bulk_xadd
+
+OWN_ENTRIES = 1000
+PRIMARY_ENTRIES = 21000
+HOLD_AT = 200_000          # payload bytes relayed before the transfer is frozen (of ~1.3 MB)
+
+
+def payload_files(srv) -> list:
+    return sorted(srv.data_dir.glob("temp-fullsync-*"))
+
+
+def digest(c: redis.Redis) -> bytes:
+    return c.execute_command("DEBUG", "DIGEST")
+
+
+@pytest.fixture
+def primary(tmp_path):
+    with ServerProcess(tmp_path / "p", "--save", "") as p:
+        cp = client(p)
+        populate(cp)
+        bulk_xadd(p.port, "big", PRIMARY_ENTRIES)
+        yield p
+
+
+@pytest.fixture
+def replica(tmp_path):
+    """A server with data of its own (AOF on), not yet a replica."""
+    with ServerProcess(tmp_path / "r", "--save", "") as r:
+        cr = client(r)
+        bulk_xadd(r.port, "own", OWN_ENTRIES)
+        cr.xgroup_create("own", "g", id="0")
+        cr.xreadgroup("g", "c", {"own": ">"}, count=10)
+        yield r
+
+
+def frozen_mid_transfer(cr: redis.Redis, proxy: LinkProxy) -> dict:
+    """REPLICAOF through the proxy; returns INFO replication once the replica has read
+    the payload's first HOLD_AT bytes (the relay holds the rest)."""
+    cr.replicaof("127.0.0.1", proxy.port)
+    assert proxy.held.wait(20)
+    return wait_until(lambda: (lambda i: i if i.get("master_sync_read_bytes", 0) > 0 else None)
+                      (info(cr)), 10, "payload bytes read")
+
+
+def assert_old_data(cr: redis.Redis, before: bytes) -> None:
+    assert digest(cr) == before
+    assert cr.xlen("own") == OWN_ENTRIES
+    assert cr.xlen("big") == 0
+
+
+def test_primary_kill9_mid_transfer_leaves_the_old_data_served_persisted_and_promotable(
+        primary, replica):
+    p, r = primary, replica
+    cr = client(r)
+    before = digest(cr)
+    ri = frozen_mid_transfer(cr, proxy := LinkProxy(p.port, hold_after=HOLD_AT).__enter__())
+    try:
+        assert ri["master_sync_in_progress"] == 1 and ri["master_link_status"] == "down"
+        assert 0 < ri["master_sync_read_bytes"] <= HOLD_AT
+        replid, offset = ri["master_replid"], ri["master_repl_offset"]
+        # Mid-transfer: the old data is served (no -LOADING), the payload is in a file.
+        assert_old_data(cr, before)
+        assert len(payload_files(r)) == 1
+        p.kill9()
+        # What the primary had sent past the hold is lost with it (it sits in the
+        # relay's socket buffer, which would otherwise deliver it all).
+        proxy.cut()
+        ri = wait_until(lambda: (lambda i: i if i["master_sync_in_progress"] == 0 else None)
+                        (info(cr)), 10, "the cut transfer given up")
+    finally:
+        proxy.__exit__(None, None, None)
+    assert ri["master_link_status"] == "down" and "master_link_down_since_seconds" in ri
+    # The partial payload moved neither the id nor the offset a later PSYNC would ask for.
+    assert (ri["master_replid"], ri["master_repl_offset"]) == (replid, offset)
+    assert "connection lost during the full sync transfer" in r.log_text()
+    assert "Flushing old data" not in r.log_text()
+    assert_old_data(cr, before)
+    assert payload_files(r) == []
+    # Promoted: exactly the old data, and it takes writes.
+    assert cr.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+    assert_old_data(cr, before)
+    # Its files restart to the same data (the AOF never saw the payload).
+    r.kill9()
+    r.start()
+    cr = client(r)
+    assert_old_data(cr, before)
+    cr.xadd("own", {"after": "promotion"})
+
+
+def test_promoted_during_the_transfer_keeps_exactly_the_old_data(primary, replica):
+    p, r = primary, replica
+    cr = client(r)
+    before = digest(cr)
+    with LinkProxy(p.port, hold_after=HOLD_AT) as proxy:
+        frozen_mid_transfer(cr, proxy)
+        assert cr.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+        proxy.release()
+        assert_old_data(cr, before)
+        assert payload_files(r) == []
+        assert "master_sync_in_progress" not in info(cr)
+        r.kill9()
+        r.start()
+        assert_old_data(client(r), before)
+
+
+def test_a_damaged_payload_is_discarded_and_the_next_sync_switches(primary, replica):
+    p, r = primary, replica
+    cp, cr = client(p), client(r)
+    with LinkProxy(p.port, corrupt_at=HOLD_AT) as proxy:
+        cr.replicaof("127.0.0.1", proxy.port)
+        assert proxy.corrupted.wait(20)
+        wait_until(lambda: link_up(cr), 30, "link up after the retry")
+        wait_synced(cp, cr, timeout=30)
+    log = r.log_text()
+    assert "checksum does not match" in log
+    # The damaged copy never replaced anything: one flush, the good copy's.
+    assert log.count("Flushing old data") == 1
+    assert cp.info("stats")["sync_full"] == 2
+
+
+def test_a_complete_sync_switches_to_the_primary_data_and_persists_it(primary, replica):
+    p, r = primary, replica
+    cp, cr = client(p), client(r)
+    cr.replicaof("127.0.0.1", p.port)
+    wait_until(lambda: link_up(cr), 30, "link up")
+    theirs = wait_synced(cp, cr, timeout=30)
+    assert cr.exists("own") == 0 and cr.xlen("big") == PRIMARY_ENTRIES
+    assert payload_files(r) == []
+    # The replica's own files describe the new data set: restarted, it has it, and
+    # continues the primary's stream partially.
+    r.kill9()
+    r.args += ["--replicaof", "127.0.0.1", str(p.port)]
+    r.start()
+    cr = client(r)
+    wait_until(lambda: link_up(cr), 30, "link up after restart")
+    assert wait_synced(cp, cr, timeout=30) == theirs
+    assert cp.info("stats")["sync_full"] == 1
