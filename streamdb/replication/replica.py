@@ -272,6 +272,7 @@ class ReplicaSide:
         self.state = "sync"
         hdr = await self._readline(reader, timeout)
         payload = PayloadAside(self.core.config["dir"], hdr)
+        switching = False
         try:
             self.sync_total, self.sync_read = payload.total, 0    # -1 when streamed, as Redis shows it
             log.log(log.NOTICE, f"MASTER <-> REPLICA sync: receiving "
@@ -282,15 +283,19 @@ class ReplicaSide:
                 data = await asyncio.wait_for(reader.read(payload.want()), timeout)
                 if not data:
                     raise EOFError(f"connection lost during the full sync transfer "
-                                   f"({self.sync_read} bytes received): the old data stays")
+                                   f"({self.sync_read} bytes received)")
                 self.sync_read += len(data)
                 self.last_io = time.monotonic()
                 if payload.feed(data):
                     break
             received = time.monotonic()
+            switching = True
             self._switch_to(payload, new_id, new_off)
         finally:
             payload.remove()
+            if not switching:
+                log.log(log.NOTICE, f"MASTER <-> REPLICA sync: discarding the {self.sync_read} "
+                                    f"bytes received; serving the old data set meanwhile")
         log.log(log.NOTICE, f"MASTER <-> REPLICA sync: Finished with success ({self.sync_read} "
                             f"bytes received in {received - t0:.3f}s, {payload.commands} commands "
                             f"loaded in {time.monotonic() - received:.3f}s)")

@@ -5,10 +5,14 @@ chosen byte of the payload).
 The replica has 1k entries of its own; the primary ~21k.  A transfer cut in the
 middle (the primary kill -9'd, or the payload damaged on its way) leaves the replica
 serving, persisting and -- promoted -- owning exactly its old data, its replication
-id/offset unmoved and the payload file gone; a complete transfer replaces the data.
+id/offset unmoved and the payload file gone; so does a payload that does not fit on
+the replica's disk (a tmpfs); a complete transfer replaces the data.
 """
 
 from __future__ import annotations
+
+import os
+import subprocess
 
 import pytest
 import redis
@@ -153,3 +157,43 @@ def test_a_complete_sync_switches_to_the_primary_data_and_persists_it(primary, r
     wait_until(lambda: link_up(cr), 30, "link up after restart")
     assert wait_synced(cp, cr, timeout=30) == theirs
     assert cp.info("stats")["sync_full"] == 1
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 512 KiB tmpfs for the replica's directory: room for its own data, not for the
+    primary's ~1 MB payload."""
+    d = tmp_path / "small"
+    d.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", f"h5fs-{tmp_path.name}", str(d)],
+                          capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"mount refused: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def test_a_payload_that_does_not_fit_on_disk_leaves_the_old_data_then_syncs_once_it_does(
+        primary, small_disk):
+    p = primary
+    cp = client(p)
+    with ServerProcess(small_disk / "r", "--save", "") as r:
+        cr = client(r)
+        bulk_xadd(r.port, "own", OWN_ENTRIES)
+        before = digest(cr)
+        cr.replicaof("127.0.0.1", p.port)
+        wait_until(lambda: "No space left on device" in r.log_text(), 20, "the disk full")
+        # The failed receive changed nothing: old data served, the file gone.
+        wait_until(lambda: payload_files(r) == [], 10, "the partial payload removed")
+        assert_old_data(cr, before)
+        assert info(cr)["master_link_status"] == "down"
+        assert "Flushing old data" not in r.log_text()
+        # With room on the disk the next attempt switches.
+        subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+        wait_until(lambda: link_up(cr), 30, "link up once the payload fits")
+        wait_synced(cp, cr, timeout=30)
+        assert cr.exists("own") == 0
