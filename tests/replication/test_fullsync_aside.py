@@ -12,13 +12,18 @@ the replica's disk (a tmpfs); a complete transfer replaces the data.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+import zlib
 
 import pytest
 import redis
 
 from helpers import ServerProcess
 from linkproxy import LinkProxy
+import streamdb.commands  # noqa: F401  (the package's import order: commands before replication)
+from streamdb.persistence.aof import encode_command, split_commands
+from streamdb.replication.fullsync import CHECKSUM_CAPA, MARK_LEN, PayloadAside, PayloadError
 from test_replication import client, info, link_up, populate, wait_synced, wait_until
 from test_replication_faults import bulk_xadd
 
@@ -197,3 +202,78 @@ def test_a_payload_that_does_not_fit_on_disk_leaves_the_old_data_then_syncs_once
         wait_until(lambda: link_up(cr), 30, "link up once the payload fits")
         wait_synced(cp, cr, timeout=30)
         assert cr.exists("own") == 0
+
+
+# -- the payload's framing, both ends ---------------------------------------------------
+
+def read_payload(port: int, *capas: bytes) -> tuple[bytes, bytes]:
+    """A replica's handshake on a raw socket, announcing ``capas``: (the ``$`` header
+    line, everything after it up to and including the end mark)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        capa = b"".join(b"$4\r\ncapa\r\n$%d\r\n%s\r\n" % (len(c), c) for c in capas)
+        s.sendall(b"*%d\r\n$8\r\nREPLCONF\r\n%s" % (1 + 2 * len(capas), capa)
+                  + b"*3\r\n$5\r\nPSYNC\r\n$1\r\n?\r\n$2\r\n-1\r\n")
+        got = b""
+        while got.count(b"\r\n") < 3:            # +OK, +FULLRESYNC, the $ header
+            got += s.recv(65536)
+        head, rest = got.split(b"\r\n", 3)[2:]
+        mark = head.split(b":")[1]
+        while not rest.endswith(mark):            # the live stream waits for our ACK
+            data = s.recv(1 << 20)
+            assert data, "primary closed the link"
+            rest += data
+        return head, rest
+
+
+def test_the_checksum_goes_only_to_a_replica_that_asks_for_it(primary):
+    """An older replica (no capa streamdb-crc32) gets the old form, which it would
+    otherwise take the checksum for part of: upgrades run old and new side by side."""
+    head, rest = read_payload(primary.port, b"eof", b"psync2")
+    assert head.startswith(b"$EOF:") and len(head) == 5 + MARK_LEN
+    body = rest[:-MARK_LEN]
+    assert split_commands(body)[-1] == [b"SELECT", b"0"]      # the body ends on a command
+    head, rest = read_payload(primary.port, b"eof", b"psync2", CHECKSUM_CAPA)
+    assert head.endswith(b":crc32") and len(head) == 5 + MARK_LEN + 6
+    body, crc = rest[:-MARK_LEN - 8], rest[-MARK_LEN - 8:-MARK_LEN]
+    assert crc == b"%08x" % zlib.crc32(body)
+    assert split_commands(body)[-1] == [b"SELECT", b"0"]
+
+
+BODY = encode_command([b"SELECT", b"0"]) + encode_command([b"SET", b"k", b"v" * 5000])
+MARK = b"m" * MARK_LEN
+
+
+def fed(tmp_path, header: bytes, wire: bytes, step: int = 7):
+    """A PayloadAside fed ``wire`` in ``step``-byte reads: (it, whether it completed)."""
+    aside = PayloadAside(str(tmp_path), header)
+    done = False
+    for i in range(0, len(wire), step):
+        done = aside.feed(wire[i:i + step])
+        if done:
+            assert i + step >= len(wire), "complete before the end"
+    return aside, done
+
+
+@pytest.mark.parametrize("header, wire", [
+    (b"$EOF:" + MARK, BODY + MARK),
+    (b"$EOF:" + MARK + b":crc32", BODY + b"%08x" % zlib.crc32(BODY) + MARK),
+    (b"$%d" % len(BODY), BODY),
+])
+def test_a_replica_accepts_each_form_and_reads_back_the_body(tmp_path, header, wire):
+    aside, done = fed(tmp_path, header, wire)
+    try:
+        assert done and aside.size == len(BODY) and aside.commands == 2
+        assert [argv for batch in aside.batches() for argv in batch] == split_commands(BODY)
+    finally:
+        aside.remove()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_replica_refuses_a_wrong_checksum_and_a_body_cut_inside_a_command(tmp_path):
+    with pytest.raises(PayloadError, match="checksum does not match"):
+        fed(tmp_path, b"$EOF:" + MARK + b":crc32", BODY + b"%08x" % (zlib.crc32(BODY) ^ 1) + MARK)
+    with pytest.raises(PayloadError, match="middle of a command"):
+        fed(tmp_path, b"$EOF:" + MARK, BODY[:-3] + MARK)
+    aside, done = fed(tmp_path, b"$EOF:" + MARK, BODY + MARK[:-1])      # cut before the end
+    assert not done
+    aside.remove()
