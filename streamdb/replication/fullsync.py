@@ -255,10 +255,10 @@ class PayloadAside:
     snapshot and replication state stay exactly what they were until the whole payload
     is here and checked (Redis's default, disk-based load).
 
-    ``feed`` takes each read's bytes and says when the payload is complete: the end
-    mark (and the checksum, when the header announces one) or the length reached, and
-    the body ending on a command boundary (its commands are parsed, and counted, as
-    they arrive).  ``batches`` then reads the commands back for the switch;
+    ``feed`` takes each read's bytes until ``complete``: the end mark (and the
+    checksum, when the header announces one) or the length reached, and the body
+    ending on a command boundary (its commands are parsed, and counted, as they
+    arrive).  ``batches`` then reads the commands back for the switch;
     ``remove`` (always called) closes and deletes the file.
 
     A file rather than memory: the body is as large as the primary's data set, and the
@@ -282,13 +282,17 @@ class PayloadAside:
             self.file = open(self.path, "wb")
         except OSError as e:
             raise PayloadError(f"cannot create {self.path} for the payload: {e.strerror}") from None
+        self.complete = False
+        if self.total == 0:              # ``$0``: nothing to wait for
+            self._finish()
 
     def want(self) -> int:
         """How many bytes to read next: a length-prefixed body is read to its end only."""
         return CHUNK if self.mark is not None else min(self.total - self.received, CHUNK)
 
     def feed(self, data: bytes) -> bool:
-        """One read's bytes; True once the payload is complete and checked."""
+        """One read's bytes; returns ``complete``.  PayloadError when the payload
+        cannot be used."""
         self.received += len(data)
         if self.mark is None:
             self._write_body(data)
@@ -300,8 +304,8 @@ class PayloadAside:
             self._write_body(data[:cut])
             self._held = data[cut:]
         if done:
-            self._check()
-        return done
+            self._finish()
+        return self.complete
 
     def _write_body(self, body: bytes) -> None:
         if not body:
@@ -320,7 +324,8 @@ class PayloadAside:
         except ProtocolError as e:
             raise PayloadError(f"the payload is not RESP commands: {e}") from None
 
-    def _check(self) -> None:
+    def _finish(self) -> None:
+        """All of it is here: check it, and have it in the file for ``batches``."""
         if self._parser.buffered():
             raise PayloadError("the payload ends in the middle of a command")
         if self.checked:
@@ -333,10 +338,11 @@ class PayloadAside:
             self.file.close()
         except OSError as e:
             raise PayloadError(f"cannot write the payload to {self.path}: {e.strerror}") from None
+        self.complete = True
 
     def batches(self):
         """The body's commands read back from the file, a list of argv lists per
-        CHUNK read (``feed`` returned True)."""
+        CHUNK read (once ``complete``)."""
         parser = RequestParser(max_bulk_len=1 << 62)
         try:
             with open(self.path, "rb") as f:

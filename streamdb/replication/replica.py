@@ -279,15 +279,14 @@ class ReplicaSide:
                                 f"{'streamed' if payload.mark else payload.total} bytes from "
                                 f"master to disk ({payload.path})")
             t0 = time.monotonic()
-            while True:
+            while not payload.complete:
                 data = await asyncio.wait_for(reader.read(payload.want()), timeout)
                 if not data:
                     raise EOFError(f"connection lost during the full sync transfer "
                                    f"({self.sync_read} bytes received)")
                 self.sync_read += len(data)
                 self.last_io = time.monotonic()
-                if payload.feed(data):
-                    break
+                payload.feed(data)
             received = time.monotonic()
             switching = True
             self._switch_to(payload, new_id, new_off)
