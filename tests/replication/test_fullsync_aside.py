@@ -19,10 +19,10 @@ import zlib
 import pytest
 import redis
 
-from helpers import ServerProcess
+from helpers import ServerProcess, aof_frames
 from linkproxy import LinkProxy
 import streamdb.commands  # noqa: F401  (the package's import order: commands before replication)
-from streamdb.persistence.aof import encode_command, split_commands
+from streamdb.persistence.aof import encode_command, frame_size, segment_seq, split_commands
 from streamdb.replication.fullsync import CHECKSUM_CAPA, MARK_LEN, PayloadAside, PayloadError
 from test_replication import client, info, link_up, populate, wait_synced, wait_until
 from test_replication_faults import bulk_xadd
@@ -163,6 +163,28 @@ def test_a_complete_sync_switches_to_the_primary_data_and_persists_it(primary, r
     assert wait_synced(cp, cr, timeout=30) == theirs
     assert cp.info("stats")["sync_full"] == 1
 
+
+def test_the_switch_is_one_aof_frame_so_a_kill9_while_writing_it_restarts_with_the_old_data(
+        primary, replica):
+    p, r = primary, replica
+    cp, cr = client(p), client(r)
+    before = digest(cr)
+    cr.replicaof("127.0.0.1", p.port)
+    wait_until(lambda: link_up(cr), 30, "link up")
+    wait_synced(cp, cr, timeout=30)
+    r.kill9()
+    seg = max((r.data_dir / "appendonlydir").glob("*.incr.aof"), key=lambda f: segment_seq(f.name))
+    frames = aof_frames(seg)
+    # The FLUSHALL and the whole payload (up to its last key, in db 2) are the last frame.
+    flushes = [i for i, (_, body) in enumerate(frames) if b"FLUSHALL" in body]
+    assert flushes == [len(frames) - 1]
+    offset, body = frames[-1]
+    assert b"big" in body and b"elsewhere" in body
+    # A kill -9 in the middle of writing it: the segment ends half way into the frame.
+    with open(seg, "r+b") as f:
+        f.truncate(offset + frame_size(body) // 2)
+    r.start()
+    assert_old_data(client(r), before)
 
 @pytest.fixture
 def small_disk(tmp_path):
