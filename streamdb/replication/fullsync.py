@@ -341,19 +341,31 @@ class PayloadAside:
         self.complete = True
 
     def batches(self):
-        """The body's commands read back from the file, a list of argv lists per
-        CHUNK read (once ``complete``)."""
-        parser = RequestParser(max_bulk_len=1 << 62)
+        """The body's commands read back from the file (once ``complete``), a list of
+        argv lists per CHUNK read.  The file is opened here, before the caller
+        changes anything, so that only a read error can fail the iteration."""
         try:
-            with open(self.path, "rb") as f:
-                while chunk := f.read(CHUNK):
-                    parser.feed(chunk)
-                    batch = []
-                    while (argv := parser.next_command()) is not None:
-                        batch.append(argv)
-                    yield batch
+            f = open(self.path, "rb")
         except OSError as e:
             raise PayloadError(f"cannot read the payload back from {self.path}: {e.strerror}") from None
+        return self._read_batches(f)
+
+    def _read_batches(self, f):
+        parser = RequestParser(max_bulk_len=1 << 62)
+        with f:
+            while True:
+                try:
+                    chunk = f.read(CHUNK)
+                except OSError as e:
+                    raise PayloadError(f"cannot read the payload back from {self.path}: "
+                                       f"{e.strerror}") from None
+                if not chunk:
+                    return
+                parser.feed(chunk)
+                batch = []
+                while (argv := parser.next_command()) is not None:
+                    batch.append(argv)
+                yield batch
 
     def remove(self) -> None:
         try:

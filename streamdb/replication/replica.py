@@ -309,11 +309,13 @@ class ReplicaSide:
         (AOF, the snapshotter's changed keys, WATCHers, blocked readers), so our files
         describe the new data set once the turn's frame is written.
 
-        The commands were parsed as they arrived; one failing here (a primary whose
-        payload this version cannot apply) leaves a partial data set that matches no
-        id, as before this change: the next full sync replaces it.
+        The commands were parsed as they arrived and the file is open before anything
+        changes; a command failing here (a primary whose payload this version cannot
+        apply) leaves what was loaded up to it, matching no id (no cached master, the
+        state file gone): the next full sync replaces it.
         """
         core, c, repl = self.core, self.client, self.repl
+        batches = payload.batches()
         self.has_cache = False           # from the FLUSHALL on, our data matches no id
         repl.forget_state()
         repl.drop_links("my master sent a full resynchronization")
@@ -327,7 +329,7 @@ class ReplicaSide:
         gc.disable()
         try:
             core.execute(c, [b"FLUSHALL"])
-            for batch in payload.batches():
+            for batch in batches:
                 failed = core.replay(c, batch)
                 if failed is not None:
                     i, err = failed
