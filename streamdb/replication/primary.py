@@ -35,7 +35,7 @@ from ..persistence.aof import encode_command, last_select
 from ..protocol import encode_commands
 from ..protocol.reply import OK, CommandError, Raw
 from . import state
-from .fullsync import PayloadTransfer
+from .fullsync import CHECKSUM_CAPA, PayloadTransfer
 from .state import NO_ID, SavedState
 
 __all__ = ["Replication", "ReplicaLink", "new_replid", "local_fsynced", "WAIT_KEY"]
@@ -290,7 +290,7 @@ class Replication:
             elif opt == b"ip-address":
                 self.handshakes.setdefault(client.id, {})["ip"] = val.decode("latin-1")
             elif opt == b"capa":
-                pass
+                self.handshakes.setdefault(client.id, {}).setdefault("capa", set()).add(val.lower())
             elif opt == b"ack":
                 link = self.links.get(client.id)
                 if link is not None:
@@ -361,7 +361,8 @@ class Replication:
         self.sync_full += 1
         link.ack_offset = -1     # counts for WAIT once it acks, i.e. once the payload is loaded
         link.held = []
-        link.transfer = PayloadTransfer(self, link, self.stream_db())
+        link.transfer = PayloadTransfer(self, link, self.stream_db(),
+                                        checksum=CHECKSUM_CAPA in info.get("capa", ()))
         self.links[client.id] = link
         log.log(log.NOTICE, f"Starting full sync with replica {name}: payload streamed from "
                             f"child {link.transfer.pid} at offset {self.offset}")

@@ -26,6 +26,7 @@ restarted replica can resynchronise partially.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections import deque
 
@@ -35,7 +36,7 @@ from ..protocol.reply import CommandError
 from ..protocol import ProtocolError, RequestParser
 from ..server import tls
 from . import state
-from .fullsync import MARK_LEN
+from .fullsync import CHECKSUM_CAPA, PayloadAside, PayloadError
 
 __all__ = ["ReplicaSide", "ReplError"]
 
@@ -64,56 +65,6 @@ def _errors_in(reply) -> list:
     if isinstance(reply, list):
         return [r for r in reply if isinstance(r, CommandError)]
     return []
-
-
-class _PayloadLoader:
-    """Applies a full-sync payload piece by piece through the master client."""
-
-    def __init__(self, side: "ReplicaSide") -> None:
-        self.side = side
-        core, c = side.core, side.client
-        self.parser = RequestParser(max_bulk_len=1 << 62)
-        self.count = 0
-        side.repl.forget_state()     # the data no longer matches the saved id/offset
-        side.repl.drop_links("my master sent a full resynchronization")
-        core.loading = True
-        c.in_multi = False
-        c.multi_queue = []
-        c.db = 0
-        log.log(log.NOTICE, "MASTER <-> REPLICA sync: Flushing old data")
-        # FLUSHALL through the applying client: this server's AOF, WATCHers and
-        # blocked readers see it like any other change.
-        core.execute(c, [b"FLUSHALL"])
-
-    def feed(self, data: bytes) -> None:
-        p = self.parser
-        p.feed(data)
-        core, c = self.side.core, self.side.client
-        while True:
-            argv = p.next_command()
-            if argv is None:
-                break
-            errors = _errors_in(core.execute(c, argv))
-            if errors:
-                raise ReplError(f"full-sync payload command {argv[0]!r} failed: "
-                                f"{errors[0].message}")
-            self.count += 1
-
-    def finish(self, new_id: str, new_off: int) -> None:
-        if self.parser.buffered():
-            raise ReplError("full-sync payload ends in the middle of a command")
-        side = self.side
-        side.repl.reset_stream(new_id, new_off)
-        side.has_cache = True
-        side.read_offset = new_off
-        # The loaded data counts as fsynced (FACK) once our AOF has it on disk.
-        side.unsynced_marks.clear()
-        side.fsynced_offset = side.acked_fsynced = 0
-        side.unsynced_marks.append((side.client.aof_woff, new_off))
-        side.server.schedule_flush(side.writer_obj)
-
-    def close(self) -> None:
-        self.side.core.loading = False
 
 
 class ReplicaSide:
@@ -187,7 +138,7 @@ class ReplicaSide:
             except asyncio.CancelledError:
                 raise
             except (OSError, EOFError, asyncio.TimeoutError, asyncio.IncompleteReadError,
-                    ReplError, ProtocolError) as e:
+                    ReplError, PayloadError, ProtocolError) as e:
                 what = "timeout" if isinstance(e, asyncio.TimeoutError) else (str(e) or type(e).__name__)
                 if self.state == "connected":
                     log.log(log.WARNING, f"Connection with master lost ({what}).")
@@ -258,7 +209,7 @@ class ReplicaSide:
             # Without this the handshake would go on to a baffling PSYNC failure.
             raise ReplError(f"MASTER refused the replication handshake: {r.decode('latin-1')} "
                             f"(check masteruser/masterauth)")
-        await call("REPLCONF", "capa", "eof", "capa", "psync2")
+        await call("REPLCONF", "capa", "eof", "capa", "psync2", "capa", CHECKSUM_CAPA)
         repl = self.repl
         if self.has_cache:
             rid, off = repl.replid, repl.offset + 1
@@ -310,55 +261,91 @@ class ReplicaSide:
             ack_task.cancel()
 
     async def _full_sync(self, reader, timeout: float, new_id: str, new_off: int) -> None:
-        """Receive the payload and apply it as it arrives (a command at a time).
+        """Receive the payload aside, then switch to it in one loop turn.
 
-        ``$EOF:<mark>``: the payload ends with the 40-byte mark, the last bytes read
-        (the primary sends the live stream only after our ACK); ``$<len>``: it is
-        ``len`` bytes.  Until it is all applied our data matches no id: a cut
-        link means another full sync.  Meanwhile normal clients get -LOADING,
-        as while Redis loads a replication payload.
+        Until the payload is complete and checked (``PayloadAside``) nothing of ours
+        changes: clients read the old data, our AOF, snapshot and replication state
+        keep describing it, and our id/offset stay the old ones (a cut transfer, or
+        REPLICAOF NO ONE meanwhile, leaves exactly the old data set, and a later PSYNC
+        asks for the old position).  The file is removed whatever happens.
         """
         self.state = "sync"
-        self.has_cache = False
         hdr = await self._readline(reader, timeout)
-        if not hdr.startswith(b"$"):
-            raise ReplError(f"Bad protocol from MASTER, the first byte is not '$': {hdr[:40]!r}")
-        mark = hdr[5:] if hdr.startswith(b"$EOF:") else None
-        if mark is not None and len(mark) != MARK_LEN:
-            raise ReplError(f"Bad end mark in the full sync header: {hdr!r}")
-        total = -1 if mark is not None else int(hdr[1:])
-        self.sync_total, self.sync_read = total, 0    # -1 when streamed, as Redis shows it
-        log.log(log.NOTICE, f"MASTER <-> REPLICA sync: receiving "
-                            f"{'streamed' if mark else total} bytes from master, applied as "
-                            f"they arrive")
-        t0 = time.monotonic()
-        loader = _PayloadLoader(self)
-        tail = b""                   # the last MARK_LEN bytes, held back: maybe the mark
+        payload = PayloadAside(self.core.config["dir"], hdr)
+        switching = False
         try:
-            while True:
-                want = 1 << 20 if mark is not None else min(total - self.sync_read, 1 << 20)
-                if want <= 0:
-                    break
-                data = await asyncio.wait_for(reader.read(want), timeout)
+            self.sync_total, self.sync_read = payload.total, 0    # -1 when streamed, as Redis shows it
+            log.log(log.NOTICE, f"MASTER <-> REPLICA sync: receiving "
+                                f"{'streamed' if payload.mark else payload.total} bytes from "
+                                f"master to disk ({payload.path})")
+            t0 = time.monotonic()
+            while not payload.complete:
+                data = await asyncio.wait_for(reader.read(payload.want()), timeout)
                 if not data:
                     raise EOFError(f"connection lost during the full sync transfer "
                                    f"({self.sync_read} bytes received)")
                 self.sync_read += len(data)
                 self.last_io = time.monotonic()
-                if mark is None:
-                    loader.feed(data)
-                    continue
-                data = tail + data
-                if data.endswith(mark):
-                    loader.feed(data[:-MARK_LEN])
-                    break
-                loader.feed(data[:-MARK_LEN])
-                tail = data[-MARK_LEN:]
-            loader.finish(new_id, new_off)
+                payload.feed(data)
+            received = time.monotonic()
+            switching = True
+            self._switch_to(payload, new_id, new_off)
         finally:
-            loader.close()
+            payload.remove()
+            if not switching:
+                log.log(log.NOTICE, f"MASTER <-> REPLICA sync: discarding the {self.sync_read} "
+                                    f"bytes received; serving the old data set meanwhile")
         log.log(log.NOTICE, f"MASTER <-> REPLICA sync: Finished with success ({self.sync_read} "
-                            f"bytes, {loader.count} commands in {time.monotonic() - t0:.3f}s)")
+                            f"bytes received in {received - t0:.3f}s, {payload.commands} commands "
+                            f"loaded in {time.monotonic() - received:.3f}s)")
+
+    def _switch_to(self, payload: PayloadAside, new_id: str, new_off: int) -> None:
+        """Replace our data with the complete payload, all within this loop turn.
+
+        One turn, so no client sees a partial data set (they wait for the turn), and
+        the FLUSHALL and every command of the payload reach our AOF as one checksummed
+        frame: a kill -9 while it is written leaves a torn tail the next start cuts,
+        i.e. the old data, never part of the new.  The effects go the way of any write
+        (AOF, the snapshotter's changed keys, WATCHers, blocked readers), so our files
+        describe the new data set once the turn's frame is written.
+
+        The commands were parsed as they arrived and the file is open before anything
+        changes; a command failing here (a primary whose payload this version cannot
+        apply) leaves what was loaded up to it, matching no id (no cached master, the
+        state file gone): the next full sync replaces it.
+        """
+        core, c, repl = self.core, self.client, self.repl
+        batches = payload.batches()
+        self.has_cache = False           # from the FLUSHALL on, our data matches no id
+        repl.forget_state()
+        repl.drop_links("my master sent a full resynchronization")
+        c.in_multi = False
+        c.multi_queue = []
+        c.db = 0
+        log.log(log.NOTICE, f"MASTER <-> REPLICA sync: Flushing old data and loading the "
+                            f"{payload.size} bytes received")
+        # As while recovering: no cyclic GC passes over the objects being loaded.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            core.execute(c, [b"FLUSHALL"])
+            for batch in batches:
+                failed = core.replay(c, batch)
+                if failed is not None:
+                    i, err = failed
+                    raise ReplError(f"full-sync payload command {batch[i][0]!r} failed: "
+                                    f"{err.message}")
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        repl.reset_stream(new_id, new_off)
+        self.has_cache = True
+        self.read_offset = new_off
+        # The loaded data counts as fsynced (FACK) once our AOF has it on disk.
+        self.unsynced_marks.clear()
+        self.fsynced_offset = self.acked_fsynced = 0
+        self.unsynced_marks.append((c.aof_woff, new_off))
+        self.server.schedule_flush(self.writer_obj)
 
     # -- the live stream --------------------------------------------------------------
 

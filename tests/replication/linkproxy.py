@@ -15,21 +15,28 @@ class LinkProxy:
     * ``cut_after``: close both sides once that many bytes after ``+FULLRESYNC``
       went to the replica (a link cut in the middle of the payload);
     * ``hold_after``: stop relaying to the replica after that many payload bytes
-      until ``release()`` (the transfer is frozen mid-way, the link stays open).
+      until ``release()`` (the transfer is frozen mid-way, the link stays open), or
+      ``cut()`` (closed there: what the primary sent past that point is lost, as when
+      it dies mid-transfer);
+    * ``corrupt_at``: flip a bit of the byte that many bytes after ``+FULLRESYNC``
+      (a payload damaged on its way, its framing intact).
 
-    Later connections are relayed untouched.
+    Later connections are relayed untouched (refused while the primary is down).
     """
 
     def __init__(self, target_port: int, cut_after: int | None = None,
-                 hold_after: int | None = None) -> None:
+                 hold_after: int | None = None, corrupt_at: int | None = None) -> None:
         self.target_port = target_port
         self.cut_after = cut_after
         self.hold_after = hold_after
+        self.corrupt_at = corrupt_at
+        self.corrupted = threading.Event()
         self.port = free_port()
         self.connections = 0
         self.cut_done = threading.Event()
         self.held = threading.Event()
         self._release = threading.Event()
+        self._cut_held = False
         self._stop = threading.Event()
         self._socks: list[socket.socket] = []
         self._lsock = socket.create_server(("127.0.0.1", self.port))
@@ -54,6 +61,10 @@ class LinkProxy:
     def release(self) -> None:
         self._release.set()
 
+    def cut(self) -> None:
+        self._cut_held = True
+        self._release.set()
+
     def _accept_loop(self) -> None:
         while not self._stop.is_set():
             try:
@@ -62,7 +73,11 @@ class LinkProxy:
                 continue
             except OSError:
                 return
-            up = socket.create_connection(("127.0.0.1", self.target_port))
+            try:
+                up = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                down.close()
+                continue
             self._socks += [down, up]
             self.connections += 1
             first = self.connections == 1
@@ -85,6 +100,10 @@ class LinkProxy:
                         dst.sendall(data)
                         continue
                 elif watch:
+                    flip = -1 if self.corrupt_at is None else self.corrupt_at - after
+                    if 0 <= flip < len(data):
+                        data = data[:flip] + bytes([data[flip] ^ 0x20]) + data[flip + 1:]
+                        self.corrupted.set()
                     limit = self.cut_after if self.cut_after is not None else self.hold_after
                     if limit is not None and after + len(data) >= limit:
                         head = max(limit - after, 0)
@@ -95,6 +114,8 @@ class LinkProxy:
                             break
                         self.held.set()
                         self._release.wait()
+                        if self._cut_held:
+                            break
                         dst.sendall(data[head:])
                         watch = False
                         continue
