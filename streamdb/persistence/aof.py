@@ -40,8 +40,11 @@ checking:
 * a bad frame followed by more data is corruption in the middle: a clear error
   naming the file and offset, and nothing on disk is changed;
 * if a write or fsync fails, the frame stays in memory and is retried, the file
-  is cut back to its last good frame, replies of the failed turn are held, and
-  write commands are refused (MISCONF) until the disk works again.
+  is cut back to its last good frame, and write commands are refused (MISCONF)
+  until the disk works again.  Under 'always' the replies of the clients whose
+  writes the frame holds wait for it (``holds_replies_of``); under the other
+  policies they go out, as in Redis, which acknowledges a write an 'everysec'
+  AOF failed to write and retries it.  Every other reply goes out either way.
 
 Lifecycle (the one state machine of this module):
 ``load()`` (start-up: replay every segment through the core's replay client)
@@ -709,6 +712,14 @@ class Aof:
             self._clear_write_error()
         return True
 
+    def holds_replies_of(self, client) -> bool:
+        """The server's reply gate while a frame waits for the disk: whether
+        ``client``'s replies must wait.  Under 'always' a write is acknowledged only
+        once it is durable, so they wait while its last write (``aof_woff``) is not;
+        under the other policies a write is acknowledged once applied (a failed
+        write is retried behind it, as in Redis)."""
+        return self.policy == "always" and not self.fsynced(client.aof_woff)
+
     def _clear_write_error(self) -> None:
         """Writes are accepted again (under 'always': once an fsync succeeded, not just a write)."""
         if not self.last_write_ok:
@@ -764,8 +775,10 @@ class Aof:
         except OSError:
             pass
         if self.last_write_ok:
+            held = "their replies held" if self.policy == "always" else "their replies sent"
             log.log(log.WARNING, f"Error writing to the AOF file: {e.strerror or e}; refusing writes "
-                                 f"until the disk works again (replies held, frame kept in memory)")
+                                 f"until the disk works again (the writes not written kept in "
+                                 f"memory and retried, {held})")
         self.last_write_ok = False
         self.last_error = e.strerror or str(e)
         self.core.write_refusal = f"MISCONF Errors writing to the AOF file: {self.last_error}"

@@ -75,6 +75,7 @@ class Persistence:
                 aof.open_for_append()
                 core.effect_sinks.append(aof.append_batch)
                 server.before_reply_hooks.append(aof.flush)
+                server.reply_gates.append(aof.holds_replies_of)
                 aof.loop = asyncio.get_running_loop()
                 snap.aof = aof
         finally:
