@@ -232,9 +232,12 @@ class Server:
         if self._held and self._retry_handle is None:
             self._retry_handle = self.loop.call_later(0.1, self._retry_durability)
 
-    def _must_wait(self, conn: Connection) -> bool:
-        client = conn.client
-        return client is not None and any(gate(client) for gate in self.reply_gates)
+    def _must_wait(self, conn) -> bool:
+        """Whether ``conn``'s replies wait for the failed write's retry (``reply_gates``).
+        What is scheduled like a connection but serves no client (a replica's state
+        writer, replication/replica.py) follows the turn's write: it waits."""
+        client = getattr(conn, "client", None)
+        return client is None or any(gate(client) for gate in self.reply_gates)
 
     def _retry_durability(self) -> None:
         self._retry_handle = None
