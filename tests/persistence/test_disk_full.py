@@ -197,8 +197,10 @@ def test_a_held_client_that_hangs_up_does_not_stop_the_others(disk, tmp_path):
         r.xadd("s", {"f": "v"}, id="1-1")
         disk.fill()
         # The loop sleeps while the writers send, so that it reads their XADDs in one
-        # turn: one frame holds them all, and it fails to write.
-        sleeper.sendall(b"DEBUG SLEEP 2\r\n")
+        # turn: one frame holds them all, and it fails to write.  (The pause lets it
+        # fall asleep first: a writer read in the sleeper's turn would be alone.)
+        sleeper.sendall(b"DEBUG SLEEP 3\r\n")
+        time.sleep(0.5)
         for i, w in enumerate(writers):
             w.sendall(_xadd(f"{i + 2}-1", b"x" * 10_000))
         assert _recv_reply(sleeper) == b"+OK\r\n"
