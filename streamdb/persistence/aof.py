@@ -774,11 +774,19 @@ class Aof:
                 os.ftruncate(self.fd, self.size)
         except OSError:
             pass
+        if self.policy == "always":
+            waiting = "the replies to those writes wait for it"
+        else:
+            waiting = f"those writes were acknowledged (appendfsync {self.policy})"
+        self._refuse_writes(f"Error writing to the AOF file: {e.strerror or e}; refusing writes "
+                            f"until the disk works again (what could not be written is kept in "
+                            f"memory and retried; {waiting})", e)
+
+    def _refuse_writes(self, message: str, e: OSError) -> None:
+        """A write or fsync failed: write commands get MISCONF until one works again
+        (``_clear_write_error``); ``message`` is logged when that starts, not per retry."""
         if self.last_write_ok:
-            held = "their replies held" if self.policy == "always" else "their replies sent"
-            log.log(log.WARNING, f"Error writing to the AOF file: {e.strerror or e}; refusing writes "
-                                 f"until the disk works again (the writes not written kept in "
-                                 f"memory and retried, {held})")
+            log.log(log.WARNING, message)
         self.last_write_ok = False
         self.last_error = e.strerror or str(e)
         self.core.write_refusal = f"MISCONF Errors writing to the AOF file: {self.last_error}"
@@ -837,6 +845,9 @@ class Aof:
         return False
 
     def _sync_everysec(self) -> None:
+        """The aof-fsync thread's fdatasync.  A failure refuses writes (MISCONF) and
+        leaves the log dirty, so that the next second tries again: with writes
+        refused nothing else would, and the refusal would outlive the failing disk."""
         with self._sync_lock:
             self._dirty_since_fsync = False
             if self.fd is None:
@@ -844,15 +855,21 @@ class Aof:
             name, offset, target = self._segment_name(), self.size, self.written_pos
             epoch = self._sync_epoch
             try:
+                if self.inject_fsync_failures:
+                    self.inject_fsync_failures -= 1
+                    raise OSError(errno.EIO, os.strerror(errno.EIO))
                 os.fdatasync(self.fd)
             except OSError as e:
-                self.last_error = e.strerror or str(e)
-                self.last_write_ok = False
-                self.core.write_refusal = \
-                    f"MISCONF Errors writing to the AOF file: {self.last_error}"
+                self._dirty_since_fsync = True
+                self._call_in_loop(self._everysec_failed, e)
                 return
         self._record_fsync_at(name, offset)
         self._call_in_loop(self._everysec_synced, target, epoch)
+
+    def _everysec_failed(self, e: OSError) -> None:
+        """Loop thread: the everysec thread's fdatasync failed."""
+        self._refuse_writes(f"Error fsyncing the AOF file: {e.strerror or e}; refusing writes "
+                            f"until an fsync works again (tried every second)", e)
 
     def _call_in_loop(self, fn, *args) -> None:
         loop = self.loop
@@ -869,6 +886,10 @@ class Aof:
         (unless a failed 'always' fsync has cut the segment back since it began)."""
         if epoch == self._sync_epoch:
             self._mark_durable(target)
+            if not self.pending:
+                # (With nothing new written since a failed fsync, _mark_durable has no
+                # new position to clear the refusal on.)
+                self._clear_write_error()
 
     def _mark_durable(self, pos: int) -> None:
         if pos <= self.durable_pos:

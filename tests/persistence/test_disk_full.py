@@ -5,7 +5,8 @@ of injected failures that runs out).  Only the replies that wait for durability
 wait: under 'always' those of the client whose write failed (and what it sent
 after); under 'everysec' none, as in Redis.  Everyone else keeps being answered:
 PING, reads, INFO, and MISCONF for writes.  Once space is freed the held reply
-arrives, writes work again, and kill -9 loses nothing acknowledged.
+arrives, writes work again, and kill -9 loses nothing acknowledged.  (And a failing
+fsync under 'everysec', which a tmpfs cannot give: injected.)
 """
 
 from __future__ import annotations
@@ -243,5 +244,28 @@ def test_a_replication_state_that_cannot_be_written_is_said_once(disk, tmp_path)
         wait_until(lambda: f"Writing {state_file} works again" in srv.log_text(),
                    what="the state written again")
         assert srv.log_text().count(failed) == 1
+    finally:
+        srv.stop()
+
+
+def test_a_failed_everysec_fsync_refuses_writes_until_one_works(tmp_path):
+    """A failing disk rather than a full one: fdatasync cannot be made to fail on a
+    tmpfs, so the aof-fsync thread's next fsyncs are made to fail.  Writes get MISCONF,
+    everything else is answered, and the refusal ends with the first fsync that works,
+    though with writes refused none came to make the log dirty again."""
+    srv = ServerProcess(tmp_path / "data", "--appendonly", "yes", "--appendfsync", "everysec",
+                        "--save", "").start()
+    try:
+        r = redis.Redis(port=srv.port, socket_timeout=15)
+        assert r.execute_command("DEBUG", "AOF-INJECT-FSYNC-ERROR", "3") == b"OK"
+        assert r.xadd("s", {"f": "v"}, id="1-1") == b"1-1"       # everysec: acknowledged
+        wait_until(lambda: _write_status(r) == "err", what="the failed fsync")
+        with pytest.raises(redis.ResponseError,
+                           match="MISCONF Errors writing to the AOF file: Input/output error"):
+            r.xadd("s", {"f": "refused"}, id="2-1")
+        assert r.ping() and r.xlen("s") == 1
+        wait_until(lambda: _write_status(r) == "ok", what="an fsync that works")
+        assert r.xadd("s", {"f": "v"}, id="3-1") == b"3-1"
+        assert srv.log_text().count("Error fsyncing the AOF file: Input/output error") == 1
     finally:
         srv.stop()
