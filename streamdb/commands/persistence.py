@@ -246,7 +246,8 @@ def _injector(attr: str):
 
 # DEBUG AOF-INJECT-ERROR <n>: the next n AOF writes fail with ENOSPC (tests only).
 debug_aof_inject_error = _injector("inject_failures")
-# DEBUG AOF-INJECT-FSYNC-ERROR <n>: the next n fsyncs under 'always' fail with EIO (tests only).
+# DEBUG AOF-INJECT-FSYNC-ERROR <n>: the next n AOF fdatasyncs (a turn's under 'always', the
+# aof-fsync thread's under 'everysec') fail with EIO (tests only).
 debug_aof_inject_fsync_error = _injector("inject_fsync_failures")
 
 

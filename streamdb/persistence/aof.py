@@ -40,8 +40,11 @@ checking:
 * a bad frame followed by more data is corruption in the middle: a clear error
   naming the file and offset, and nothing on disk is changed;
 * if a write or fsync fails, the frame stays in memory and is retried, the file
-  is cut back to its last good frame, replies of the failed turn are held, and
-  write commands are refused (MISCONF) until the disk works again.
+  is cut back to its last good frame, and write commands are refused (MISCONF)
+  until the disk works again.  Under 'always' the replies of the clients whose
+  writes the frame holds wait for it (``holds_replies_of``); under the other
+  policies they go out, as in Redis, which acknowledges a write an 'everysec'
+  AOF failed to write and retries it.  Every other reply goes out either way.
 
 Lifecycle (the one state machine of this module):
 ``load()`` (start-up: replay every segment through the core's replay client)
@@ -928,6 +931,14 @@ class Aof:
             self._clear_write_error()
         return True
 
+    def holds_replies_of(self, client) -> bool:
+        """The server's reply gate while a frame waits for the disk: whether
+        ``client``'s replies must wait.  Under 'always' a write is acknowledged only
+        once it is durable, so they wait while its last write (``aof_woff``) is not;
+        under the other policies a write is acknowledged once applied (a failed
+        write is retried behind it, as in Redis)."""
+        return self.policy == "always" and not self.fsynced(client.aof_woff)
+
     def _clear_write_error(self) -> None:
         """Writes are accepted again (under 'always': once an fsync succeeded, not just a write)."""
         if not self.last_write_ok:
@@ -1017,9 +1028,19 @@ class Aof:
                 os.ftruncate(self.fd, self.size)
         except OSError:
             pass
+        if self.policy == "always":
+            waiting = "the replies to those writes wait for it"
+        else:
+            waiting = f"those writes were acknowledged (appendfsync {self.policy})"
+        self._refuse_writes(f"Error writing to the AOF file: {e.strerror or e}; refusing writes "
+                            f"until the disk works again (what could not be written is kept in "
+                            f"memory and retried; {waiting})", e)
+
+    def _refuse_writes(self, message: str, e: OSError) -> None:
+        """A write or fsync failed: write commands get MISCONF until one works again
+        (``_clear_write_error``); ``message`` is logged when that starts, not per retry."""
         if self.last_write_ok:
-            log.log(log.WARNING, f"Error writing to the AOF file: {e.strerror or e}; refusing writes "
-                                 f"until the disk works again (replies held, frame kept in memory)")
+            log.log(log.WARNING, message)
         self.last_write_ok = False
         self.last_error = e.strerror or str(e)
         self.core.write_refusal = f"MISCONF Errors writing to the AOF file: {self.last_error}"
@@ -1078,6 +1099,9 @@ class Aof:
         return False
 
     def _sync_everysec(self) -> None:
+        """The aof-fsync thread's fdatasync.  A failure refuses writes (MISCONF) and
+        leaves the log dirty, so that the next second tries again: with writes
+        refused nothing else would, and the refusal would outlive the failing disk."""
         with self._sync_lock:
             self._dirty_since_fsync = False
             if self.fd is None:
@@ -1085,15 +1109,21 @@ class Aof:
             name, offset, target = self._segment_name(), self.size, self.written_pos
             epoch = self._sync_epoch
             try:
+                if self.inject_fsync_failures:
+                    self.inject_fsync_failures -= 1
+                    raise OSError(errno.EIO, os.strerror(errno.EIO))
                 os.fdatasync(self.fd)
             except OSError as e:
-                self.last_error = e.strerror or str(e)
-                self.last_write_ok = False
-                self.core.write_refusal = \
-                    f"MISCONF Errors writing to the AOF file: {self.last_error}"
+                self._dirty_since_fsync = True
+                self._call_in_loop(self._everysec_failed, e)
                 return
         self._record_fsync_at(name, offset)
         self._call_in_loop(self._everysec_synced, target, epoch)
+
+    def _everysec_failed(self, e: OSError) -> None:
+        """Loop thread: the everysec thread's fdatasync failed."""
+        self._refuse_writes(f"Error fsyncing the AOF file: {e.strerror or e}; refusing writes "
+                            f"until an fsync works again (tried every second)", e)
 
     def _call_in_loop(self, fn, *args) -> None:
         loop = self.loop
@@ -1110,6 +1140,10 @@ class Aof:
         (unless a failed 'always' fsync has cut the segment back since it began)."""
         if epoch == self._sync_epoch:
             self._mark_durable(target)
+            if not self.pending:
+                # (With nothing new written since a failed fsync, _mark_durable has no
+                # new position to clear the refusal on.)
+                self._clear_write_error()
 
     def _mark_durable(self, pos: int) -> None:
         if pos <= self.durable_pos:

@@ -78,6 +78,7 @@ class Persistence:
                                         f"{e.strerror or e}") from None
                 core.effect_sinks.append(aof.append_batch)
                 server.before_reply_hooks.append(aof.flush)
+                server.reply_gates.append(aof.holds_replies_of)
                 aof.loop = asyncio.get_running_loop()
                 snap.aof = aof
         finally:

@@ -92,10 +92,10 @@ def start(repl: Replication) -> None:
 def shutdown(repl: Replication) -> None:
     """After the AOF was flushed on shutdown: the state file matches it."""
     if repl.replica is not None:
-        repl.replica.save_state()
+        repl.replica.save_state(final=True)
         repl.replica.stop()
     elif repl.core.config["appendonly"]:
-        repl.save_state(repl.cur_db)
+        repl.save_state(repl.cur_db, final=True)
 
 
 def _unblock_writers(core) -> None:

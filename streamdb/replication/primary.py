@@ -123,6 +123,7 @@ class Replication:
         self.sync_partial_err = 0
         self.replica = None              # replica.ReplicaSide while following a primary
         self.saved: SavedState | None = None     # what replication.state holds (state.py)
+        self.state_writer = state.StateWriter()
         # Another server shares this stream: a replica synced from us, or we from a
         # primary (state.py's ``followed``; restored with the state at start-up).
         self.followed = False
@@ -242,14 +243,15 @@ class Replication:
 
     # -- the saved state (state.py) -------------------------------------------------
 
-    def save_state(self, db: int) -> None:
-        """Record that the AOF, as it ends now, holds the data at ``self.offset``."""
+    def save_state(self, db: int, final: bool = False) -> None:
+        """Record that the AOF, as it ends now, holds the data at ``self.offset``
+        (``final``: at shutdown, even while a failed write of it waits out its retry delay)."""
         pos = state.aof_position(self.core)
         if pos is None:
             return
         st = SavedState(self.replid, self.offset, db, pos[0], pos[1], self.replid2,
                         self.second_offset, self.followed)
-        if st != self.saved and state.save(self.core.config, st):
+        if st != self.saved and self.state_writer.save(self.core.config, st, now_or_never=final):
             self.saved = st
 
     def forget_state(self) -> None:

@@ -429,10 +429,11 @@ class ReplicaSide:
             await asyncio.sleep(1.0)
             self.send_ack()
 
-    def save_state(self) -> None:
-        """The applied primary id/offset and our db, once our data matches them."""
+    def save_state(self, final: bool = False) -> None:
+        """The applied primary id/offset and our db, once our data matches them
+        (``final``: as the primary's)."""
         if self.has_cache:
-            self.repl.save_state(self.client.db)
+            self.repl.save_state(self.client.db, final)
 
     def cron(self) -> None:
         # The AOF may have moved without a stream turn (a snapshot rotated it).

@@ -24,11 +24,12 @@ The file is written with a rename, so it is either the old or the new line.
 from __future__ import annotations
 
 import os
+import time
 from typing import NamedTuple
 
 from .. import log
 
-__all__ = ["SavedState", "STATE_FILE", "state_path", "load", "save", "remove", "aof_position"]
+__all__ = ["SavedState", "STATE_FILE", "state_path", "load", "StateWriter", "remove", "aof_position"]
 
 STATE_FILE = "replication.state"
 NO_ID = "0" * 40
@@ -69,17 +70,61 @@ def load(cfg) -> SavedState | None:
     return st
 
 
-def save(cfg, st: SavedState) -> bool:
-    path = state_path(cfg)
+class StateWriter:
+    """Writes the state file (``save``), which the cron asks for every tick while the
+    state has changed.  A failed write (a full disk) is said once, at warning level,
+    and retried with a growing delay (``RETRY_FIRST`` doubling up to ``RETRY_MAX``
+    seconds); that it works again is said once too.  Until then a restart finds the
+    old state, which only costs replicas a full resync."""
+
+    RETRY_FIRST = 0.1
+    RETRY_MAX = 10.0
+
+    def __init__(self) -> None:
+        self.failing = False
+        self._delay = 0.0
+        self._next_try = 0.0
+
+    def save(self, cfg, st: SavedState, now_or_never: bool = False) -> bool:
+        """Write ``st``; whether it is in the file now.  While writes fail, a call
+        before the retry delay is up does nothing (False), unless ``now_or_never``
+        (shutdown: the last chance to write it)."""
+        now = time.monotonic()
+        if self.failing and now < self._next_try and not now_or_never:
+            return False
+        path = state_path(cfg)
+        try:
+            _write(path, st)
+        except OSError as e:
+            if not self.failing:
+                log.log(log.WARNING, f"Cannot write {path}: {e.strerror or e}; replicas will need "
+                                     f"a full resync if this server restarts before it works "
+                                     f"again (retrying with a growing delay)")
+            self.failing = True
+            self._delay = min(max(self._delay * 2, self.RETRY_FIRST), self.RETRY_MAX)
+            self._next_try = now + self._delay
+            return False
+        if self.failing:
+            log.log(log.WARNING, f"Writing {path} works again")
+        self.failing = False
+        self._delay = 0.0
+        return True
+
+
+def _write(path: str, st: SavedState) -> None:
+    """The line into a file aside, renamed over ``path``; on failure the file aside
+    goes (it holds room a full disk may need)."""
     tmp = path + ".tmp"
     try:
         with open(tmp, "w", encoding="ascii") as f:
             f.write("%s %d %d %s %d %s %d %d\n" % st)
         os.replace(tmp, path)
-        return True
-    except OSError as e:
-        log.log(log.WARNING, f"Cannot write {path}: {e}")
-        return False
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def remove(cfg) -> None:

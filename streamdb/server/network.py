@@ -4,7 +4,10 @@ Each connection owns a RequestParser and a list of encoded replies.  Replies are
 not written when produced: at the end of the loop turn ``Server._end_of_turn``
 first lets the persistence hooks write (and, under ``appendfsync always``,
 fsync) the effects of the whole turn, and only then writes every reply.  That
-is group commit: one write and one fsync however many clients wrote.
+is group commit: one write and one fsync however many clients wrote.  When a hook
+could not make the turn durable (the disk is full or failing), only the replies
+of the clients whose own writes are not durable yet wait (with everything queued
+behind them on their connection); every other connection's replies go out.
 
 A client whose command blocked stops being read from until it is served; its
 pipelined requests wait in its parser, as in Redis.
@@ -76,7 +79,7 @@ class Connection(asyncio.Protocol):
         self.closing = True
         if self.client is not None:
             self.core.remove_client(self.client)
-            self.server.connections.discard(self)
+            self.server.forget(self)
 
     def process(self, data: bytes | None = None) -> None:
         """Feed ``data`` (one read's bytes; None: resume what the parser holds) and
@@ -131,6 +134,11 @@ class Connection(asyncio.Protocol):
         self.server.schedule_flush(self)
 
     def flush(self) -> None:
+        if self.transport.is_closing():
+            # Gone (the peer hung up, or dropped) while its replies waited: a write to
+            # the closed transport would raise and stop the flush of the others.
+            self.out.clear()
+            return
         if self.out:
             if not self.requests.write_out(self.transport):
                 # The socket took it all (the usual case): nothing is pending, which
@@ -165,13 +173,17 @@ class Server:
         self.connections: set[Connection] = set()
         self._to_flush: dict[Connection, None] = {}
         self._flush_scheduled = False
-        self._held: dict[Connection, None] = {}     # replies waiting for a failed write's retry
+        # Connections whose replies wait for a failed write's retry (see _end_of_turn).
+        self._held: dict[Connection, None] = {}
         self._retry_handle = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.servers: list = []
         # Called at the end of each turn, before replies go out (AOF write, and
         # under appendfsync always its fdatasync).
         self.before_reply_hooks: list = []
+        # Asked, when a before-reply hook failed, per client with replies to send:
+        # True while that client's own writes are not durable (its replies wait).
+        self.reply_gates: list = []
         # Called from the periodic tick (snapshot child reaping, save rules, AOF retries).
         self.cron_hooks: list = []
         self.stopped: asyncio.Future | None = None
@@ -199,22 +211,33 @@ class Server:
         for hook in self.before_reply_hooks:
             if hook() is False:
                 durable = False
-        if not durable:
-            # The turn's writes are not on disk: hold every reply of the turn
-            # (and, per connection, everything queued behind it) until a retry
-            # succeeds.  Nothing is acknowledged that could still be lost.
-            self._held.update(self._to_flush)
-            self._to_flush = {}
-            if self._retry_handle is None:
-                self._retry_handle = self.loop.call_later(0.1, self._retry_durability)
-            return
         conns = self._to_flush
         self._to_flush = {}
         if self._held:
             conns = {**self._held, **conns}
             self._held = {}
+        if durable:
+            for conn in conns:
+                conn.flush()
+            return
+        # Some effects are not on disk.  A client whose own writes are among them is
+        # not acknowledged: its connection's replies wait, in order, for a retry
+        # (nothing is acknowledged that could still be lost).  Everyone else is
+        # answered now: reads, PING, INFO, and the MISCONF of refused writes.
         for conn in conns:
-            conn.flush()
+            if self._must_wait(conn):
+                self._held[conn] = None
+            else:
+                conn.flush()
+        if self._held and self._retry_handle is None:
+            self._retry_handle = self.loop.call_later(0.1, self._retry_durability)
+
+    def _must_wait(self, conn) -> bool:
+        """Whether ``conn``'s replies wait for the failed write's retry (``reply_gates``).
+        What is scheduled like a connection but serves no client (a replica's state
+        writer, replication/replica.py) follows the turn's write: it waits."""
+        client = getattr(conn, "client", None)
+        return client is None or any(gate(client) for gate in self.reply_gates)
 
     def _retry_durability(self) -> None:
         self._retry_handle = None
@@ -222,6 +245,12 @@ class Server:
             self._to_flush[conn] = None
         self._held = {}
         self._end_of_turn()
+
+    def forget(self, conn: Connection) -> None:
+        """A connection closed: nothing more is written to it."""
+        self.connections.discard(conn)
+        self._held.pop(conn, None)
+        self._to_flush.pop(conn, None)
 
     # -- blocking -------------------------------------------------------------------
 
