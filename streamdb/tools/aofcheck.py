@@ -120,13 +120,27 @@ def check_segment(path: str) -> SegmentCheck:
 
 
 def confirm(question: str, yes: bool) -> bool:
+    """Ask before a fix changes a file (``--yes`` answers for the user).  Without an
+    answer (no terminal: cron, CI, ``< /dev/null``) the answer is no."""
     if yes:
         return True
-    answer = input(f"{question} Continue? [y/N]: ")
+    try:
+        answer = input(f"{question} Continue? [y/N]: ")
+    except EOFError:
+        print("\nNo answer (standard input is closed): nothing was changed. "
+              "Run it again with --yes to fix without asking.")
+        return False
     if answer.strip().lower() in ("y", "yes"):
         return True
     print("Aborted.")
     return False
+
+
+def cut_question(seg: "SegmentCheck", keep: int) -> str:
+    """What a cut does to ``seg``, in the words the prompt asks about."""
+    size = len(seg.data)
+    return (f"This will cut {os.path.basename(seg.path)} from {size} to {keep} bytes, dropping "
+            f"its last {size - keep} bytes{_zeros_note(seg)}")
 
 
 def fix_stamp() -> str:
@@ -168,9 +182,8 @@ def _zeros_note(seg: SegmentCheck) -> str:
 
 
 def fix_torn_tail(seg: SegmentCheck, yes: bool) -> int:
-    size, keep = len(seg.data), kept_size(seg)
-    if not confirm(f"This will shrink the AOF segment from {size} bytes, with {size - keep} bytes"
-                   f"{_zeros_note(seg)}, to {keep} bytes.", yes):
+    keep = kept_size(seg)
+    if not confirm(cut_question(seg, keep) + ".", yes):
         return 1
     cut_segment(seg.path, keep)
     print(f"Successfully truncated AOF segment {seg.path} to {keep} bytes")
@@ -209,8 +222,7 @@ def fix_hole(seg: SegmentCheck, later: list[str], manifest: Manifest | None, man
               f"{len(later)} later segment(s) are retired from the manifest too: {later_bytes} bytes, "
               f"{later_frames} frames ({later_commands} commands): "
               + ", ".join(os.path.basename(p) for p in later))
-    if not confirm(f"This will shrink the AOF segment from {size} bytes, with {size - keep} bytes"
-                   f"{_zeros_note(seg)}, to {keep} bytes"
+    if not confirm(cut_question(seg, keep)
                    + (f", and retire {len(later)} later segment(s)." if later else "."), yes):
         return 2
     stamp = fix_stamp()

@@ -51,9 +51,17 @@ def test_check_aof_reports_valid_torn_and_corrupt(tmp_path):
     assert torn.returncode == 1 and "torn tail" in torn.stdout and "ok_up_to=" in torn.stdout
     declined = _tool("aofcheck", str(d), "--fix", stdin="n\n")
     assert "Aborted" in declined.stdout and seg.stat().st_size == len(data) - 7
+    unanswered = _tool("aofcheck", str(d), "--fix", stdin="")      # cron, CI: no terminal
+    assert unanswered.returncode == 1 and "Traceback" not in unanswered.stderr
+    assert "No answer (standard input is closed): nothing was changed." in unanswered.stdout
+    assert seg.stat().st_size == len(data) - 7
     fixed = _tool("aofcheck", str(d), "--fix", stdin="y\n")
     assert fixed.returncode == 0 and "Successfully truncated" in fixed.stdout
     assert _tool("aofcheck", str(d)).returncode == 0
+    missing = _tool("aofcheck", str(tmp_path / "no-such-dir"))
+    assert missing.returncode == 2 and "Traceback" not in missing.stdout + missing.stderr
+    assert (missing.stdout + missing.stderr) == \
+        f"streamdb-check-aof: {tmp_path / 'no-such-dir'}: No such file or directory\n"
 
 
 def _files(d: Path) -> dict[str, bytes]:
@@ -85,7 +93,8 @@ def test_fix_cuts_a_corrupt_segment_at_its_last_valid_frame_after_asking(tmp_pat
     declined = _tool("aofcheck", str(aof_dir), "--fix", stdin="n\n")
     assert declined.returncode == 2 and "Aborted." in declined.stdout
     assert f"the bad frame at offset {bad_at} and 14 valid frames (14 commands) after it" in declined.stdout
-    assert f"This will shrink the AOF segment from {len(broken[seg.name])} bytes" in declined.stdout
+    assert f"This will cut {seg.name} from {len(broken[seg.name])} to {bad_at} bytes, dropping its " \
+           f"last {len(broken[seg.name]) - bad_at} bytes" in declined.stdout
     assert _files(aof_dir) == broken
 
     fixed = _tool("aofcheck", str(aof_dir), "--fix", "--yes")
