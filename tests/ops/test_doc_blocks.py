@@ -53,3 +53,24 @@ def test_the_documents_call_no_operator_tool_through_python():
     called = {m for path in documents()
               for m in re.findall(r"python3?\s+(?:\S*/)?tools/(\w+\.py)", path.read_text())}
     assert called <= BENCHMARKS
+
+
+def test_every_variable_a_block_uses_is_set_earlier_in_its_document():
+    """Read in order, a document sets each variable before a block uses it (its variables
+    block or an earlier line): a reader who copies the blocks one after another under
+    `set -u` never meets an unset one.  (test_operations_walkthrough.py runs the guide so.)"""
+    assign = re.compile(r"^\s*(?:export\s+)?([A-Za-z_]\w*)=", re.M)
+    use = re.compile(r"\$\{?([A-Za-z_]\w*)")
+    unset = []
+    for path in documents():
+        doc = str(path.relative_to(ROOT))
+        known: set[str] = set()
+        for b in shell_blocks():
+            if b.doc != doc:
+                continue
+            for line in b.text.splitlines():
+                code = line.split(" #", 1)[0]
+                unset += [f"{doc}:{b.line} ${name}" for name in use.findall(code)
+                          if name not in known and not assign.match(code)]
+                known.update(assign.findall(code))
+    assert unset == []
