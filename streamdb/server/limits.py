@@ -126,28 +126,32 @@ class MemoryMeter:
         self.malloc_bytes = 0        # its malloc part (INFO allocator_allocated)
         self.measured_at = float("-inf")   # time.monotonic() of the last measurement
         self.cost = 0.0              # seconds the last measurement took
+        self.read_at_measure = 0     # the server's stats.net_input_bytes then
 
-    def measure(self) -> int:
-        """Measure now, whatever it costs."""
-        started = time.perf_counter()
+    def measure(self, read: int) -> int:
+        """Measure now, whatever it costs; ``read`` is the server's
+        stats.net_input_bytes (kept for ``Limits.refresh_memory``'s estimate)."""
+        # The thread's CPU time: a measurement the scheduler interrupted (other
+        # processes on the cores) would otherwise hold the next one off for long.
+        started = time.thread_time()
         if self._mallinfo2 is None:
             self.value = self.malloc_bytes = rss_memory()
         else:
             info = self._mallinfo2()
             self.malloc_bytes = info.uordblks + info.hblkhd
             self.value = self.malloc_bytes + sys.getallocatedblocks() * self.PYMALLOC_BLOCK_BYTES
-        now = time.perf_counter()
-        self.cost = now - started
+        self.cost = time.thread_time() - started
         self.measured_at = time.monotonic()
+        self.read_at_measure = read
         return self.value
 
     def due(self) -> bool:
         """Whether a measurement now keeps the meter within its share of the time."""
         return time.monotonic() - self.measured_at >= self.cost / self.COST_SHARE
 
-    def current(self) -> int:
+    def current(self, read: int) -> int:
         """A fresh measurement when one is due, else the last."""
-        return self.measure() if self.due() else self.value
+        return self.measure(read) if self.due() else self.value
 
 
 # One process, one heap: the meter is shared like the node cache.
@@ -156,7 +160,7 @@ METER = MemoryMeter()
 
 def used_memory(core) -> int:
     """INFO used_memory (see ``MemoryMeter``); keeps ``core.peak_memory`` up to date."""
-    used = METER.current()
+    used = METER.current(core.stats.net_input_bytes)
     if used > core.peak_memory:
         core.peak_memory = used
     return used
@@ -234,9 +238,10 @@ class Limits:
     # 0.1-0.5 ms with 100 MB of data (more on a fragmented heap, see MemoryMeter),
     # 64 KiB of 1 KiB XADDs take about as long to run.
     RECHECK_STEP = 64 * 1024
-    # How much the data grows per byte of request read, about the most (measured
-    # on the plain engine: XADDs of 1 KiB values 1.1, of small entries 0.5; SETs of
-    # new small keys 3.3, XADDs making new streams 4.9, XREADGROUPs 3.8).
+    # How much used memory grows per byte of request read, about the most
+    # (measured on the plain engine: XADDs of 1 KiB values 1.1, 1.7 with the read's
+    # buffers; of small entries 0.5; SETs of new small keys 3.3, XADDs making new
+    # streams 4.9, XREADGROUPs 3.8).
     GROWTH_PER_BYTE_READ = 4
 
     def __init__(self, core, server) -> None:
@@ -245,9 +250,6 @@ class Limits:
         self._next_idle_scan = 0.0
         self._malloc_trim = _malloc_trim()
         self._evictions_at_trim = 0
-        # refresh_memory's last measurement and stats.net_input_bytes then.
-        self._used_at_measure = 0
-        self._read_at_measure = 0
         self.warn_policy()
 
     def warn_policy(self) -> None:
@@ -277,9 +279,9 @@ class Limits:
         The cron calls this every tick, CONFIG SET maxmemory at once, and the
         dispatch (``core.memory_recheck``) once ``stats.net_input_bytes`` reaches
         ``core.memory_recheck_input``.  When a measurement is not due (see
-        MemoryMeter) this one's last measurement plus the bytes read since
-        stands for it, until the next: most writes grow the data by about their
-        size."""
+        MemoryMeter) an estimate stands for it until the next: the last one plus
+        the most that the bytes read since could have added, so that near the
+        limit it errs on the side of refusing."""
         core = self.core
         maxmemory = core.config["maxmemory"]
         read = core.stats.net_input_bytes
@@ -287,11 +289,8 @@ class Limits:
             core.out_of_memory = False
             core.memory_recheck_input = NEVER
             return
-        if METER.due():
-            used = self._used_at_measure = used_memory(core)
-            self._read_at_measure = read
-        else:
-            used = self._used_at_measure + max(read - self._read_at_measure, 0)
+        used = used_memory(core) + \
+            max(read - METER.read_at_measure, 0) * self.GROWTH_PER_BYTE_READ
         headroom = maxmemory - (used - not_counted_for_maxmemory(core))
         core.out_of_memory = headroom < 0
         # Check again once the bytes read could have grown the data by half the
