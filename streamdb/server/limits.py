@@ -102,7 +102,7 @@ class MemoryMeter:
       not their bytes (``sys._debugmallocstats`` prints them, walking every
       block); that number times ``PYMALLOC_BLOCK_BYTES``, the average block of a
       stream data set, is the estimate.  The count includes the larger objects
-      malloc counted already, once each: a ~2% overcount of a 1 KiB blob.
+      malloc counted already, once each: 64 bytes too many on a 1 KiB blob.
     * A byte count kept per value by the keyspace would be exact, but it would
       cost every write on the engine's hot path, for the sake of one check.
 
@@ -116,7 +116,8 @@ class MemoryMeter:
 
     # Average bytes of a pymalloc block in use (sys._debugmallocstats' bytes in
     # allocated blocks over blocks in use) in a server holding 200k entries, small
-    # ones with consumer groups or 300-byte values: 64 in both.
+    # ones with consumer groups or 300-byte values: 64 in both; 300k small entries
+    # behind a 1 MB stream cache (mostly cold nodes' headers): 50-57.
     PYMALLOC_BLOCK_BYTES = 64
     COST_SHARE = 0.02
 
