@@ -14,11 +14,11 @@ from ..engine.nodecache import CACHE as NODE_CACHE
 from ..protocol.reply import OK, CommandError, Map, RSet, Status, Verbatim
 from ..security.enforce import refresh_clients
 from ..server.client import client_info_line
-from ..server.limits import used_memory
+from ..server.limits import METER, not_counted_for_maxmemory
 from .args import parse_int
 from .context import Ctx, syntax_error
 from .docs import DOCS, GrammarError, grammar_arguments
-from .observe import latencystats_fields, rewrite_config_file
+from .observe import latencystats_fields, memory_numbers, rewrite_config_file
 from .registry import COMMANDS, CommandSpec, command, subcommand
 
 # ---------------------------------------------------------------------------
@@ -444,7 +444,6 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
     cfg = ctx.config
     ru = resource.getrusage(resource.RUSAGE_SELF)
     ru_children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    mem = used_memory(core)
     sections: dict[str, list[tuple[str, object]]] = {}
     sections["server"] = [
         ("redis_version", cfg["redis-version-compat"]), ("streamdb_version", __version__),
@@ -471,14 +470,27 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         ("total_blocking_keys", len(core.blocking_keys)),
         ("total_blocking_keys_on_nokey", 0),
     ]
-    peak = max(mem, core.peak_memory)
-    core.peak_memory = peak
+    m = memory_numbers(core)
+    used, rss, peak = m["used"], m["rss"], m["peak"]
+    total_system = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    # Redis's fields and order (used_memory is the allocators' count, see server/limits.py).
     sections["memory"] = [
-        ("used_memory", mem), ("used_memory_human", _human(mem)), ("used_memory_rss", mem),
-        ("used_memory_rss_human", _human(mem)), ("used_memory_peak", peak),
-        ("used_memory_peak_human", _human(peak)), ("used_memory_dataset", mem),
+        ("used_memory", used), ("used_memory_human", _human(used)),
+        ("used_memory_rss", rss), ("used_memory_rss_human", _human(rss)),
+        ("used_memory_peak", peak), ("used_memory_peak_human", _human(peak)),
+        ("used_memory_peak_perc", f"{used * 100 / peak:.2f}%" if peak else "0.00%"),
+        ("used_memory_overhead", m["overhead"]), ("used_memory_startup", m["startup"]),
+        ("used_memory_dataset", m["dataset"]),
+        ("used_memory_dataset_perc", f"{m['dataset'] * 100 / used:.2f}%" if used else "0.00%"),
+        ("allocator_allocated", METER.malloc_bytes),
+        ("total_system_memory", total_system), ("total_system_memory_human", _human(total_system)),
         ("maxmemory", cfg["maxmemory"]), ("maxmemory_human", _human(cfg["maxmemory"])),
-        ("maxmemory_policy", cfg["maxmemory-policy"]), ("mem_fragmentation_ratio", "1.00"),
+        ("maxmemory_policy", cfg["maxmemory-policy"]),
+        ("mem_fragmentation_ratio", f"{rss / used:.2f}" if used else "0.00"),
+        ("mem_fragmentation_bytes", rss - used),
+        ("mem_not_counted_for_evict", not_counted_for_maxmemory(core)),
+        ("mem_clients_slaves", m["clients_replicas"]), ("mem_clients_normal", m["clients_normal"]),
+        ("mem_aof_buffer", m["aof_buffer"]),
         ("mem_allocator", "pymalloc"),
     ] + list(NODE_CACHE.stats().items())
     sections["persistence"] = core.info_persistence() if core.info_persistence else [

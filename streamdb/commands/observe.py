@@ -28,7 +28,7 @@ import cython
 from ..config import DIRECTIVES
 from ..engine import Stream
 from ..protocol.reply import OK, CommandError, Map, Status, Verbatim
-from ..server.limits import used_memory
+from ..server.limits import aof_buffer, replicas_output, rss_memory, used_memory
 from .args import parse_int
 from .context import Ctx, syntax_error
 from .registry import CommandSpec, command, subcommand
@@ -581,31 +581,32 @@ def memory_usage(ctx: Ctx, argv):
     return _KEY_OVERHEAD + len(argv[2]) + value_bytes(value, samples)
 
 
-def _memory_numbers(core) -> dict:
-    obs = core.observe
+def memory_numbers(core) -> dict:
+    """What INFO memory and MEMORY STATS/DOCTOR report, by Redis's definitions:
+    the overhead is the memory at start-up plus the clients' buffers and the AOF's
+    pending frame, the dataset what used memory holds beyond it."""
     used = used_memory(core)
-    peak = max(used, core.peak_memory)
-    core.peak_memory = peak
-    startup = obs.startup_memory or used
-    keys = sum(len(db.data) for db in core.keyspace.dbs)
-    dataset = max(used - startup, 0)
-    return {"used": used, "peak": peak, "startup": startup, "keys": keys, "dataset": dataset}
+    startup = core.observe.startup_memory or used
+    clients_normal = sum(c.output_size + c.query_buffer for c in core.clients.values())
+    clients_replicas = replicas_output(core)
+    aof_pending = aof_buffer(core)
+    overhead = startup + clients_normal + clients_replicas + aof_pending
+    return {"used": used, "rss": rss_memory(), "peak": core.peak_memory, "startup": startup,
+            "clients_normal": clients_normal, "clients_replicas": clients_replicas,
+            "aof_buffer": aof_pending, "overhead": overhead, "dataset": max(used - overhead, 0)}
 
 
 @subcommand("memory", "stats", 2, "", since="4.0.0")
 def memory_stats(ctx: Ctx, argv):
     """MEMORY STATS"""
     core = ctx.core
-    m = _memory_numbers(core)
-    clients_normal = sum(c.output_size + c.query_buffer for c in core.clients.values())
-    aof = core.aof
-    aof_buffer = len(getattr(aof, "pending", b"")) if aof is not None else 0
-    overhead = m["startup"] + clients_normal + aof_buffer
+    m = memory_numbers(core)
+    keys = sum(len(db.data) for db in core.keyspace.dbs)
     out = [
         (b"peak.allocated", m["peak"]), (b"total.allocated", m["used"]),
         (b"startup.allocated", m["startup"]), (b"replication.backlog", 0),
-        (b"clients.slaves", 0), (b"clients.normal", clients_normal),
-        (b"aof.buffer", aof_buffer), (b"overhead.total", overhead),
+        (b"clients.slaves", m["clients_replicas"]), (b"clients.normal", m["clients_normal"]),
+        (b"aof.buffer", m["aof_buffer"]), (b"overhead.total", m["overhead"]),
     ]
     for db in core.keyspace.dbs:
         if db.data:
@@ -613,12 +614,13 @@ def memory_stats(ctx: Ctx, argv):
                 (b"overhead.hashtable.main", sys.getsizeof(db.data)),
                 (b"overhead.hashtable.expires", sys.getsizeof(db.expires))])))
     out += [
-        (b"keys.count", m["keys"]),
-        (b"keys.bytes-per-key", m["dataset"] // m["keys"] if m["keys"] else 0),
+        (b"keys.count", keys),
+        (b"keys.bytes-per-key", m["dataset"] // keys if keys else 0),
         (b"dataset.bytes", m["dataset"]),
         (b"dataset.percentage", _ratio(m["dataset"] * 100, m["used"])),
         (b"peak.percentage", _ratio(m["used"] * 100, m["peak"])),
-        (b"fragmentation", 1.0),
+        (b"fragmentation", _ratio(m["rss"], m["used"])),
+        (b"fragmentation.bytes", m["rss"] - m["used"]),
     ]
     return Map(out)
 
@@ -631,8 +633,9 @@ def _ratio(a: int, b: int):
 @subcommand("memory", "doctor", 2, "", since="4.0.0")
 def memory_doctor(ctx: Ctx, argv):
     """MEMORY DOCTOR"""
-    m = _memory_numbers(ctx.core)
-    if m["dataset"] < 5 * 1024 * 1024 and m["keys"] < 1000:
+    core = ctx.core
+    m = memory_numbers(core)
+    if m["dataset"] < 5 * 1024 * 1024 and sum(len(db.data) for db in core.keyspace.dbs) < 1000:
         return Verbatim(
             b"Hi Sam, this instance is empty or is using very little memory, my issues detector "
             b"can't be used in these conditions. Please, leave for your mission on Earth and fill "
@@ -641,8 +644,9 @@ def memory_doctor(ctx: Ctx, argv):
     issues = []
     if m["peak"] > m["used"] * 3 // 2:
         issues.append(" * Peak memory: In the past this instance used more than 150% the memory "
-                      "that is currently using. Python rarely gives freed memory back to the "
-                      "system, so the RSS stays near the peak until a restart.")
+                      "that is currently using. The allocators keep most of the freed pages for "
+                      "the next data, so the RSS (and the fragmentation ratio) stays high; "
+                      "it is harmless: that memory is used again as the data grows.")
     maxmemory = ctx.config["maxmemory"]
     if maxmemory and m["used"] > maxmemory * 9 // 10:
         issues.append(" * Near maxmemory: used memory is above 90% of maxmemory; writes get "

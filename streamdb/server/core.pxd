@@ -28,6 +28,7 @@ cdef class Core:
     cdef public Stats stats
     cdef public bint is_replica, loading, out_of_memory
     cdef public Py_ssize_t dirty
+    cdef public long long memory_recheck_input
     cdef public dict ready_keys, blocking_keys
     cdef public list effect_sinks
     cdef object _last_spec, _last_table

@@ -197,6 +197,10 @@ class Core:
         self.active_expire_disabled = False  # DEBUG SET-ACTIVE-EXPIRE 0: the cron deletes no expired key
         # Used memory is above maxmemory: commands that grow data get -OOM (limits.py).
         self.out_of_memory = False
+        # execute calls memory_recheck (limits.py: refresh out_of_memory) once
+        # stats.net_input_bytes reaches memory_recheck_input; never in a bare core.
+        self.memory_recheck_input = 1 << 62
+        self.memory_recheck: Callable[[], None] | None = None
         # The client whose command's effects are being emitted (None for the server's
         # own, e.g. expiry): the replication sink records its offset for WAIT.
         self.current_client: Client | None = None
@@ -293,8 +297,10 @@ class Core:
                 if client.in_multi:
                     client.multi_error = True
                 return self._error(denied, spec.name, rejected=True)
-        # maxmemory: server/limits.py refreshes out_of_memory on each cron tick, so a
-        # request pays one attribute test here.
+        # maxmemory: server/limits.py sets out_of_memory on each cron tick and here,
+        # once the bytes read could have used up half the headroom it measured.
+        if self.stats.net_input_bytes >= self.memory_recheck_input:
+            self.memory_recheck()
         if self.out_of_memory and client.kind == "normal" and _refused_for_memory(spec, client):
             if name == "exec":
                 client.in_multi = False

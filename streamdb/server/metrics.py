@@ -26,7 +26,7 @@ from ..engine.groups import ENTRIES_READ_INVALID
 from ..engine.lag import group_lag
 from ..engine.nodecache import CACHE
 from ..engine.stream import Stream
-from .limits import used_memory
+from .limits import rss_memory, used_memory
 
 __all__ = ["start_metrics", "render", "Exposition", "escape_label_value"]
 
@@ -93,7 +93,9 @@ _FAMILIES = [
     ("streamdb_uptime_seconds", "gauge", "Seconds since the server started."),
     ("streamdb_connected_clients", "gauge", "Client connections (INFO connected_clients)."),
     ("streamdb_blocked_clients", "gauge", "Clients blocked in XREAD/XREADGROUP/WAIT."),
-    ("streamdb_used_memory_bytes", "gauge", "Resident memory of the server process (INFO used_memory)."),
+    ("streamdb_used_memory_bytes", "gauge",
+     "Bytes the allocators hand out: data, buffers, the server's objects (INFO used_memory)."),
+    ("streamdb_used_memory_rss_bytes", "gauge", "Resident memory of the server process (INFO used_memory_rss)."),
     ("streamdb_commands_processed_total", "counter", "Commands processed since start (or CONFIG RESETSTAT)."),
     ("streamdb_aof_enabled", "gauge", "1 when the append-only file is on."),
     ("streamdb_aof_last_write_ok", "gauge", "1 when the last AOF write and fsync succeeded; 0 while a failed one is retried and writes are refused (MISCONF)."),
@@ -146,6 +148,7 @@ def _server_metrics(core, out: Exposition, now: float) -> None:
     out.add("streamdb_connected_clients", len(core.clients))
     out.add("streamdb_blocked_clients", sum(1 for c in core.clients.values() if c.blocked is not None))
     out.add("streamdb_used_memory_bytes", used_memory(core))
+    out.add("streamdb_used_memory_rss_bytes", rss_memory())
     out.add("streamdb_commands_processed_total", core.stats.commands_processed)
     out.add("streamdb_retention_trimmed_entries_total",
             core.retention.trimmed_entries if core.retention is not None else 0)
