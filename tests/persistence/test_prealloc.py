@@ -421,8 +421,8 @@ def test_check_aof_on_a_crashed_servers_preallocated_segment(tmp_path):
     size = seg.stat().st_size
     fixed = _tool("streamdb.tools.aofcheck", str(d / "appendonlydir"), "--fix", stdin="y\n")
     assert fixed.returncode == 0, fixed.stdout
-    assert f"with {size - at} bytes ({zeros - len(torn_bytes)} of them preallocated zeros), to {at} " \
-        in fixed.stdout
+    assert f"from {size} to {at} bytes, dropping its last {size - at} bytes " \
+           f"({zeros - len(torn_bytes)} of them preallocated zeros)" in fixed.stdout
     assert seg.stat().st_size == at
     with ServerProcess(d, *ALWAYS) as srv:
         assert redis.Redis(port=srv.port).xlen("s") == 30
