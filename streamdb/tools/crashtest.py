@@ -29,9 +29,31 @@ fsync a second, plus a slow fsync).  A lost write that had been fsynced, a
 wrong field, or a server that does not start is a failure.  ``no`` has no time
 bound: the OS decides when it writes back.
 
+With --faults (root only: exit status 2 otherwise) the server's data lives on a
+tmpfs of --fault-disk that the tool mounts, and every round goes through a fault
+episode under load, each kind once in every three rounds in a random order:
+
+* disk-full: a filler file takes every free byte (and what the server frees
+  while it lasts); BGSAVE and BGREWRITEAOF are requested during it at random;
+* fork-failure: the server is moved into a pids cgroup whose pids.max is the
+  number of its threads, so fork() fails; BGSAVE and BGREWRITEAOF are requested;
+* both at once.
+
+The kill comes at a random moment in the episode or after it (then the fault is
+lifted first, a BGSAVE is requested if the last one failed, and the load runs on
+for a while).  The restart always finds the disk freed and forks allowed.  A
+write refused with MISCONF, or whose reply never came, was not acknowledged and
+is not verified; every acknowledged one is, as above, under every fsync policy
+(no power is cut).  A table per kind of fault follows the rounds: episodes,
+BGSAVE/BGREWRITEAOF replies, writes acknowledged and lost, MISCONF replies,
+replies held over 1 s, restarts and the verdict.  A loss is traced in the AOF
+files as the kill left them (kept under the --dir).  The mount and the cgroup
+are removed at the end, on Ctrl-C and on SIGTERM too.
+
 A round takes a server start-up (about half a second), the load time drawn
 between --min-seconds and --max-seconds, and a verification; the defaults'
-10 rounds take about 20-30 s.  Exit status 0 when nothing failed, 1 otherwise.
+10 rounds take about 20-30 s (with --faults about 40-60 s).  Exit status 0
+when nothing failed, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -53,8 +75,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..persistence.aof import (SEGMENT_MAGIC, AofCorruption, AofError, Manifest, frame_size, read_segment, segment_logical_size,
-                               split_commands)
+from ..persistence.aof import (SEGMENT_MAGIC, AofCorruption, AofError, Manifest, frame_size, read_segment,
+                               segment_logical_size, split_commands)
 from ..config import ConfigError, parse_memory
 from .faults import DISK_FULL, KINDS, Faults, FaultSetupError
 from .procs import free_port, wait_until_ready
@@ -530,8 +552,8 @@ def _trace_losses(result: RoundResult, check: Check, scratch: str) -> None:
                 written |= _xadd_ids(f.read(), name)
     in_files = sum(1 for sid in check.lost_xadds if sid in written)
     result.notes.append(f"of the {len(check.lost_xadds)} lost XADDs (e.g. {check.lost_xadds[0].decode()}), "
-                        f"{in_files} are in an XADD of the AOF files the kill left and "
-                        f"{len(check.lost_xadds) - in_files} in none: see {kept}")
+                        f"the AOF files the kill left hold {in_files} and not the other "
+                        f"{len(check.lost_xadds) - in_files}: see {kept}")
 
 
 def _xadd_ids(data: bytes, name: str) -> set[bytes]:
@@ -742,10 +764,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="cut the AOF back to a random point after the last fsync before restarting")
     ap.add_argument("--producers", type=int, default=4, help="XADD client threads")
     ap.add_argument("--consumers", type=int, default=3, help="XREADGROUP + XACK client threads")
-    ap.add_argument("--min-seconds", type=float, default=0.3, help="shortest load before the kill")
-    ap.add_argument("--max-seconds", type=float, default=2.0, help="longest load before the kill")
+    ap.add_argument("--min-seconds", type=float, default=0.3,
+                    help="shortest load before the kill (--faults: the shortest episode)")
+    ap.add_argument("--max-seconds", type=float, default=2.0,
+                    help="longest load before the kill (--faults: the longest episode)")
     ap.add_argument("--seed", type=int, default=None, help="random seed (rounds' lengths and cuts)")
-    ap.add_argument("--dir", default=None, help="scratch data directory (default: a temporary one)")
+    ap.add_argument("--dir", default=None,
+                    help="scratch data directory (default: a temporary one; --faults mounts its tmpfs "
+                         "on DIR/disk)")
     ap.add_argument("--keep", action="store_true",
                     help="keep the data directory afterwards (always kept when the server did not start)")
     ap.add_argument("--faults", action="store_true",
@@ -764,8 +790,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"streamdb-crashtest: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("streamdb-crashtest: interrupted (the server is stopped, the fault disk unmounted)",
-              file=sys.stderr)
+        print("streamdb-crashtest: interrupted (the server is stopped"
+              + (", the fault disk unmounted and the cgroup removed)" if args.faults else ")"), file=sys.stderr)
         return 130
     print_table(results, args.fsync, args.power_loss)
     if args.faults:

@@ -15,8 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
-from streamdb.tools.crashtest import Check, Ledger, PowerCut, RoundResult, judge
+from helpers import ServerProcess
+from streamdb.tools.crashtest import (AOF_AT_KILL, STREAM, Check, Ledger, PowerCut, RoundResult, _trace_losses,
+                                     judge)
 
 ROOT = Path(__file__).resolve().parents[2]
 CRASHTEST = [sys.executable, "-m", "streamdb.tools.crashtest"]
@@ -142,7 +145,8 @@ def test_soak_crash_loop(tmp_path):
 # --faults: fault episodes (a full disk, failed forks, both) on a tmpfs, under load.
 
 FAULT_KINDS = ("disk-full", "fork-failure", "both")
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="--faults mounts a tmpfs and uses a pids cgroup: root only")
+needs_root = pytest.mark.skipif(os.geteuid() != 0,
+                                reason="--faults mounts a tmpfs and uses a pids cgroup: root only")
 
 
 def _faults(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -228,6 +232,23 @@ def test_faults_without_root_exit_2_with_a_clear_message(tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip() == ("streamdb-crashtest: --faults needs root: it mounts a tmpfs for the server's "
                                   "data and limits its processes with a pids cgroup (run it with sudo)")
+
+
+def test_a_loss_is_traced_in_the_aof_files_the_kill_left(tmp_path):
+    # The evidence a --faults loss is reported with: whether the AOF as the kill
+    # left it holds the lost XADD (written, then not loaded) or not (never written).
+    with ServerProcess(tmp_path / "data", "--appendonly", "yes", "--save", "") as srv:
+        written = redis.Redis(port=srv.port).xadd(STREAM, {"producer": "p0", "seq": 1})
+        srv.kill9()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (tmp_path / "data" / "appendonlydir").rename(scratch / AOF_AT_KILL)
+    result = RoundResult(7, 1.0, 2)
+    _trace_losses(result, Check([written, b"1-1"], 0, [], [], b"0-0", False), str(scratch))
+    kept = scratch / f"{AOF_AT_KILL}-round7"
+    assert result.notes == [f"of the 2 lost XADDs (e.g. {written.decode()}), the AOF files the kill left "
+                            f"hold 1 and not the other 1: see {kept}"]
+    assert kept.is_dir() and not (scratch / AOF_AT_KILL).exists()
 
 
 @pytest.mark.soak
