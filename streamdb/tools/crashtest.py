@@ -45,8 +45,9 @@ for a while).  The restart always finds the disk freed and forks allowed.  A
 write refused with MISCONF, or whose reply never came, was not acknowledged and
 is not verified; every acknowledged one is, as above, under every fsync policy
 (no power is cut).  A table per kind of fault follows the rounds: episodes,
-BGSAVE/BGREWRITEAOF replies, writes acknowledged and lost, MISCONF replies,
-replies held over 1 s, restarts and the verdict.  A loss is traced in the AOF
+BGSAVE/BGREWRITEAOF replies, writes acknowledged and lost, whether writes were
+acknowledged again between the lift and the kill, MISCONF replies, replies held
+over 1 s, restarts and the verdict.  A loss is traced in the AOF
 files as the kill left them (kept under the --dir).  The mount and the cgroup
 are removed at the end, on Ctrl-C and on SIGTERM too.
 
@@ -294,6 +295,8 @@ class RoundResult:
     # --faults: the episode, and what clients and the server did during it.
     fault: str = ""
     killed_in_episode: bool = False
+    acked_at_lift: int | None = None  # ledger.added's size when the fault was lifted (killed after it)
+    resumed: bool = False             # a write was acknowledged between the lift and the kill
     misconf: int = 0                  # writes refused with MISCONF during the round
     held: int = 0                     # replies held HELD_AFTER_S or more
     background: list[tuple[str, str]] = field(default_factory=list)   # (BGSAVE..., its reply)
@@ -587,7 +590,7 @@ def _load_and_kill(rnd: int, proc: subprocess.Popen, port: int, ledger: Ledger, 
     if faults is None:
         time.sleep(rng.uniform(args.min_seconds, args.max_seconds))
     else:
-        threads += _fault_episode(result, proc, port, faults, rng, args)
+        threads += _fault_episode(result, proc, port, faults, ledger, rng, args)
     result.ran_s = time.monotonic() - started
     result.cut_ms = _now_ms()
     result.exited_by_itself = proc.poll() is not None
@@ -600,6 +603,7 @@ def _load_and_kill(rnd: int, proc: subprocess.Popen, port: int, ledger: Ledger, 
     for t in threads:
         t.join(10)
     with ledger.lock:
+        result.resumed = result.acked_at_lift is not None and len(ledger.added) > result.acked_at_lift
         result.acked_xadds = len(ledger.added) - acked_before
         result.misconf = ledger.misconf - misconf_before
         result.held = ledger.held - held_before
@@ -610,7 +614,7 @@ BACKGROUND_JOBS = ("BGSAVE", "BGREWRITEAOF")
 AFTER = " (after the episode)"        # marks the operator's BGSAVE once the fault is lifted
 
 
-def _fault_episode(result: RoundResult, proc: subprocess.Popen, port: int, faults: Faults,
+def _fault_episode(result: RoundResult, proc: subprocess.Popen, port: int, faults: Faults, ledger: Ledger,
                    rng: random.Random, args) -> list[threading.Thread]:
     """The middle of a --faults round, under load: an episode of ``result.fault``, with
     BGSAVE and BGREWRITEAOF requested during it (always under a fork failure, each
@@ -640,6 +644,8 @@ def _fault_episode(result: RoundResult, proc: subprocess.Popen, port: int, fault
     result.killed_in_episode = kill_in_episode
     if not kill_in_episode:
         faults.lift()
+        with ledger.lock:
+            result.acked_at_lift = len(ledger.added)
         # What an operator does once the cause is fixed: a failed snapshot
         # refuses writes (stop-writes-on-bgsave-error) until one succeeds.
         threads.append(_background(port, ["BGSAVE"], result, only_if_failed=True))
@@ -711,7 +717,7 @@ def print_table(results: list[RoundResult], fsync: str, power_loss: bool) -> Non
               f"all written after the last fsync: appendfsync {fsync} allows {bound}")
 
 
-FAULT_COLUMNS = ("fault", "episodes", "killed_in", "killed_after", "bg_started", "bg_refused",
+FAULT_COLUMNS = ("fault", "episodes", "killed_in", "killed_after", "resumed", "bg_started", "bg_refused",
                  "acked_xadds", "lost_writes", "lastid_regress", "misconf", "held", "exited",
                  "restarts", "verdict")
 
@@ -726,6 +732,7 @@ def fault_rows(results: list[RoundResult]) -> list[dict[str, object]]:
             "fault": kind, "episodes": len(rs),
             "killed_in": sum(r.killed_in_episode for r in rs),
             "killed_after": sum(not r.killed_in_episode for r in rs),
+            "resumed": sum(r.resumed for r in rs),
             "bg_started": sum(not reply.startswith(("-", "(")) for reply in replies),
             "bg_refused": sum(reply.startswith("-") for reply in replies),
             "acked_xadds": sum(r.acked_xadds for r in rs),
@@ -739,12 +746,15 @@ def fault_rows(results: list[RoundResult]) -> list[dict[str, object]]:
 
 
 def print_fault_table(results: list[RoundResult], disk_size: int) -> None:
-    print(f"\nfaults: {len(results)} rounds on a {disk_size / 1e6:.0f} MB tmpfs; lost_writes counts "
-          f"acknowledged XADDs, XACKs and deliveries the restart did not have")
-    width = max(len(c) for c in FAULT_COLUMNS)
-    print(" | ".join(f"{c:>{width}}" for c in FAULT_COLUMNS))
-    for row in fault_rows(results):
-        print(" | ".join(f"{row[c]!s:>{width}}" for c in FAULT_COLUMNS))
+    print(f"\nfaults: {len(results)} rounds on a {disk_size / 1e6:.0f} MB tmpfs")
+    print("(lost_writes: acknowledged XADDs, XACKs and deliveries the restart did not have; resumed: rounds "
+          "killed after the episode that had a write acknowledged between the lift and the kill; held: "
+          f"replies that took {HELD_AFTER_S:.0f} s or more)")
+    rows = fault_rows(results)
+    widths = {c: max(len(c), *(len(str(row[c])) for row in rows)) for c in FAULT_COLUMNS}
+    print(" | ".join(f"{c:>{widths[c]}}" for c in FAULT_COLUMNS))
+    for row in rows:
+        print(" | ".join(f"{row[c]!s:>{widths[c]}}" for c in FAULT_COLUMNS))
     refusals = sorted({(r.fault, cmd, reply) for r in results for cmd, reply in r.background
                        if reply.startswith("-")})
     for kind, cmd, reply in refusals:

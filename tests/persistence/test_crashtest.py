@@ -254,8 +254,8 @@ def test_a_loss_is_traced_in_the_aof_files_the_kill_left(tmp_path):
 @pytest.mark.timeout(int(SOAK_SECONDS * 3) + 300)
 def test_soak_faults_lose_nothing_acknowledged(tmp_path):
     # A round is a start-up, up to 0.5 s of load, an episode of up to 2 s, up to 2 s
-    # more after it, a SIGKILL and a verification: about 4 s, so half the budget per policy.
-    rounds = max(3, int(SOAK_SECONDS / 2 / 4))
+    # more after it, a SIGKILL and a verification: about 7 s here, so half the budget per policy.
+    rounds = max(3, int(SOAK_SECONDS / 2 / 7))
     for fsync in ("always", "everysec"):
         out = _faults("--rounds", str(rounds), "--max-seconds", "2.0", "--fsync", fsync,
                       "--dir", str(tmp_path / fsync), timeout=int(SOAK_SECONDS * 2) + 240)
