@@ -92,6 +92,14 @@ LOSS_WINDOW_ALLOWED_MS = {"always": 0, "everysec": 2000, "no": None}
 # A reply that takes this long was held (the server waits for a disk that
 # fails before it answers): counted, not an error.
 HELD_AFTER_S = 1.0
+# --faults: the server's aof-preallocate (small: a full disk must reach the AOF's
+# appends within an episode, not after 16 MiB of zeros), the background jobs an
+# episode requests, the mark of the operator's BGSAVE after it, and where the AOF
+# as the last kill left it is kept (off the fault disk).
+FAULT_PREALLOCATE = "64kb"
+BACKGROUND_JOBS = ("BGSAVE", "BGREWRITEAOF")
+AFTER = " (after the episode)"
+AOF_AT_KILL = "aof-at-kill"
 
 
 def _now_ms() -> float:
@@ -465,8 +473,7 @@ def _rounds(args, rng: random.Random, scratch: str, data_dir: str, faults: Fault
            "--aof-record-fsync", "yes" if args.power_loss else "no", "--loglevel", "warning"]
     if faults:
         # A save rule, so that a failed BGSAVE refuses writes (stop-writes-on-bgsave-error)
-        # as on a server with save rules; and little preallocation, so that a full disk
-        # reaches the AOF's appends within an episode, not after 16 MiB of zeros.
+        # as on a server with save rules.
         cmd += ["--save", "3600 1", "--aof-preallocate", FAULT_PREALLOCATE]
     last_id = b"0-0"
     keep = False
@@ -527,10 +534,6 @@ def _rounds(args, rng: random.Random, scratch: str, data_dir: str, faults: Fault
     return keep
 
 
-AOF_AT_KILL = "aof-at-kill"
-FAULT_PREALLOCATE = "64kb"
-
-
 def _copy_aof_at_kill(aof_dir: str, scratch: str) -> None:
     """Keep, off the fault disk, the AOF as the kill left it: the evidence for a loss the restart reports."""
     copy = os.path.join(scratch, AOF_AT_KILL)
@@ -579,8 +582,8 @@ def _load_and_kill(rnd: int, proc: subprocess.Popen, port: int, ledger: Ledger, 
     finds the disk freed and forks allowed."""
     acked_before, misconf_before, held_before = len(ledger.added), ledger.misconf, ledger.held
     stop = threading.Event()
-    threads = [threading.Thread(target=_producer, args=(port, f"p{i}", ledger, stop, rnd * 10**7), daemon=True)
-               for i in range(args.producers)]
+    threads = [threading.Thread(target=_producer, args=(port, f"p{i}", ledger, stop, rnd * 10**7),
+                                daemon=True) for i in range(args.producers)]
     threads += [threading.Thread(target=_consumer, args=(port, f"c{i}", ledger, stop), daemon=True)
                 for i in range(args.consumers)]
     for t in threads:
@@ -608,10 +611,6 @@ def _load_and_kill(rnd: int, proc: subprocess.Popen, port: int, ledger: Ledger, 
         result.misconf = ledger.misconf - misconf_before
         result.held = ledger.held - held_before
     return result
-
-
-BACKGROUND_JOBS = ("BGSAVE", "BGREWRITEAOF")
-AFTER = " (after the episode)"        # marks the operator's BGSAVE once the fault is lifted
 
 
 def _fault_episode(result: RoundResult, proc: subprocess.Popen, port: int, faults: Faults, ledger: Ledger,
@@ -800,8 +799,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"streamdb-crashtest: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("streamdb-crashtest: interrupted (the server is stopped"
-              + (", the fault disk unmounted and the cgroup removed)" if args.faults else ")"), file=sys.stderr)
+        undone = ", the fault disk unmounted and the cgroup removed" if args.faults else ""
+        print(f"streamdb-crashtest: interrupted (the server is stopped{undone})", file=sys.stderr)
         return 130
     print_table(results, args.fsync, args.power_loss)
     if args.faults:

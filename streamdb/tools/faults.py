@@ -21,8 +21,8 @@ import os
 import subprocess
 import time
 
-__all__ = ["FaultSetupError", "FaultDisk", "ForkLimit", "Faults", "KINDS", "DISK_FULL", "FORK_FAILURE", "BOTH",
-           "require_root"]
+__all__ = ["FaultSetupError", "FaultDisk", "ForkLimit", "Faults", "KINDS", "DISK_FULL", "FORK_FAILURE",
+           "BOTH", "require_root"]
 
 PIDS_ROOT = "/sys/fs/cgroup/pids"
 _FILL_CHUNKS = (1 << 20, 4096)          # fill fast, then the last pages one by one
@@ -49,7 +49,7 @@ class FaultDisk:
         self._mounted = False
 
     def __enter__(self) -> FaultDisk:
-        os.makedirs(self.mountpoint, exist_ok=False)
+        os.makedirs(self.mountpoint, exist_ok=True)     # (removed at exit if empty)
         out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size}", "tmpfs", self.mountpoint],
                              capture_output=True, text=True)
         if out.returncode != 0:

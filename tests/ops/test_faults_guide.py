@@ -65,7 +65,8 @@ def test_a_full_disk_refuses_writes_holds_the_reply_and_resumes_once_freed(tmp_p
             status = _status(srv.port)
             assert status["aof_last_write_status"] == "err"
             assert status["aof_last_write_error"] == "No space left on device"
-            assert "Error writing to the AOF file: No space left on device" in (tmp_path / "server.log").read_text()
+            log = (tmp_path / "server.log").read_text()
+            assert "Error writing to the AOF file: No space left on device" in log
 
             disk.free()                                     # nothing else: the server resumes by itself
             held.settimeout(120)

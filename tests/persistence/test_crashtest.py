@@ -20,8 +20,8 @@ import redis
 
 from docblocks import run_block
 from helpers import ServerProcess
-from streamdb.tools.crashtest import (AOF_AT_KILL, STREAM, Check, Ledger, PowerCut, RoundResult, _trace_losses,
-                                     judge)
+from streamdb.tools.crashtest import (AOF_AT_KILL, STREAM, Check, Ledger, PowerCut, RoundResult,
+                                     _trace_losses, judge)
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = "docs/OPERATIONS.md"
@@ -198,9 +198,9 @@ def test_the_guides_faults_run_goes_through_each_kind_of_episode_loses_nothing_a
 @needs_root
 def test_faults_are_undone_when_the_run_is_interrupted(tmp_path):
     scratch = tmp_path / "d"
-    proc = subprocess.Popen([*CRASHTEST, "--faults", "--rounds", "50", "--min-seconds", "2", "--max-seconds", "3",
-                             "--dir", str(scratch)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([*CRASHTEST, "--faults", "--rounds", "50", "--min-seconds", "2",
+                             "--max-seconds", "3", "--dir", str(scratch)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     cgroup = _cgroup_of_tool(proc.pid)
     try:
         deadline = time.monotonic() + 60
@@ -225,11 +225,12 @@ def test_faults_without_root_exit_2_with_a_clear_message(tmp_path):
     # unshare -U: the same files, but an unprivileged user (euid 65534) that cannot mount.
     if subprocess.run(["unshare", "-U", "true"], capture_output=True).returncode != 0:
         pytest.skip("unshare -U (a user namespace) is not allowed here")
-    out = subprocess.run(["unshare", "-U", *CRASHTEST, "--faults", "--rounds", "1", "--dir", str(tmp_path / "d")],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    command = ["unshare", "-U", *CRASHTEST, "--faults", "--rounds", "1", "--dir", str(tmp_path / "d")]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 2
-    assert out.stderr.strip() == ("streamdb-crashtest: --faults needs root: it mounts a tmpfs for the server's "
-                                  "data and limits its processes with a pids cgroup (run it with sudo)")
+    assert out.stderr.strip() == ("streamdb-crashtest: --faults needs root: it mounts a tmpfs for the "
+                                  "server's data and limits its processes with a pids cgroup "
+                                  "(run it with sudo)")
 
 
 def test_a_loss_is_traced_in_the_aof_files_the_kill_left(tmp_path):
