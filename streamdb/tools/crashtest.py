@@ -40,8 +40,8 @@ episode under load, each kind once in every three rounds in a random order:
 * both at once.
 
 The kill comes at a random moment in the episode or after it (then the fault is
-lifted first, a BGSAVE is requested if the last one failed, and the load runs on
-for a while).  The restart always finds the disk freed and forks allowed.  A
+lifted first, a BGSAVE is requested, and sometimes a BGREWRITEAOF after it, as an
+operator would, and the load runs on for a while).  The restart always finds the disk freed and forks allowed.  A
 write refused with MISCONF, or whose reply never came, was not acknowledged and
 is not verified; every acknowledged one is, as above, under every fsync policy
 (no power is cut).  A table per kind of fault follows the rounds: episodes,
@@ -94,8 +94,8 @@ LOSS_WINDOW_ALLOWED_MS = {"always": 0, "everysec": 2000, "no": None}
 HELD_AFTER_S = 1.0
 # --faults: the server's aof-preallocate (small: a full disk must reach the AOF's
 # appends within an episode, not after 16 MiB of zeros), the background jobs an
-# episode requests, the mark of the operator's BGSAVE after it, and where the AOF
-# as the last kill left it is kept (off the fault disk).
+# episode requests, the mark of those the operator requests after it, and where
+# the AOF as the last kill left it is kept (off the fault disk).
 FAULT_PREALLOCATE = "64kb"
 BACKGROUND_JOBS = ("BGSAVE", "BGREWRITEAOF")
 AFTER = " (after the episode)"
@@ -645,34 +645,36 @@ def _fault_episode(result: RoundResult, proc: subprocess.Popen, port: int, fault
         faults.lift()
         with ledger.lock:
             result.acked_at_lift = len(ledger.added)
-        # What an operator does once the cause is fixed: a failed snapshot
-        # refuses writes (stop-writes-on-bgsave-error) until one succeeds.
-        threads.append(_background(port, ["BGSAVE"], result, only_if_failed=True))
+        # What an operator does once the cause is fixed: a snapshot (a failed one
+        # refuses writes until one succeeds), sometimes a rewrite too.  Both start
+        # by rotating the AOF after the failed attempts: what those left behind
+        # (dirty keys, segments) must still be right.
+        after = ["BGSAVE", "BGREWRITEAOF"] if rng.random() < 0.5 else ["BGSAVE"]
+        threads.append(_background(port, after, result, AFTER))
         time.sleep(rng.uniform(0.1, args.max_seconds))
     return threads
 
 
-def _background(port: int, command: list[str], result: RoundResult,
-                only_if_failed: bool = False) -> threading.Thread:
-    """Send ``command`` from a thread of its own (its reply may be held) and record
-    the reply in ``result.background``.  ``only_if_failed``: only when INFO says
-    the last snapshot failed."""
+def _background(port: int, jobs: list[str], result: RoundResult, mark: str = "") -> threading.Thread:
+    """Request ``jobs`` (BGSAVE, BGREWRITEAOF) one after the other from a thread of
+    its own (a reply may be held), recording each reply in ``result.background``
+    with ``mark`` after the job's name."""
     def request() -> None:
         r = _client(port, 30)
         try:
-            if only_if_failed and r.info("persistence").get("rdb_last_bgsave_status") != "err":
-                return
-            reply = r.execute_command(*command)
-            outcome = reply.decode() if isinstance(reply, bytes) else str(reply)
-        except redis.ResponseError as e:
-            outcome = f"-{e}"
-        except redis.TimeoutError:
-            outcome = "(held past 30 s)"
+            for job in jobs:
+                try:
+                    reply = r.execute_command(job)
+                    outcome = reply.decode() if isinstance(reply, bytes) else str(reply)
+                except redis.ResponseError as e:
+                    outcome = f"-{e}"
+                except redis.TimeoutError:
+                    outcome = "(held past 30 s)"
+                result.background.append((job + mark, outcome))
         except (redis.RedisError, OSError):
-            return          # the server was killed first
+            pass            # the server was killed first
         finally:
             r.close()
-        result.background.append((" ".join(command) + (AFTER if only_if_failed else ""), outcome))
 
     t = threading.Thread(target=request, daemon=True)
     t.start()

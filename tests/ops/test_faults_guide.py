@@ -73,6 +73,7 @@ def test_a_full_disk_refuses_writes_holds_the_reply_and_resumes_once_freed(tmp_p
             written = held.recv(1000)
             assert written.startswith(b"$"), written        # the held write is acknowledged now
             wait_until(lambda: _status(srv.port)["aof_last_write_status"] == "ok", timeout=120)
+            assert "AOF write error solved: writes accepted again" in (tmp_path / "server.log").read_text()
             r.xadd("s", {"n": "after"})
             entry_id = written.split(b"\r\n")[1]
             srv.kill9()
