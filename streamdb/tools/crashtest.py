@@ -39,7 +39,9 @@ episode under load, each kind once in every three rounds in a random order:
   number of its threads, so fork() fails; BGSAVE and BGREWRITEAOF are requested;
 * both at once.
 
-The kill comes at a random moment in the episode or after it (then the fault is
+Each round first writes a few entries to a stream no one writes again
+(crash:cold:<round>): a snapshot after a failed one must still hold them.  The
+kill comes at a random moment in the episode or after it (then the fault is
 lifted first, a BGSAVE is requested, and sometimes a BGREWRITEAOF after it, as an
 operator would, and the load runs on for a while).  The restart always finds the disk freed and forks allowed.  A
 write refused with MISCONF, or whose reply never came, was not acknowledged and
@@ -84,6 +86,12 @@ from .procs import free_port, wait_until_ready
 
 STREAM = "crash:log"
 GROUP = "crash-group"
+# --faults: each round first writes a few entries to a stream of its own that no
+# one writes again (crash:cold:<round>).  A snapshot writes only the keys changed
+# since the last one: if a failed one forgot what it had taken, the next one
+# leaves these out, and they are lost once it retires the AOF that held them.
+COLD_STREAM = "crash:cold"
+COLD_ENTRIES = 5
 
 # How far back before a power cut a lost acknowledged write may reach under each
 # policy (None: no bound, the OS decides when it writes back).  everysec fsyncs
@@ -124,6 +132,7 @@ class Ledger:
     ack_sent: set[bytes] = field(default_factory=set)
     max_delivered: bytes = b"0-0"
     max_delivered_ms: float = 0.0
+    cold: dict[bytes, list[bytes]] = field(default_factory=dict)    # COLD_STREAM:<round> -> its ids
     # Replies that acknowledged nothing: a write refused with MISCONF, and a
     # reply held HELD_AFTER_S or more (or never sent before the client's timeout).
     misconf: int = 0
@@ -283,6 +292,7 @@ class Check:
     undone_deliveries: list[bytes]    # delivered, unacknowledged entries no longer pending
     last_id: bytes
     last_id_regressed: bool
+    lost_cold: list[tuple[bytes, bytes]] = field(default_factory=list)   # (cold stream, id)
 
 
 @dataclass
@@ -349,18 +359,23 @@ def verify(port: int, ledger: Ledger, last_id_before: bytes) -> Check:
     groups = {g["name"]: g for g in r.xinfo_groups(STREAM)}
     last = groups[GROUP.encode()]["last-delivered-id"]
     regressed = _id_key(last) < _id_key(ledger.max_delivered) or _id_key(last) < _id_key(last_id_before)
-    return Check(lost, bad, undone_acks, undone_deliveries, last, regressed)
+    lost_cold = []
+    for key, ids in ledger.cold.items():
+        there = {sid for sid, _ in r.xrange(key)}
+        lost_cold += [(key, sid) for sid in ids if sid not in there]
+    return Check(lost, bad, undone_acks, undone_deliveries, last, regressed, lost_cold)
 
 
 def judge(result: RoundResult, check: Check, ledger: Ledger, fsync: str) -> None:
     """Record ``check`` in ``result``: which losses the policy allows, and which are failures."""
-    result.lost_xadds = len(check.lost_xadds)
+    result.lost_xadds = len(check.lost_xadds) + len(check.lost_cold)
     result.bad_fields = check.bad_fields
     result.ack_violations = len(check.undone_acks)
     result.pending_violations = len(check.undone_deliveries)
     result.last_id_regressions = int(check.last_id_regressed)
     # Every loss with the time it was acknowledged.
     losses = ([(sid, _id_key(sid)[0]) for sid in check.lost_xadds]
+              + [(sid, _id_key(sid)[0]) for _, sid in check.lost_cold]
               + [(sid, ledger.acked[sid]) for sid in check.undone_acks]
               + [(sid, ledger.delivered[sid]) for sid in check.undone_deliveries])
     if check.last_id_regressed:
@@ -368,6 +383,10 @@ def judge(result: RoundResult, check: Check, ledger: Ledger, fsync: str) -> None
     result.failures = check.bad_fields
     if check.bad_fields:
         result.notes.append(f"{check.bad_fields} entries came back with other fields")
+    if check.lost_cold:
+        key, sid = check.lost_cold[0]
+        result.notes.append(f"{len(check.lost_cold)} of the losses are entries of streams written only at a "
+                            f"round's start (e.g. {key.decode()} {sid.decode()})")
     if not losses:
         return
     result.loss_window_ms = max(int(result.cut_ms - min(when for _, when in losses)), 0)
@@ -408,6 +427,8 @@ def reconcile(ledger: Ledger, check: Check) -> None:
             ledger.ack_sent.discard(sid)
         for sid in check.undone_deliveries:
             ledger.delivered.pop(sid, None)
+        for key, sid in check.lost_cold:
+            ledger.cold[key].remove(sid)
         ledger.max_delivered, ledger.max_delivered_ms = check.last_id, 0.0
 
 
@@ -499,11 +520,15 @@ def _rounds(args, rng: random.Random, scratch: str, data_dir: str, faults: Fault
                     # and its group away before the first fsync.
                     seg = _last_segment(aof_dir)
                     _record_durable(aof_dir, seg, segment_logical_size(os.path.join(aof_dir, seg)))
+                if faults:
+                    # A snapshot to start from, as on a server that ran a while: the
+                    # snapshots after it write only what changed (see COLD_STREAM).
+                    _background(port, ["BGSAVE"], RoundResult(0, 0.0, 0), wait=True).join(70)
             else:
                 results[-1].restarted = True
                 check = verify(port, ledger, last_id)
                 judge(results[-1], check, ledger, args.fsync)
-                if faults and check.lost_xadds:
+                if faults and (check.lost_xadds or check.lost_cold):
                     keep = True
                     _trace_losses(results[-1], check, scratch)
                 reconcile(ledger, check)
@@ -556,10 +581,10 @@ def _trace_losses(result: RoundResult, check: Check, scratch: str) -> None:
         if name.endswith(".aof"):
             with open(os.path.join(kept, name), "rb") as f:
                 written |= _xadd_ids(f.read(), name)
-    in_files = sum(1 for sid in check.lost_xadds if sid in written)
-    result.notes.append(f"of the {len(check.lost_xadds)} lost XADDs (e.g. {check.lost_xadds[0].decode()}), "
-                        f"the AOF files the kill left hold {in_files} and not the other "
-                        f"{len(check.lost_xadds) - in_files}: see {kept}")
+    lost = check.lost_xadds + [sid for _, sid in check.lost_cold]
+    in_files = sum(1 for sid in lost if sid in written)
+    result.notes.append(f"of the {len(lost)} lost XADDs (e.g. {lost[0].decode()}), the AOF files the kill "
+                        f"left hold {in_files} and not the other {len(lost) - in_files}: see {kept}")
 
 
 def _xadd_ids(data: bytes, name: str) -> set[bytes]:
@@ -580,6 +605,8 @@ def _load_and_kill(rnd: int, proc: subprocess.Popen, port: int, ledger: Ledger, 
 
     With ``faults`` the episode is lifted once the server is dead: the restart
     finds the disk freed and forks allowed."""
+    if faults is not None:
+        _write_cold_stream(port, rnd, ledger)
     acked_before, misconf_before, held_before = len(ledger.added), ledger.misconf, ledger.held
     stop = threading.Event()
     threads = [threading.Thread(target=_producer, args=(port, f"p{i}", ledger, stop, rnd * 10**7),
@@ -611,6 +638,16 @@ def _load_and_kill(rnd: int, proc: subprocess.Popen, port: int, ledger: Ledger, 
         result.misconf = ledger.misconf - misconf_before
         result.held = ledger.held - held_before
     return result
+
+
+def _write_cold_stream(port: int, rnd: int, ledger: Ledger) -> None:
+    """The round's COLD_STREAM, written before the load starts and never again."""
+    key = f"{COLD_STREAM}:{rnd}".encode()
+    r = _client(port, 5)
+    try:
+        ledger.cold[key] = [r.xadd(key, {"round": rnd, "n": n}) for n in range(COLD_ENTRIES)]
+    finally:
+        r.close()
 
 
 def _fault_episode(result: RoundResult, proc: subprocess.Popen, port: int, faults: Faults, ledger: Ledger,
@@ -650,15 +687,24 @@ def _fault_episode(result: RoundResult, proc: subprocess.Popen, port: int, fault
         # by rotating the AOF after the failed attempts: what those left behind
         # (dirty keys, segments) must still be right.
         after = ["BGSAVE", "BGREWRITEAOF"] if rng.random() < 0.5 else ["BGSAVE"]
-        threads.append(_background(port, after, result, AFTER))
+        operator = _background(port, after, result, AFTER, wait=True)
+        threads.append(operator)
+        if rng.random() < 0.5:      # the kill after the recovery, not during it
+            operator.join(70)
         time.sleep(rng.uniform(0.1, args.max_seconds))
     return threads
 
 
-def _background(port: int, jobs: list[str], result: RoundResult, mark: str = "") -> threading.Thread:
+# The INFO persistence field that is 1 while a job's child runs.
+IN_PROGRESS = {"BGSAVE": "rdb_bgsave_in_progress", "BGREWRITEAOF": "aof_rewrite_in_progress"}
+
+
+def _background(port: int, jobs: list[str], result: RoundResult, mark: str = "",
+                wait: bool = False) -> threading.Thread:
     """Request ``jobs`` (BGSAVE, BGREWRITEAOF) one after the other from a thread of
     its own (a reply may be held), recording each reply in ``result.background``
-    with ``mark`` after the job's name."""
+    with ``mark`` after the job's name.  ``wait``: each job's child has ended
+    (INFO persistence, polled for up to 30 s) before the next job, and the thread."""
     def request() -> None:
         r = _client(port, 30)
         try:
@@ -671,6 +717,9 @@ def _background(port: int, jobs: list[str], result: RoundResult, mark: str = "")
                 except redis.TimeoutError:
                     outcome = "(held past 30 s)"
                 result.background.append((job + mark, outcome))
+                deadline = time.monotonic() + 30
+                while wait and r.info("persistence").get(IN_PROGRESS[job]) and time.monotonic() < deadline:
+                    time.sleep(0.05)
         except (redis.RedisError, OSError):
             pass            # the server was killed first
         finally:
