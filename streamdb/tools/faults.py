@@ -129,10 +129,6 @@ class ForkLimit:
             except OSError:
                 time.sleep(0.1)
 
-    @property
-    def active(self) -> bool:
-        return self._pid is not None
-
     def clamp(self, pid: int) -> int:
         """Move ``pid`` and every thread of it in, with no room for one more task; returns the limit.
 
