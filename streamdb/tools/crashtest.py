@@ -29,14 +29,40 @@ fsync a second, plus a slow fsync).  A lost write that had been fsynced, a
 wrong field, or a server that does not start is a failure.  ``no`` has no time
 bound: the OS decides when it writes back.
 
+With --faults (root only: exit status 2 otherwise) the server's data lives on a
+tmpfs of --fault-disk that the tool mounts, and every round goes through a fault
+episode under load, each kind once in every three rounds in a random order:
+
+* disk-full: a filler file takes every free byte (and what the server frees
+  while it lasts); BGSAVE and BGREWRITEAOF are requested during it at random;
+* fork-failure: the server is moved into a pids cgroup whose pids.max is the
+  number of its threads, so fork() fails; BGSAVE and BGREWRITEAOF are requested;
+* both at once.
+
+Each round first writes a few entries to a stream no one writes again
+(crash:cold:<round>): a snapshot after a failed one must still hold them.  The
+kill comes at a random moment in the episode or after it (then the fault is
+lifted first, a BGSAVE is requested, and sometimes a BGREWRITEAOF after it, as an
+operator would, and the load runs on for a while).  The restart always finds the disk freed and forks allowed.  A
+write refused with MISCONF, or whose reply never came, was not acknowledged and
+is not verified; every acknowledged one is, as above, under every fsync policy
+(no power is cut).  A table per kind of fault follows the rounds: episodes,
+BGSAVE/BGREWRITEAOF replies, writes acknowledged and lost, whether writes were
+acknowledged again between the lift and the kill, MISCONF replies, replies held
+over 1 s, restarts and the verdict.  A loss is traced in the AOF
+files as the kill left them (kept under the --dir).  The mount and the cgroup
+are removed at the end, on Ctrl-C and on SIGTERM too.
+
 A round takes a server start-up (about half a second), the load time drawn
 between --min-seconds and --max-seconds, and a verification; the defaults'
-10 rounds take about 20-30 s.  Exit status 0 when nothing failed, 1 otherwise.
+10 rounds take about 20-30 s (with --faults about 40-60 s).  Exit status 0
+when nothing failed, 1 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
@@ -52,17 +78,36 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..persistence.aof import (SEGMENT_MAGIC, Manifest, frame_size, read_segment, segment_logical_size,
-                               split_commands)
+from ..persistence.aof import (SEGMENT_MAGIC, AofCorruption, AofError, Manifest, frame_size, read_segment,
+                               segment_logical_size, split_commands)
+from ..config import ConfigError, parse_memory
+from .faults import DISK_FULL, KINDS, Faults, FaultSetupError
 from .procs import free_port, wait_until_ready
 
 STREAM = "crash:log"
 GROUP = "crash-group"
+# --faults: each round first writes a few entries to a stream of its own that no
+# one writes again (crash:cold:<round>).  A snapshot writes only the keys changed
+# since the last one: if a failed one forgot what it had taken, the next one
+# leaves these out, and they are lost once it retires the AOF that held them.
+COLD_STREAM = "crash:cold"
+COLD_ENTRIES = 5
 
 # How far back before a power cut a lost acknowledged write may reach under each
 # policy (None: no bound, the OS decides when it writes back).  everysec fsyncs
 # once a second; a slow fsync can stretch that, as Redis documents ("up to 2 s").
 LOSS_WINDOW_ALLOWED_MS = {"always": 0, "everysec": 2000, "no": None}
+# A reply that takes this long was held (the server waits for a disk that
+# fails before it answers): counted, not an error.
+HELD_AFTER_S = 1.0
+# --faults: the server's aof-preallocate (small: a full disk must reach the AOF's
+# appends within an episode, not after 16 MiB of zeros), the background jobs an
+# episode requests, the mark of those the operator requests after it, and where
+# the AOF as the last kill left it is kept (off the fault disk).
+FAULT_PREALLOCATE = "64kb"
+BACKGROUND_JOBS = ("BGSAVE", "BGREWRITEAOF")
+AFTER = " (after the episode)"
+AOF_AT_KILL = "aof-at-kill"
 
 
 def _now_ms() -> float:
@@ -87,6 +132,11 @@ class Ledger:
     ack_sent: set[bytes] = field(default_factory=set)
     max_delivered: bytes = b"0-0"
     max_delivered_ms: float = 0.0
+    cold: dict[bytes, list[bytes]] = field(default_factory=dict)    # COLD_STREAM:<round> -> its ids
+    # Replies that acknowledged nothing: a write refused with MISCONF, and a
+    # reply held HELD_AFTER_S or more (or never sent before the client's timeout).
+    misconf: int = 0
+    held: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -95,15 +145,44 @@ def _id_key(sid: bytes) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
+NOT_ACKNOWLEDGED = object()      # what _request returns for a refused or unanswered request
+
+
+def _request(ledger: Ledger, call, *args, **kwargs):
+    """``call(*args, **kwargs)``, or NOT_ACKNOWLEDGED when the server refused it
+    with MISCONF or held the reply past the client's timeout.  Counts the
+    refusals, and the replies held HELD_AFTER_S or more however they ended.
+
+    Any other error (the server is gone: it was killed) ends the calling thread."""
+    started = time.monotonic()
+    try:
+        return call(*args, **kwargs)
+    except redis.ResponseError as e:
+        if not str(e).startswith("MISCONF"):
+            raise
+        with ledger.lock:
+            ledger.misconf += 1
+        time.sleep(0.01)        # the refusal lasts until the disk works again: no busy loop
+        return NOT_ACKNOWLEDGED
+    except redis.TimeoutError:  # (redis-py reconnects for the next request)
+        return NOT_ACKNOWLEDGED
+    finally:
+        if time.monotonic() - started >= HELD_AFTER_S:
+            with ledger.lock:
+                ledger.held += 1
+
+
 def _producer(port: int, name: str, ledger: Ledger, stop: threading.Event, seq0: int) -> None:
     r = _client(port, 5)
     seq = seq0
     try:
         while not stop.is_set():
             seq += 1
-            sid = r.xadd(STREAM, {"producer": name, "seq": seq, "pad": "x" * random.randint(0, 40)})
-            with ledger.lock:
-                ledger.added[sid] = (name, seq)
+            sid = _request(ledger, r.xadd, STREAM,
+                           {"producer": name, "seq": seq, "pad": "x" * random.randint(0, 40)})
+            if sid is not NOT_ACKNOWLEDGED:
+                with ledger.lock:
+                    ledger.added[sid] = (name, seq)
     except (redis.RedisError, OSError):
         pass
 
@@ -112,7 +191,9 @@ def _consumer(port: int, name: str, ledger: Ledger, stop: threading.Event) -> No
     r = _client(port, 5)
     try:
         while not stop.is_set():
-            got = r.xreadgroup(GROUP, name, {STREAM: ">"}, count=10, block=100)
+            got = _request(ledger, r.xreadgroup, GROUP, name, {STREAM: ">"}, count=10, block=100)
+            if got is NOT_ACKNOWLEDGED:
+                continue
             now = _now_ms()
             ids = [sid for _, entries in got or [] for sid, _ in entries]
             with ledger.lock:
@@ -124,10 +205,10 @@ def _consumer(port: int, name: str, ledger: Ledger, stop: threading.Event) -> No
             if to_ack:
                 with ledger.lock:
                     ledger.ack_sent.update(to_ack)
-                r.xack(STREAM, GROUP, *to_ack)
-                now = _now_ms()
-                with ledger.lock:
-                    ledger.acked.update(dict.fromkeys(to_ack, now))
+                if _request(ledger, r.xack, STREAM, GROUP, *to_ack) is not NOT_ACKNOWLEDGED:
+                    now = _now_ms()
+                    with ledger.lock:
+                        ledger.acked.update(dict.fromkeys(to_ack, now))
     except (redis.RedisError, OSError):
         pass
 
@@ -210,6 +291,7 @@ class Check:
     undone_deliveries: list[bytes]    # delivered, unacknowledged entries no longer pending
     last_id: bytes
     last_id_regressed: bool
+    lost_cold: list[tuple[bytes, bytes]] = field(default_factory=list)   # (cold stream, id)
 
 
 @dataclass
@@ -226,7 +308,18 @@ class RoundResult:
     last_id_regressions: int = 0
     loss_window_ms: int = 0           # how far back before the cut the oldest loss reaches
     failures: int = 0
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)      # why it failed
+    # --faults: the episode, and what clients and the server did during it.
+    fault: str = ""
+    killed_in_episode: bool = False
+    acked_at_lift: int | None = None  # ledger.added's size when the fault was lifted (killed after it)
+    resumed: bool = False             # a write was acknowledged between the lift and the kill
+    misconf: int = 0                  # writes refused with MISCONF during the round
+    held: int = 0                     # replies held HELD_AFTER_S or more
+    background: list[tuple[str, str]] = field(default_factory=list)   # (BGSAVE..., its reply)
+    exited_by_itself: bool = False    # the server was gone before the kill
+    restarted: bool = False           # the next start succeeded on what the round left
+    events: list[str] = field(default_factory=list)     # what happened that is not a failure
 
 
 def _entries(r: redis.Redis) -> dict[bytes, dict]:
@@ -265,18 +358,23 @@ def verify(port: int, ledger: Ledger, last_id_before: bytes) -> Check:
     groups = {g["name"]: g for g in r.xinfo_groups(STREAM)}
     last = groups[GROUP.encode()]["last-delivered-id"]
     regressed = _id_key(last) < _id_key(ledger.max_delivered) or _id_key(last) < _id_key(last_id_before)
-    return Check(lost, bad, undone_acks, undone_deliveries, last, regressed)
+    lost_cold = []
+    for key, ids in ledger.cold.items():
+        there = {sid for sid, _ in r.xrange(key)}
+        lost_cold += [(key, sid) for sid in ids if sid not in there]
+    return Check(lost, bad, undone_acks, undone_deliveries, last, regressed, lost_cold)
 
 
 def judge(result: RoundResult, check: Check, ledger: Ledger, fsync: str) -> None:
     """Record ``check`` in ``result``: which losses the policy allows, and which are failures."""
-    result.lost_xadds = len(check.lost_xadds)
+    result.lost_xadds = len(check.lost_xadds) + len(check.lost_cold)
     result.bad_fields = check.bad_fields
     result.ack_violations = len(check.undone_acks)
     result.pending_violations = len(check.undone_deliveries)
     result.last_id_regressions = int(check.last_id_regressed)
     # Every loss with the time it was acknowledged.
     losses = ([(sid, _id_key(sid)[0]) for sid in check.lost_xadds]
+              + [(sid, _id_key(sid)[0]) for _, sid in check.lost_cold]
               + [(sid, ledger.acked[sid]) for sid in check.undone_acks]
               + [(sid, ledger.delivered[sid]) for sid in check.undone_deliveries])
     if check.last_id_regressed:
@@ -284,6 +382,10 @@ def judge(result: RoundResult, check: Check, ledger: Ledger, fsync: str) -> None
     result.failures = check.bad_fields
     if check.bad_fields:
         result.notes.append(f"{check.bad_fields} entries came back with other fields")
+    if check.lost_cold:
+        key, sid = check.lost_cold[0]
+        result.notes.append(f"{len(check.lost_cold)} of the losses are entries of streams written only at a "
+                            f"round's start (e.g. {key.decode()} {sid.decode()})")
     if not losses:
         return
     result.loss_window_ms = max(int(result.cut_ms - min(when for _, when in losses)), 0)
@@ -324,6 +426,8 @@ def reconcile(ledger: Ledger, check: Check) -> None:
             ledger.ack_sent.discard(sid)
         for sid in check.undone_deliveries:
             ledger.delivered.pop(sid, None)
+        for key, sid in check.lost_cold:
+            ledger.cold[key].remove(sid)
         ledger.max_delivered, ledger.max_delivered_ms = check.last_id, 0.0
 
 
@@ -344,21 +448,58 @@ def _start(cmd: list[str], log, port: int) -> subprocess.Popen:
     return proc
 
 
+def _log_tail(path: str, lines: int = 8) -> str:
+    with open(path, "rb") as f:
+        f.seek(max(os.fstat(f.fileno()).st_size - 8192, 0))
+        tail = f.read().decode("utf-8", "replace").splitlines()[-lines:]
+    return "\n    ".join(tail)
+
+
 def run(args) -> list[RoundResult]:
+    """The rounds; ``args.faults`` runs each round through a fault episode on a tmpfs
+    (raises FaultSetupError when the faults cannot be set up)."""
     rng = random.Random(args.seed)
-    data_dir = args.dir or tempfile.mkdtemp(prefix="streamdb-crash-")
-    if args.dir and os.path.exists(data_dir) and not args.keep:
-        shutil.rmtree(data_dir)
-    os.makedirs(data_dir, exist_ok=True)
+    scratch = args.dir or tempfile.mkdtemp(prefix="streamdb-crash-")
+    if args.dir and os.path.exists(scratch) and not args.keep:
+        shutil.rmtree(scratch)
+    os.makedirs(scratch, exist_ok=True)
+    results: list[RoundResult] = []
+    keep = args.keep
+    try:
+        with contextlib.ExitStack() as stack:
+            faults = None
+            data_dir = scratch
+            if args.faults:
+                faults = stack.enter_context(Faults(os.path.join(scratch, "disk"), args.fault_disk,
+                                                    f"streamdb-crashtest-{os.getpid()}"))
+                data_dir = faults.disk.mountpoint
+            keep = _rounds(args, rng, scratch, data_dir, faults, results) or keep
+    finally:
+        if not args.dir and not keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return results
+
+
+def _rounds(args, rng: random.Random, scratch: str, data_dir: str, faults: Faults | None,
+            results: list[RoundResult]) -> bool:
+    """Run the rounds into ``results``; True when the scratch directory must be kept
+    (a failure left files to look at)."""
     port = free_port()
     ledger = Ledger()
-    results: list[RoundResult] = []
+    aof_dir = os.path.join(data_dir, "appendonlydir")
+    log_path = os.path.join(scratch, "server.log")      # (off the fault disk: it must not fill)
     cmd = [sys.executable, "-m", "streamdb", "--port", str(port), "--dir", data_dir,
            "--appendonly", "yes", "--appendfsync", args.fsync, "--save", "",
            "--aof-record-fsync", "yes" if args.power_loss else "no", "--loglevel", "warning"]
+    if faults:
+        # A save rule, so that a failed BGSAVE refuses writes (stop-writes-on-bgsave-error)
+        # as on a server with save rules.
+        cmd += ["--save", "3600 1", "--aof-preallocate", FAULT_PREALLOCATE]
     last_id = b"0-0"
-    keep = args.keep
-    log = open(os.path.join(data_dir, "server.log"), "ab")
+    keep = False
+    proc = None
+    episodes: list[str] = []
+    log = open(log_path, "ab")
     try:
         for rnd in range(1, args.rounds + 2):
             try:
@@ -366,58 +507,226 @@ def run(args) -> list[RoundResult]:
             except ServerDidNotStart as e:
                 if not results:
                     raise
+                log.flush()
                 results[-1].failures += 1
-                results[-1].notes.append(f"the server did not start on what was left ({e}): "
-                                         f"see {os.path.join(data_dir, 'server.log')}")
-                keep = True
-                break
+                results[-1].notes.append(f"the server did not start on what was left ({e}); "
+                                         f"the end of {log_path}:\n    {_log_tail(log_path)}")
+                return True
             if rnd == 1:
                 redis.Redis(port=port).xgroup_create(STREAM, GROUP, id="0", mkstream=True)
                 if args.power_loss:
                     # The set-up is not under test: a cut must not take the stream
                     # and its group away before the first fsync.
-                    aof_dir = os.path.join(data_dir, "appendonlydir")
                     seg = _last_segment(aof_dir)
                     _record_durable(aof_dir, seg, segment_logical_size(os.path.join(aof_dir, seg)))
+                if faults:
+                    # A snapshot to start from, as on a server that ran a while: the
+                    # snapshots after it write only what changed (see COLD_STREAM).
+                    _background(port, ["BGSAVE"], RoundResult(0, 0.0, 0), wait=True).join(70)
             else:
+                results[-1].restarted = True
                 check = verify(port, ledger, last_id)
                 judge(results[-1], check, ledger, args.fsync)
+                if faults and (check.lost_xadds or check.lost_cold):
+                    keep = True
+                    _trace_losses(results[-1], check, scratch)
                 reconcile(ledger, check)
                 last_id = check.last_id
             if rnd > args.rounds:       # the last start only verifies
                 proc.terminate()
                 proc.wait(30)
                 break
-            results.append(_load_and_kill(rnd, proc, port, ledger, rng, args))
+            if faults and not episodes:
+                episodes = rng.sample(KINDS, len(KINDS))     # each kind once in every three rounds
+            results.append(_load_and_kill(rnd, proc, port, ledger, rng, args, faults,
+                                          episodes.pop() if faults else ""))
+            if faults and results[-1].exited_by_itself:
+                log.flush()
+                results[-1].events.append(f"the server exited by itself (code {proc.returncode}) during the "
+                                          f"{results[-1].fault} episode; the end of {log_path}:\n    "
+                                          f"{_log_tail(log_path)}")
             if args.power_loss:
-                results[-1].cut = _power_cut(os.path.join(data_dir, "appendonlydir"), rng)
+                results[-1].cut = _power_cut(aof_dir, rng)
+            if faults:
+                _copy_aof_at_kill(aof_dir, scratch)
             _progress(rnd, args.rounds)
     finally:
+        if proc is not None and proc.poll() is None:      # (interrupted: the disk cannot unmount under it)
+            proc.kill()
+            proc.wait()
         log.close()
-        if not args.dir and not keep:
-            shutil.rmtree(data_dir, ignore_errors=True)
-    return results
+    return keep
+
+
+def _copy_aof_at_kill(aof_dir: str, scratch: str) -> None:
+    """Keep, off the fault disk, the AOF as the kill left it: the evidence for a loss the restart reports."""
+    copy = os.path.join(scratch, AOF_AT_KILL)
+    shutil.rmtree(copy, ignore_errors=True)
+    if os.path.isdir(aof_dir):
+        shutil.copytree(aof_dir, copy)
+
+
+def _trace_losses(result: RoundResult, check: Check, scratch: str) -> None:
+    """Say where the lost XADDs were when the server was killed: in an XADD of the
+    AOF files (written, but the start-up did not load it) or in none (acknowledged,
+    yet never written).  The files are kept as aof-at-kill-round<N>."""
+    copy = os.path.join(scratch, AOF_AT_KILL)
+    if not os.path.isdir(copy):
+        return
+    kept = f"{copy}-round{result.round}"
+    os.rename(copy, kept)
+    written = set()
+    for name in sorted(os.listdir(kept)):
+        if name.endswith(".aof"):
+            with open(os.path.join(kept, name), "rb") as f:
+                written |= _xadd_ids(f.read(), name)
+    lost = check.lost_xadds + [sid for _, sid in check.lost_cold]
+    in_files = sum(1 for sid in lost if sid in written)
+    result.notes.append(f"of the {len(lost)} lost XADDs (e.g. {lost[0].decode()}), the AOF files the kill "
+                        f"left hold {in_files} and not the other {len(lost) - in_files}: see {kept}")
+
+
+def _xadd_ids(data: bytes, name: str) -> set[bytes]:
+    """The ids of the XADDs in a segment's whole frames (up to a bad one)."""
+    try:
+        frames = read_segment(data, name).frames
+    except AofCorruption as e:          # what comes before the bad frame still counts
+        frames = e.scan.frames
+    except AofError:                    # not a segment at all
+        frames = []
+    return {argv[2] for body in frames for argv in split_commands(body)
+            if len(argv) > 2 and argv[0].upper() == b"XADD"}
 
 
 def _load_and_kill(rnd: int, proc: subprocess.Popen, port: int, ledger: Ledger, rng: random.Random,
-                   args) -> RoundResult:
-    acked_before = len(ledger.added)
+                   args, faults: Faults | None = None, fault: str = "") -> RoundResult:
+    """A round's load, through an episode of ``fault`` with ``faults``, and its SIGKILL.
+
+    With ``faults`` the episode is lifted once the server is dead: the restart
+    finds the disk freed and forks allowed."""
+    if faults is not None:
+        _write_cold_stream(port, rnd, ledger)
+    acked_before, misconf_before, held_before = len(ledger.added), ledger.misconf, ledger.held
     stop = threading.Event()
-    threads = [threading.Thread(target=_producer, args=(port, f"p{i}", ledger, stop, rnd * 10**7))
-               for i in range(args.producers)]
-    threads += [threading.Thread(target=_consumer, args=(port, f"c{i}", ledger, stop))
+    threads = [threading.Thread(target=_producer, args=(port, f"p{i}", ledger, stop, rnd * 10**7),
+                                daemon=True) for i in range(args.producers)]
+    threads += [threading.Thread(target=_consumer, args=(port, f"c{i}", ledger, stop), daemon=True)
                 for i in range(args.consumers)]
     for t in threads:
         t.start()
-    ran = rng.uniform(args.min_seconds, args.max_seconds)
-    time.sleep(ran)
-    cut_ms = _now_ms()
-    os.kill(proc.pid, signal.SIGKILL)
+    result = RoundResult(rnd, 0.0, 0, fault=fault)
+    started = time.monotonic()
+    if faults is None:
+        time.sleep(rng.uniform(args.min_seconds, args.max_seconds))
+    else:
+        threads += _fault_episode(result, proc, port, faults, ledger, rng, args)
+    result.ran_s = time.monotonic() - started
+    result.cut_ms = _now_ms()
+    result.exited_by_itself = proc.poll() is not None
+    if not result.exited_by_itself:
+        os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    if faults is not None:
+        faults.lift()
     stop.set()
     for t in threads:
         t.join(10)
-    return RoundResult(rnd, ran, len(ledger.added) - acked_before, cut_ms=cut_ms)
+    with ledger.lock:
+        result.resumed = result.acked_at_lift is not None and len(ledger.added) > result.acked_at_lift
+        result.acked_xadds = len(ledger.added) - acked_before
+        result.misconf = ledger.misconf - misconf_before
+        result.held = ledger.held - held_before
+    return result
+
+
+def _write_cold_stream(port: int, rnd: int, ledger: Ledger) -> None:
+    """The round's COLD_STREAM, written before the load starts and never again."""
+    key = f"{COLD_STREAM}:{rnd}".encode()
+    r = _client(port, 5)
+    try:
+        ledger.cold[key] = [r.xadd(key, {"round": rnd, "n": n}) for n in range(COLD_ENTRIES)]
+    finally:
+        r.close()
+
+
+def _fault_episode(result: RoundResult, proc: subprocess.Popen, port: int, faults: Faults, ledger: Ledger,
+                   rng: random.Random, args) -> list[threading.Thread]:
+    """The middle of a --faults round, under load: an episode of ``result.fault``, with
+    BGSAVE and BGREWRITEAOF requested during it (always under a fork failure, each
+    at random on a full disk), and a return at the moment of the kill: in the
+    episode (the fault still on) or after it, once lifted and the load has run again.
+
+    Returns the threads of the requests, for the caller to join after the kill."""
+    time.sleep(rng.uniform(0.1, 0.5))           # the load runs a while without the fault
+    hold = rng.uniform(args.min_seconds, args.max_seconds)
+    kill_in_episode = rng.random() < 0.5
+    ends = rng.uniform(min(0.2, hold), hold) if kill_in_episode else hold
+    jobs = [job for job in BACKGROUND_JOBS if result.fault != DISK_FULL or rng.random() < 0.5]
+    rng.shuffle(jobs)
+    due = sorted(rng.uniform(0, ends * 0.5) for _ in jobs)    # (sent before the kill, whenever it comes)
+    threads = []
+    try:
+        faults.inject(result.fault, proc.pid)
+    except ProcessLookupError:                 # the server is gone already
+        return threads
+    began = time.monotonic()
+    while (now := time.monotonic()) - began < ends and proc.poll() is None:
+        while jobs and now - began >= due[0]:
+            due.pop(0)
+            threads.append(_background(port, [jobs.pop(0)], result))
+        faults.keep_on()
+        time.sleep(0.05)
+    result.killed_in_episode = kill_in_episode
+    if not kill_in_episode:
+        faults.lift()
+        with ledger.lock:
+            result.acked_at_lift = len(ledger.added)
+        # What an operator does once the cause is fixed: a snapshot (a failed one
+        # refuses writes until one succeeds), sometimes a rewrite too.  Both start
+        # by rotating the AOF after the failed attempts: what those left behind
+        # (dirty keys, segments) must still be right.
+        after = ["BGSAVE", "BGREWRITEAOF"] if rng.random() < 0.5 else ["BGSAVE"]
+        operator = _background(port, after, result, AFTER, wait=True)
+        threads.append(operator)
+        if rng.random() < 0.5:      # the kill after the recovery, not during it
+            operator.join(70)
+        time.sleep(rng.uniform(0.1, args.max_seconds))
+    return threads
+
+
+# The INFO persistence field that is 1 while a job's child runs.
+IN_PROGRESS = {"BGSAVE": "rdb_bgsave_in_progress", "BGREWRITEAOF": "aof_rewrite_in_progress"}
+
+
+def _background(port: int, jobs: list[str], result: RoundResult, mark: str = "",
+                wait: bool = False) -> threading.Thread:
+    """Request ``jobs`` (BGSAVE, BGREWRITEAOF) one after the other from a thread of
+    its own (a reply may be held), recording each reply in ``result.background``
+    with ``mark`` after the job's name.  ``wait``: each job's child has ended
+    (INFO persistence, polled for up to 30 s) before the next job, and the thread."""
+    def request() -> None:
+        r = _client(port, 30)
+        try:
+            for job in jobs:
+                try:
+                    reply = r.execute_command(job)
+                    outcome = reply.decode() if isinstance(reply, bytes) else str(reply)
+                except redis.ResponseError as e:
+                    outcome = f"-{e}"
+                except redis.TimeoutError:
+                    outcome = "(held past 30 s)"
+                result.background.append((job + mark, outcome))
+                deadline = time.monotonic() + 30
+                while wait and r.info("persistence").get(IN_PROGRESS[job]) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+        except (redis.RedisError, OSError):
+            pass            # the server was killed first
+        finally:
+            r.close()
+
+    t = threading.Thread(target=request, daemon=True)
+    t.start()
+    return t
 
 
 def _progress(done: int, total: int) -> None:
@@ -446,6 +755,8 @@ def print_table(results: list[RoundResult], fsync: str, power_loss: bool) -> Non
     for r in results:
         for note in r.notes:
             print(f"FAILURE round {r.round}: {note}")
+        for event in r.events:
+            print(f"round {r.round}: {event}")
     lost = tot("lost_xadds") + tot("ack_violations") + tot("pending_violations") + tot("last_id_regressions")
     allowed = LOSS_WINDOW_ALLOWED_MS[fsync]
     if fsync != "always" and not tot("failures"):
@@ -453,6 +764,50 @@ def print_table(results: list[RoundResult], fsync: str, power_loss: bool) -> Non
         print(f"lost {tot('lost_xadds')} acknowledged XADDs (and {lost - tot('lost_xadds')} XACKs, "
               f"deliveries and last-id moves), the last {window / 1000:.2f} s before the cut at most, "
               f"all written after the last fsync: appendfsync {fsync} allows {bound}")
+
+
+FAULT_COLUMNS = ("fault", "episodes", "killed_in", "killed_after", "resumed", "bg_started", "bg_refused",
+                 "acked_xadds", "lost_writes", "lastid_regress", "misconf", "held", "exited",
+                 "restarts", "verdict")
+
+
+def fault_rows(results: list[RoundResult]) -> list[dict[str, object]]:
+    """One row per kind of fault, then the total: the table --faults prints."""
+    rows = []
+    for kind in (*KINDS, "total"):
+        rs = [r for r in results if kind in ("total", r.fault)]
+        replies = [reply for r in rs for cmd, reply in r.background if not cmd.endswith(AFTER)]
+        rows.append({
+            "fault": kind, "episodes": len(rs),
+            "killed_in": sum(r.killed_in_episode for r in rs),
+            "killed_after": sum(not r.killed_in_episode for r in rs),
+            "resumed": sum(r.resumed for r in rs),
+            "bg_started": sum(not reply.startswith(("-", "(")) for reply in replies),
+            "bg_refused": sum(reply.startswith("-") for reply in replies),
+            "acked_xadds": sum(r.acked_xadds for r in rs),
+            "lost_writes": sum(r.lost_xadds + r.ack_violations + r.pending_violations for r in rs),
+            "lastid_regress": sum(r.last_id_regressions for r in rs),
+            "misconf": sum(r.misconf for r in rs), "held": sum(r.held for r in rs),
+            "exited": sum(r.exited_by_itself for r in rs),
+            "restarts": sum(r.restarted for r in rs),
+            "verdict": "FAIL" if any(r.failures for r in rs) else "ok"})
+    return rows
+
+
+def print_fault_table(results: list[RoundResult], disk_size: int) -> None:
+    print(f"\nfaults: {len(results)} rounds on a {disk_size / 1e6:.0f} MB tmpfs")
+    print("(lost_writes: acknowledged XADDs, XACKs and deliveries the restart did not have; resumed: rounds "
+          "killed after the episode that had a write acknowledged between the lift and the kill; held: "
+          f"replies that took {HELD_AFTER_S:.0f} s or more)")
+    rows = fault_rows(results)
+    widths = {c: max(len(c), *(len(str(row[c])) for row in rows)) for c in FAULT_COLUMNS}
+    print(" | ".join(f"{c:>{widths[c]}}" for c in FAULT_COLUMNS))
+    for row in rows:
+        print(" | ".join(f"{row[c]!s:>{widths[c]}}" for c in FAULT_COLUMNS))
+    refusals = sorted({(r.fault, cmd, reply) for r in results for cmd, reply in r.background
+                       if reply.startswith("-")})
+    for kind, cmd, reply in refusals:
+        print(f"{kind}: {cmd} answered {reply}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -468,16 +823,53 @@ def main(argv: list[str] | None = None) -> int:
                     help="cut the AOF back to a random point after the last fsync before restarting")
     ap.add_argument("--producers", type=int, default=4, help="XADD client threads")
     ap.add_argument("--consumers", type=int, default=3, help="XREADGROUP + XACK client threads")
-    ap.add_argument("--min-seconds", type=float, default=0.3, help="shortest load before the kill")
-    ap.add_argument("--max-seconds", type=float, default=2.0, help="longest load before the kill")
+    ap.add_argument("--min-seconds", type=float, default=0.3,
+                    help="shortest load before the kill (--faults: the shortest episode)")
+    ap.add_argument("--max-seconds", type=float, default=2.0,
+                    help="longest load before the kill (--faults: the longest episode)")
     ap.add_argument("--seed", type=int, default=None, help="random seed (rounds' lengths and cuts)")
-    ap.add_argument("--dir", default=None, help="scratch data directory (default: a temporary one)")
+    ap.add_argument("--dir", default=None,
+                    help="scratch data directory (default: a temporary one; --faults mounts its tmpfs "
+                         "on DIR/disk)")
     ap.add_argument("--keep", action="store_true",
                     help="keep the data directory afterwards (always kept when the server did not start)")
+    ap.add_argument("--faults", action="store_true",
+                    help="each round goes through a fault episode (a full disk, failed forks, or both) "
+                         "on a tmpfs of --fault-disk, with the kill in or after it (needs root)")
+    ap.add_argument("--fault-disk", type=_size, default="64m",
+                    help="--faults: the size of the tmpfs the server's data lives on")
     args = ap.parse_args(argv)
-    results = run(args)
+    if args.faults and args.power_loss:
+        ap.error("--faults and --power-loss are separate runs: a fault episode ends in a kill -9")
+    try:
+        # SIGTERM ends a run as Ctrl-C does: the disk is unmounted and the cgroup removed.
+        signal.signal(signal.SIGTERM, lambda *_: _interrupt())
+        results = run(args)
+    except FaultSetupError as e:
+        print(f"streamdb-crashtest: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        undone = ", the fault disk unmounted and the cgroup removed" if args.faults else ""
+        print(f"streamdb-crashtest: interrupted (the server is stopped{undone})", file=sys.stderr)
+        return 130
     print_table(results, args.fsync, args.power_loss)
+    if args.faults:
+        print_fault_table(results, args.fault_disk)
     return 1 if sum(r.failures for r in results) else 0
+
+
+def _interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+def _size(text: str) -> int:
+    try:
+        size = parse_memory(text)
+    except ConfigError:
+        size = 0
+    if size < 1 << 20:
+        raise argparse.ArgumentTypeError(f"{text!r}: a size of at least 1m (such as 64m or 1g)")
+    return size
 
 
 if __name__ == "__main__":

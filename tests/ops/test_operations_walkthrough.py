@@ -29,8 +29,12 @@ DOC_BLOCKS = {"docs/OPERATIONS.md": {"variables"}}
 # The guide's blocks in reading order.  A block added to the guide must be placed here (the
 # first test fails until it is), with whatever the reader does around it in the walk below.
 WALK = ["variables", "online-backup", "verify-backup", "restore-backup", "start-restored",
-        "point-of-restore", "backup", "restore", "check", "repair", "replicate", "compare",
-        "promote", "stream-cache", "retention", "fsync", "stop"]
+        "point-of-restore", "backup", "restore", "check", "repair", "persistence-status",
+        "bgsave-after-fork-failure", "crashtest-faults", "replicate", "compare", "promote",
+        "stream-cache", "retention", "fsync", "stop"]
+# Blocks the walk reads but does not run again: they start servers of their own, use no
+# variable and no state of the walk, and the test named runs them as written.
+SELF_CONTAINED = {"crashtest-faults": "tests/persistence/test_crashtest.py (as root)"}
 
 
 def test_the_walk_covers_every_block_of_the_guide_in_its_order():
@@ -127,6 +131,11 @@ def test_the_guide_from_top_to_bottom(tmp_path):
         reader.run("repair")
         primary = start_primary()
         assert redis.Redis(port=port).execute_command("DEBUG", "DIGEST") == digest
+
+        # When the disk fills, a fork fails or a file is damaged: where things stand, and
+        # the snapshot an operator asks for once the cause is fixed.
+        assert "aof_last_write_status:ok" in reader.run("persistence-status")
+        assert "rdb_last_bgsave_status:ok" in reader.run("bgsave-after-fork-failure")
 
         # Replicate and promote: "a replica is a second server".
         replica = ServerProcess(tmp_path / "replica-data", "--save", "", port=replica_port).start()

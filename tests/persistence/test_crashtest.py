@@ -8,15 +8,24 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
+import redis
 
-from streamdb.tools.crashtest import Check, Ledger, PowerCut, RoundResult, judge
+from docblocks import run_block
+from helpers import ServerProcess
+from streamdb.tools.crashtest import (AOF_AT_KILL, STREAM, Check, Ledger, PowerCut, RoundResult,
+                                     _trace_losses, judge)
 
 ROOT = Path(__file__).resolve().parents[2]
+GUIDE = "docs/OPERATIONS.md"
+DOC_BLOCKS = {"docs/OPERATIONS.md": {"crashtest-faults"}}
 CRASHTEST = [sys.executable, "-m", "streamdb.tools.crashtest"]
 
 
@@ -135,3 +144,123 @@ def test_soak_crash_loop(tmp_path):
                                "--dir", str(tmp_path / ("pl" if mode else "k9")),
                                timeout=int(SOAK_SECONDS * 2) + 240))
         assert t["lost"] == t["ack_violations"] == t["pending_violations"] == 0
+
+
+# --faults: fault episodes (a full disk, failed forks, both) on a tmpfs, under load.
+
+FAULT_KINDS = ("disk-full", "fork-failure", "both")
+needs_root = pytest.mark.skipif(os.geteuid() != 0,
+                                reason="--faults mounts a tmpfs and uses a pids cgroup: root only")
+
+
+def _faults(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    out = _run("--faults", *args, timeout=timeout)
+    if out.returncode == 2 and ("cannot mount" in out.stderr or "pids cgroup" in out.stderr):
+        pytest.skip(out.stderr.strip())
+    assert "Traceback" not in out.stderr, out.stderr
+    return out
+
+
+def _fault_rows(text: str) -> dict[str, dict[str, str]]:
+    lines = text.splitlines()
+    at = next(i for i, l in enumerate(lines) if l.strip().startswith("fault |"))
+    header = [h.strip() for h in lines[at].split("|")]
+    rows = [dict(zip(header, (c.strip() for c in line.split("|")))) for line in lines[at + 1:at + 5]]
+    return {row["fault"]: row for row in rows}
+
+
+def _mounted_under(path: Path) -> list[str]:
+    with open("/proc/mounts") as f:
+        return [line.split()[1] for line in f if line.split()[1].startswith(str(path))]
+
+
+def _cgroup_of_tool(pid: int) -> Path:
+    return Path("/sys/fs/cgroup/pids") / f"streamdb-crashtest-{pid}"
+
+
+@needs_root
+def test_the_guides_faults_run_goes_through_each_kind_of_episode_loses_nothing_and_cleans_up(tmp_path):
+    # docs/OPERATIONS.md's block, as written: three rounds, one episode of each kind.
+    out = run_block(GUIDE, "crashtest-faults", cwd=tmp_path, timeout=280)    # (exit 0: nothing lost)
+    t = _totals(out)
+    rows = _fault_rows(out)
+    assert [int(rows[kind]["episodes"]) for kind in FAULT_KINDS] == [1, 1, 1], out
+    total = rows["total"]
+    assert int(total["acked_xadds"]) == t["acked_xadds"] > 100
+    assert total["lost_writes"] == total["lastid_regress"] == "0" and total["verdict"] == "ok"
+    assert int(total["restarts"]) == 3
+    # Under the fork limit, BGSAVE and BGREWRITEAOF are refused: the fault is real.
+    assert int(rows["fork-failure"]["bg_refused"]) >= 1, out
+    # Nothing of the faults is left behind: no mount (the scratch directory is gone too).
+    assert _mounted_under(Path(tempfile.gettempdir()) / "streamdb-crash-") == []
+
+
+@needs_root
+def test_faults_are_undone_when_the_run_is_interrupted(tmp_path):
+    scratch = tmp_path / "d"
+    proc = subprocess.Popen([*CRASHTEST, "--faults", "--rounds", "50", "--min-seconds", "2",
+                             "--max-seconds", "3", "--dir", str(scratch)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cgroup = _cgroup_of_tool(proc.pid)
+    try:
+        deadline = time.monotonic() + 60
+        # Wait until a round is under load (the server has written to its AOF on the tmpfs).
+        while not (scratch / "disk" / "appendonlydir").exists() or not cgroup.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stdout + stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr, stderr
+    assert _mounted_under(scratch) == []
+    assert not cgroup.exists()
+
+
+def test_faults_without_root_exit_2_with_a_clear_message(tmp_path):
+    # unshare -U: the same files, but an unprivileged user (euid 65534) that cannot mount.
+    if subprocess.run(["unshare", "-U", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare -U (a user namespace) is not allowed here")
+    command = ["unshare", "-U", *CRASHTEST, "--faults", "--rounds", "1", "--dir", str(tmp_path / "d")]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("streamdb-crashtest: --faults needs root: it mounts a tmpfs for the "
+                                  "server's data and limits its processes with a pids cgroup "
+                                  "(run it with sudo)")
+
+
+def test_a_loss_is_traced_in_the_aof_files_the_kill_left(tmp_path):
+    # The evidence a --faults loss is reported with: whether the AOF as the kill
+    # left it holds the lost XADD (written, then not loaded) or not (never written).
+    with ServerProcess(tmp_path / "data", "--appendonly", "yes", "--save", "") as srv:
+        written = redis.Redis(port=srv.port).xadd(STREAM, {"producer": "p0", "seq": 1})
+        srv.kill9()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (tmp_path / "data" / "appendonlydir").rename(scratch / AOF_AT_KILL)
+    result = RoundResult(7, 1.0, 2)
+    _trace_losses(result, Check([written, b"1-1"], 0, [], [], b"0-0", False), str(scratch))
+    kept = scratch / f"{AOF_AT_KILL}-round7"
+    assert result.notes == [f"of the 2 lost XADDs (e.g. {written.decode()}), the AOF files the kill left "
+                            f"hold 1 and not the other 1: see {kept}"]
+    assert kept.is_dir() and not (scratch / AOF_AT_KILL).exists()
+
+
+@pytest.mark.soak
+@needs_root
+@pytest.mark.timeout(int(SOAK_SECONDS * 3) + 300)
+def test_soak_faults_lose_nothing_acknowledged(tmp_path):
+    # A round is a start-up, up to 0.5 s of load, an episode of up to 2 s, up to 2 s
+    # more after it, a SIGKILL and a verification: about 7 s here, so half the budget per policy.
+    rounds = max(3, int(SOAK_SECONDS / 2 / 7))
+    for fsync in ("always", "everysec"):
+        out = _faults("--rounds", str(rounds), "--max-seconds", "2.0", "--fsync", fsync,
+                      "--dir", str(tmp_path / fsync), timeout=int(SOAK_SECONDS * 2) + 240)
+        total = _fault_rows(out.stdout)["total"]
+        assert out.returncode == 0 and total["verdict"] == "ok", out.stdout
+        assert total["lost_writes"] == total["lastid_regress"] == "0"
+        assert int(total["restarts"]) == rounds
