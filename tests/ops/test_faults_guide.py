@@ -1,7 +1,20 @@
 """docs/OPERATIONS.md, "When the disk fills, a fork fails or a file is damaged": its shell
 blocks run as written against a server on a real full disk (a small tmpfs filled to
 ENOSPC) and under a real fork limit (a pids cgroup), with the faults of
-streamdb-crashtest --faults.  Root only: the tests skip elsewhere."""
+streamdb-crashtest --faults.  Root only: the tests skip elsewhere.
+
+The section's other statements are each checked where the behaviour lives:
+- a full disk answers reads, PING and INFO, holds only replies waiting for durability,
+  and a held client that hangs up stops nobody: tests/persistence/test_disk_full.py;
+- a BGSAVE/BGREWRITEAOF that meets a full disk at its rotation fails as a whole and the
+  AOF goes on in the segment the manifest names: test_aof_faults.py
+  (test_a_rotation_whose_manifest_cannot_be_saved_keeps_every_acknowledged_write);
+- a failed fork: Redis's reply and log line, MISCONF until a save succeeds, the
+  directives, backed-off retries: tests/persistence/test_fork_failures.py;
+- damaged or missing files stop the start naming the file and the way out:
+  test_aof_faults.py, test_snapshot_faults.py, test_aof.py, test_tools.py;
+- a cut full sync keeps the replica's old data: tests/replication/test_fullsync_aside.py;
+- the crash tool's own behaviour: tests/persistence/test_crashtest.py."""
 
 from __future__ import annotations
 
