@@ -16,7 +16,7 @@ import time
 import pytest
 import redis
 
-from helpers import ServerProcess
+from helpers import ServerProcess, wait_until
 from helpers import raw_reply as _raw
 
 LLONG_MAX = (1 << 63) - 1
@@ -199,6 +199,106 @@ def test_xnack_wakes_a_blocked_claim_read(server):
     assert [(e[0], e[3]) for e in got] == [(b"1-0", 1)]
     assert got[0][2] >= before_ms           # NACKed: idle counted from delivery time 0
     assert pending(c)[0][1:2] == (b"c2",) and pending(c)[0][3] == 2
+    c.close()
+
+
+def test_nacked_entries_are_claimed_in_release_order(tmp_path):
+    # Redis 8.8 keeps NACKed entries in a FIFO zone at the head of its PEL: a CLAIM
+    # read takes them in the order they were released (an entry NACKed again goes
+    # to the back), not in id order; the order survives a restart and the AOF.
+    with ServerProcess(tmp_path, "--appendonly", "yes", "--save", "") as srv:
+        c = redis.Redis(port=srv.port)
+        read_two(c, n=4)
+        for sid in ("3-0", "1-0", "4-0", "2-0", "3-0"):
+            c.xnack("s", "g", "FAIL", sid)
+        digest = c.execute_command("DEBUG", "DIGEST")
+        c.execute_command("DEBUG", "LOADAOF")
+        assert c.execute_command("DEBUG", "DIGEST") == digest
+        c.execute_command("DEBUG", "RELOAD")              # snapshot written and loaded
+        assert c.execute_command("DEBUG", "DIGEST") == digest
+        got = entries_of(c.xreadgroup("g", "c2", {"s": ">"}, count=3, claim_min_idle_time=0))
+        assert [e[0] for e in got] == [b"1-0", b"4-0", b"2-0"]
+        got = entries_of(c.xreadgroup("g", "c2", {"s": ">"}, claim_min_idle_time=3600000))
+        assert [e[0] for e in got] == [b"3-0"]
+        c.close()
+
+
+def test_claim_option_errors_as_redis_8(rr):
+    # stream-cgroups.tcl, "XREADGROUP CLAIM with not integer / negative integer for
+    # min-idle-time" and "XREAD with CLAIM option".
+    read_two(rr)
+    cases = [("test", "^min-idle-time is not an integer$"),
+             ("-0", "^min-idle-time is not an integer$"),
+             ("+10", "^min-idle-time is not an integer$"),
+             ("5.5", "^min-idle-time is not an integer$"),
+             ("-10", "^min-idle-time must be a positive integer$")]
+    for value, msg in cases:
+        with pytest.raises(redis.ResponseError, match=msg):
+            _raw(rr, "XREADGROUP", "GROUP", "g", "c1", "CLAIM", value, "STREAMS", "s", ">")
+    with pytest.raises(redis.ResponseError, match="^min-idle-time is not an integer$"):
+        _raw(rr, "XREADGROUP", "CLAIM", "GROUP", "g", "c1", "STREAMS", "s", ">")
+    with pytest.raises(redis.ResponseError,
+                       match=r"^The CLAIM option is only supported by XREADGROUP\. "
+                             r"You called XREAD instead\.$"):
+        _raw(rr, "XREAD", "COUNT", "2", "CLAIM", "10", "STREAMS", "s", "0-0")
+
+
+def test_two_blocked_claim_reads_are_both_served(server):
+    # stream-cgroups.tcl, "XREADGROUP CLAIM with two blocked clients": one XADD wakes
+    # both; the first takes the new entry, the second takes it over once it has been
+    # pending for min-idle-time (Redis wakes blocked CLAIM reads when an entry
+    # becomes claimable), instead of waiting for a change to the key.
+    c = redis.Redis(port=server.port)
+    c.flushall()
+    c.xgroup_create("s", "g", id="0", mkstream=True)
+    replies = {}
+
+    def reader(name):
+        def run():
+            r2 = redis.Redis(port=server.port)
+            replies[name] = r2.xreadgroup("g", name, {"s": ">"}, block=0,
+                                          claim_min_idle_time=100)
+            r2.close()
+        return run
+
+    threads = [threading.Thread(target=reader(n)) for n in ("c1", "c2")]
+    for t in threads:
+        t.start()
+    wait_until(lambda: c.info("clients")["blocked_clients"] == 2, what="two blocked readers")
+    c.xadd("s", {"f": "v"}, id="2-0")
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads), "a blocked CLAIM read was never served"
+    # The reader that blocked first is served first (either thread may be it): the
+    # new entry (idle 0, no earlier delivery), then the same entry claimed.
+    got = {n: entries_of(replies[n]) for n in ("c1", "c2")}
+    (_, first), (claimer, second) = sorted(got.items(), key=lambda kv: kv[1][0][3])
+    assert [(e[0], e[2], e[3]) for e in first] == [(b"2-0", 0, 0)]
+    assert [e[0] for e in second] == [b"2-0"] and second[0][2] >= 100 and second[0][3] == 1
+    assert pending(c)[0][1] == claimer.encode()
+    c.close()
+
+
+def test_blocked_claim_read_wakes_when_a_pending_entry_becomes_claimable(server):
+    # stream-cgroups.tcl, "XREADGROUP CLAIM messages become claimable during block":
+    # nothing changes the key, yet the read answers once the entry is idle enough.
+    c = redis.Redis(port=server.port)
+    c.flushall()
+    read_two(c, n=1)
+    out = {}
+
+    def reader():
+        r2 = redis.Redis(port=server.port)
+        out["reply"] = r2.xreadgroup("g", "c2", {"s": ">"}, block=20000,
+                                     claim_min_idle_time=200)
+        r2.close()
+
+    t = start_blocked(c, reader)
+    t.join(25)
+    got = entries_of(out["reply"])
+    assert got is not None, "the read timed out instead of claiming the entry"
+    assert got[0][0] == b"1-0" and got[0][2] >= 200 and got[0][3] == 1
+    assert pending(c)[0][1] == b"c2"
     c.close()
 
 
