@@ -18,6 +18,7 @@ import redis
 
 from helpers import ServerProcess, wait_until
 from helpers import raw_reply as _raw
+from resp_raw import RawClient, plain
 
 LLONG_MAX = (1 << 63) - 1
 
@@ -243,6 +244,29 @@ def test_claim_option_errors_as_redis_8(rr):
         _raw(rr, "XREAD", "COUNT", "2", "CLAIM", "10", "STREAMS", "s", "0-0")
 
 
+def raw_blocked_read(port: int, *cmd) -> tuple[threading.Thread, list]:
+    """Send a blocking read on its own raw connection, in a thread; its reply lands in
+    the list.  (Not redis-py: it resends a command whose reply is late, and the new
+    run would be served at once, hiding a read that never wakes.)"""
+    out: list = []
+
+    def go():
+        c = RawClient(port)
+        c.sock.settimeout(30)
+        try:
+            out.append(plain(c.call(*cmd)))
+        finally:
+            c.close()
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t, out
+
+
+def claim_read(consumer: str, block_ms: int, min_idle: int) -> tuple:
+    return ("XREADGROUP", "GROUP", "g", consumer, "BLOCK", str(block_ms), "CLAIM",
+            str(min_idle), "STREAMS", "s", ">")
+
+
 def test_two_blocked_claim_reads_are_both_served(server):
     # stream-cgroups.tcl, "XREADGROUP CLAIM with two blocked clients": one XADD wakes
     # both; the first takes the new entry, the second takes it over once it has been
@@ -251,31 +275,20 @@ def test_two_blocked_claim_reads_are_both_served(server):
     c = redis.Redis(port=server.port)
     c.flushall()
     c.xgroup_create("s", "g", id="0", mkstream=True)
-    replies = {}
-
-    def reader(name):
-        def run():
-            r2 = redis.Redis(port=server.port)
-            replies[name] = r2.xreadgroup("g", name, {"s": ">"}, block=0,
-                                          claim_min_idle_time=100)
-            r2.close()
-        return run
-
-    threads = [threading.Thread(target=reader(n)) for n in ("c1", "c2")]
-    for t in threads:
-        t.start()
-    wait_until(lambda: c.info("clients")["blocked_clients"] == 2, what="two blocked readers")
+    t1, out1 = raw_blocked_read(server.port, *claim_read("c1", 0, 100))
+    wait_until(lambda: c.info("clients")["blocked_clients"] == 1, what="the first reader")
+    t2, out2 = raw_blocked_read(server.port, *claim_read("c2", 0, 100))
+    wait_until(lambda: c.info("clients")["blocked_clients"] == 2, what="the second reader")
     c.xadd("s", {"f": "v"}, id="2-0")
-    for t in threads:
-        t.join(10)
-    assert not any(t.is_alive() for t in threads), "a blocked CLAIM read was never served"
-    # The reader that blocked first is served first (either thread may be it): the
-    # new entry (idle 0, no earlier delivery), then the same entry claimed.
-    got = {n: entries_of(replies[n]) for n in ("c1", "c2")}
-    (_, first), (claimer, second) = sorted(got.items(), key=lambda kv: kv[1][0][3])
-    assert [(e[0], e[2], e[3]) for e in first] == [(b"2-0", 0, 0)]
-    assert [e[0] for e in second] == [b"2-0"] and second[0][2] >= 100 and second[0][3] == 1
-    assert pending(c)[0][1] == claimer.encode()
+    t1.join(20)
+    t2.join(20)
+    assert out1 and out2, "a blocked CLAIM read was never served"
+    # First blocked, first served: the new entry (idle 0, no earlier delivery), then
+    # the same entry claimed by the second reader.
+    assert out1[0] == [[b"s", [[b"2-0", [b"f", b"v"], 0, 0]]]]
+    (key, [(sid, fields, idle, count)]), = out2[0]
+    assert (key, sid, fields, count) == (b"s", b"2-0", [b"f", b"v"], 1) and idle >= 100
+    assert pending(c)[0][1] == b"c2"
     c.close()
 
 
@@ -285,19 +298,12 @@ def test_blocked_claim_read_wakes_when_a_pending_entry_becomes_claimable(server)
     c = redis.Redis(port=server.port)
     c.flushall()
     read_two(c, n=1)
-    out = {}
-
-    def reader():
-        r2 = redis.Redis(port=server.port)
-        out["reply"] = r2.xreadgroup("g", "c2", {"s": ">"}, block=20000,
-                                     claim_min_idle_time=200)
-        r2.close()
-
-    t = start_blocked(c, reader)
+    t, out = raw_blocked_read(server.port, *claim_read("c2", 20000, 200))
     t.join(25)
-    got = entries_of(out["reply"])
-    assert got is not None, "the read timed out instead of claiming the entry"
-    assert got[0][0] == b"1-0" and got[0][2] >= 200 and got[0][3] == 1
+    assert out, "no reply"
+    assert out[0] is not None, "the read timed out instead of claiming the entry"
+    (key, [(sid, _fields, idle, count)]), = out[0]
+    assert (key, sid, count) == (b"s", b"1-0", 1) and idle >= 200
     assert pending(c)[0][1] == b"c2"
     c.close()
 
