@@ -1,8 +1,9 @@
 """Consumer group commands: XGROUP XREADGROUP XACK XACKDEL XNACK XPENDING XCLAIM XAUTOCLAIM.
 
-Replies and error texts follow Redis 7.0 where 7.0 has the command; XACKDEL,
-XNACK and XREADGROUP's CLAIM/MAXCOUNT/MAXSIZE follow the current Redis
-documentation.
+Replies and error texts follow Redis 7.0 where 7.0 has the command and 8.x did
+not change it; XACKDEL, XNACK and XREADGROUP's CLAIM/MAXCOUNT/MAXSIZE follow the
+current Redis documentation and its tests (docs/COMPATIBILITY.md lists each
+difference from 7.0).
 
 Effects (see docs/ARCHITECTURE.md) are deterministic and self-sufficient:
 
@@ -11,7 +12,8 @@ Effects (see docs/ARCHITECTURE.md) are deterministic and self-sufficient:
   which replayed sets exactly that owner, delivery time and count;
 * a move of the group's last-delivered id becomes
   ``XGROUP SETID key group <id> ENTRIESREAD <n>``;
-* a consumer created on first use becomes ``XGROUP CREATECONSUMER``;
+* a consumer created on first use (by XREADGROUP also when it serves nothing)
+  becomes ``XGROUP CREATECONSUMER``;
 * a PEL entry dropped because its stream entry is gone becomes ``XACK``;
 * ``XGROUP CREATE ... $`` is recorded with the resolved id and ENTRIESREAD;
 * an XNACK that releases something is recorded as called, as Redis propagates it
@@ -385,11 +387,11 @@ def _deliver_new(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Co
         out += entries
         if not noack:
             g.add_new_pending(sids, consumer, now)
-            # As in Redis, the deliveries' XCLAIMs add nothing to the dirty count:
-            # the read counts once, for the SETID below (stream-cgroups.tcl, "XREADGROUP
-            # of multiple entries changes dirty by one").  With
-            # nobody recording effects (no AOF, no replica) they are not even built;
-            # the SETID still names the changed key.
+            # As in Redis, the deliveries' XCLAIMs add nothing to the dirty count: the
+            # read counts once, for the SETID below (stream-cgroups.tcl, "XREADGROUP of
+            # multiple entries changes dirty by one").  With nobody recording effects
+            # (no AOF, no replica) they are not even built; the SETID still names the
+            # changed key.
             if ctx.core.effects_wanted():
                 ctx.effects += new_delivery_effects(key, g, consumer, now,
                                                     [entry[0] for entry in entries])
