@@ -6,7 +6,7 @@ from streamdb.engine.keyspace cimport Database
 from streamdb.server.client cimport Client
 
 cdef class BlockRequest:
-    cdef public object keys, timeout_ms, serve, timeout_reply, command
+    cdef public object keys, timeout_ms, serve, timeout_reply, command, next_wake
 
 cdef class Ctx:
     cdef public object core, client, now_ms, argv, config

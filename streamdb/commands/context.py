@@ -37,17 +37,21 @@ class BlockRequest:
     ``serve(ctx)`` is called when one of the keys may have changed; it returns
     the reply, or None to keep waiting, and may raise CommandError.
     ``timeout_ms`` 0 waits forever; on timeout the client gets ``timeout_reply``.
+    ``next_wake(db, now_ms)``, if given, says when (ms) the read may have something
+    to serve although none of its keys changed (a CLAIM read: a pending entry
+    reaching min-idle-time), or None; the server runs ``serve`` again then.
     """
 
-    __slots__ = ("keys", "timeout_ms", "serve", "timeout_reply", "command")
+    __slots__ = ("keys", "timeout_ms", "serve", "timeout_reply", "command", "next_wake")
 
     def __init__(self, keys: list[bytes], timeout_ms: int, serve: Callable,
-                 timeout_reply, command: str) -> None:
+                 timeout_reply, command: str, next_wake: Callable | None = None) -> None:
         self.keys = keys
         self.timeout_ms = timeout_ms
         self.serve = serve
         self.timeout_reply = timeout_reply
         self.command = command
+        self.next_wake = next_wake
 
 
 # Compiled, a cclass whose attributes are the C fields declared in context.pxd

@@ -1,8 +1,9 @@
 """Consumer group commands: XGROUP XREADGROUP XACK XACKDEL XNACK XPENDING XCLAIM XAUTOCLAIM.
 
-Replies and error texts follow Redis 7.0 where 7.0 has the command; XACKDEL,
-XNACK and XREADGROUP's CLAIM/MAXCOUNT/MAXSIZE follow the current Redis
-documentation.
+Replies and error texts follow Redis 7.0 where 7.0 has the command and 8.x did
+not change it; XACKDEL, XNACK and XREADGROUP's CLAIM/MAXCOUNT/MAXSIZE follow the
+current Redis documentation and its tests (docs/COMPATIBILITY.md lists each
+difference from 7.0).
 
 Effects (see docs/ARCHITECTURE.md) are deterministic and self-sufficient:
 
@@ -11,7 +12,8 @@ Effects (see docs/ARCHITECTURE.md) are deterministic and self-sufficient:
   which replayed sets exactly that owner, delivery time and count;
 * a move of the group's last-delivered id becomes
   ``XGROUP SETID key group <id> ENTRIESREAD <n>``;
-* a consumer created on first use becomes ``XGROUP CREATECONSUMER``;
+* a consumer created on first use (by XREADGROUP also when it serves nothing)
+  becomes ``XGROUP CREATECONSUMER``;
 * a PEL entry dropped because its stream entry is gone becomes ``XACK``;
 * ``XGROUP CREATE ... $`` is recorded with the resolved id and ENTRIESREAD;
 * an XNACK that releases something is recorded as called, as Redis propagates it
@@ -37,9 +39,9 @@ from .args import (eq, parse_int, parse_range_bound, parse_stream_id,
                    parse_strict_stream_id, parse_strict_stream_ids)
 from .context import BlockRequest, Ctx, syntax_error
 from .registry import command, subcommand
-from .streams import (XREAD_BLOCKED_DEFAULT_COUNT, ReadArgs, ReadBudget, _stream_key_positions,
-                      delete_with_policy, parse_ids_block, parse_policy_ids, parse_read_args,
-                      xread_reply)
+from .streams import (DEL_DELETED, XREAD_BLOCKED_DEFAULT_COUNT, ReadArgs, ReadBudget,
+                      _stream_key_positions, delete_with_policy, parse_ids_block,
+                      parse_policy_ids, parse_read_args, xread_reply)
 
 __all__ = ["xclaim_effect", "new_delivery_effects", "setid_effect"]
 
@@ -347,7 +349,7 @@ def _entry_size(entry: list, resp3: bool) -> int:
     return len(encode_reply(entry, resp3))
 
 
-@cython.locals(got=list, entries=list, sids=list, effects=list, fetched=cython.Py_ssize_t,
+@cython.locals(got=list, entries=list, sids=list, fetched=cython.Py_ssize_t,
                n=cython.Py_ssize_t)
 def _deliver_new(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Consumer,
                  count: int, noack: bool, out: list, claim_shape: bool = False,
@@ -385,15 +387,14 @@ def _deliver_new(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Co
         out += entries
         if not noack:
             g.add_new_pending(sids, consumer, now)
+            # As in Redis, the deliveries' XCLAIMs add nothing to the dirty count: the
+            # read counts once, for the SETID below (stream-cgroups.tcl, "XREADGROUP of
+            # multiple entries changes dirty by one").  With nobody recording effects
+            # (no AOF, no replica) they are not even built; the SETID still names the
+            # changed key.
             if ctx.core.effects_wanted():
-                effects = new_delivery_effects(key, g, consumer, now,
-                                               [entry[0] for entry in entries])
-                ctx.effects += effects
-                ctx.dirty += len(effects)
-            else:
-                # Nobody records effects (no AOF, no replica): the XCLAIMs would be
-                # built for nothing; the SETID below still names the changed key.
-                ctx.dirty += len(sids)
+                ctx.effects += new_delivery_effects(key, g, consumer, now,
+                                                    [entry[0] for entry in entries])
         if left:
             left -= len(sids)
         if not chunked or len(sids) < fetched or fetched < want or (count and left <= 0):
@@ -406,18 +407,19 @@ def _deliver_new(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Co
 def _claim_idle(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Consumer,
                 min_idle: int, count: int, out: list, budget: ReadBudget | None = None) -> int:
     """XREADGROUP ... CLAIM: take over entries pending for at least ``min_idle`` ms,
-    NACKed ones first, then the longest idle.  Claimed entries carry [id, fields,
-    idle, deliveries before this one]."""
+    NACKed ones first in the order they were released (Redis's NACK zone), then
+    the longest idle.  Claimed entries carry [id, fields, idle, deliveries before
+    this one]."""
     if not g.pel:
         return 0
     now = ctx.now_ms
-    # NACKed entries (no owner) first, then by delivery time, then by id.
-    idle = sorted((pe.consumer is not None, pe.delivery_time, sid, pe)
-                  for sid, pe in g.pel.items() if pe.claimable(now, min_idle))
+    owned = sorted((pe.delivery_time, sid) for sid, pe in g.pel.items()
+                   if pe.consumer is not None and pe.claimable(now, min_idle))
     n = 0
-    for _owned, _when, sid, pe in idle:
+    for sid in [*g.nacked, *[sid for _when, sid in owned]]:
         if count and n >= count:
             break
+        pe = g.pel[sid]
         fv = s.get(sid)
         if fv is None:
             continue      # deleted entry: left for XAUTOCLAIM/XCLAIM to clean up
@@ -457,7 +459,10 @@ def _serve_history(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: 
         pe = g.pel[sid]
         pe.delivery_time = now
         pe.delivery_count = next_delivery_count(pe.delivery_count)
-        ctx.propagate(xclaim_effect(key, g, sid, pe))
+        # Redis neither propagates nor counts a history read's new delivery time and
+        # count (too insignificant, its tests say); the effect keeps the AOF and the
+        # replicas exact, and like Redis it leaves the dirty count alone.
+        ctx.propagate(xclaim_effect(key, g, sid, pe), dirty=0)
     return out
 
 
@@ -479,15 +484,46 @@ def _has_idle(s: Stream, g: ConsumerGroup, now: int, min_idle: int | None) -> bo
                for sid, pe in g.pel.items())
 
 
+def _claim_wake(keys: list[bytes], a: ReadArgs):
+    """A blocked CLAIM read's BlockRequest.next_wake: when the first entry pending in
+    its group on one of ``keys`` reaches min-idle-time, as Redis wakes such a read
+    (it keeps, per key, the earliest time an entry becomes claimable).  Entries
+    already claimable, NACKed ones and those deleted from the stream are not
+    waited for: the serving that asks has just found nothing to take."""
+    group = a.group
+    min_idle = a.claim_min_idle
+
+    def next_wake(db, now: int) -> int | None:
+        soonest = None
+        for key in keys:
+            s = db.data.get(key)
+            g = _group_of(s, group) if type(s) is Stream else None
+            if g is None:
+                continue
+            for sid, pe in g.pel.items():
+                if pe.consumer is None:
+                    continue
+                at = pe.delivery_time + min_idle
+                if at > now and (soonest is None or at < soonest) and s.get(sid) is not None:
+                    soonest = at
+        return soonest
+    return next_wake
+
+
 def _serve_new_or_claim(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup,
                         consumer_name: bytes, count: int, noack: bool,
                         min_idle: int | None, budget: ReadBudget | None = None):
-    """Entries for a ">" read of one key, or None when there is nothing to serve."""
+    """Entries for a ">" read of one key, or None when there is nothing to serve.
+
+    The consumer is created (and its seen time refreshed) whether or not there
+    is something to serve, as Redis >= 7.2 does for every key it looks at (7.0
+    created it only when serving).
+    """
     if budget is not None and budget.exhausted():
         return None
+    consumer = _consumer(ctx, key, g, consumer_name)
     if not _has_new(s, g) and not _has_idle(s, g, ctx.now_ms, min_idle):
         return None
-    consumer = _consumer(ctx, key, g, consumer_name)
     if budget is not None:
         written = budget.written
         budget.open_stream(key)
@@ -558,11 +594,13 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
         s, g = _read_group(ctx, key, a.group)
         streams.append(s)
         groups.append(g)
-        if raw == b"$":
-            raise CommandError("ERR The $ ID is meaningless in the context of XREADGROUP: you "
-                               "want to read the history of this consumer by specifying a "
-                               "proper ID, or use the > ID to get new messages. The $ ID would "
-                               "just return an empty result set.")
+        if raw == b"$" or raw == b"+":
+            # ("+", the last entry of XREAD since 7.4, gets the same text.)
+            sym = raw.decode()
+            raise CommandError(f"ERR The {sym} ID is meaningless in the context of XREADGROUP: "
+                               f"you want to read the history of this consumer by specifying a "
+                               f"proper ID, or use the > ID to get new messages. The {sym} ID "
+                               f"would just return an empty result set.")
         if raw == b">":
             after.append(NEW_ONLY)
         else:
@@ -588,7 +626,6 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
                 budget.close_stream(len(got))
             items.append((key, got))
             continue
-        # As in Redis 7.0, a ">" read creates the consumer only when it serves something.
         got = _serve_new_or_claim(ctx, key, s, g, a.consumer, a.count, a.noack,
                                   a.claim_min_idle, budget)
         if got is not None:
@@ -597,9 +634,11 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
         return xread_reply(ctx, items)
     if a.timeout == -1:
         return NULL_ARRAY
-    return BlockRequest(list(a.keys), a.timeout,
-                        _blocked_serve(list(a.keys), a, a.count or XREAD_BLOCKED_DEFAULT_COUNT),
-                        NULL_ARRAY, "xreadgroup")
+    keys = list(a.keys)
+    return BlockRequest(keys, a.timeout,
+                        _blocked_serve(keys, a, a.count or XREAD_BLOCKED_DEFAULT_COUNT),
+                        NULL_ARRAY, "xreadgroup",
+                        None if a.claim_min_idle is None else _claim_wake(keys, a))
 
 
 # ---------------------------------------------------------------------------
@@ -636,7 +675,9 @@ def xackdel(ctx: Ctx, argv: list[bytes]):
             out.append(-1)
             continue
         changed += 1
-        out.append(delete_with_policy(s, (sid,), policy)[0])
+        # Acknowledged is never "no such id" (-1): an entry already deleted from the
+        # stream (a KEEPREF delete left its reference here) counts as deleted.
+        out.append(max(delete_with_policy(s, (sid,), policy)[0], DEL_DELETED))
     if changed:
         ctx.propagate_as_is(dirty=changed)
     return out

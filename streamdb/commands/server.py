@@ -283,6 +283,8 @@ def digest_value(key: bytes, value, expire: int | None):
             else:
                 h.update(b"p%d/%s/%d/%d" % (sid, pe.consumer.name, pe.delivery_time,
                                             pe.delivery_count))
+        for sid in g.nacked:            # their release order (CLAIM reads take them so)
+            h.update(b"o%d" % sid)
         for cname in sorted(g.consumers):
             c = g.consumers[cname]
             h.update(b"c%d:%s/%d" % (len(cname), cname, len(c.pending)))

@@ -203,21 +203,42 @@ def drop_references(s: Stream, ids) -> None:
                 g.ack(sid)
 
 
-def apply_trim(s: Stream, a: TrimArgs) -> int:
-    """Trim ``s`` per ``a``; returns the number of entries removed."""
-    stop = acked_bound(s) if a.policy == TRIM_ACKED else PAST_MAX_ID
-    removed: list | None = [] if (a.policy == TRIM_DELREF and s.groups) else None
+def apply_trim(key: bytes, s: Stream, a: TrimArgs) -> tuple[int, list | None]:
+    """Trim ``s`` (at ``key``) per ``a``; returns the number of entries removed and,
+    when some were, the trim's effect.
+
+    ACKED keeps each entry some group still needs (``entry_referenced``), one by
+    one, as Redis's trim does: entries after one still pending may go, so what
+    it removes is not a leading run.  Its effect is the exact trim of every entry
+    not needed below the last one removed, ``XTRIM key MINID = <last + 1> ACKED``:
+    replayed on the same groups it removes the same entries, whatever the node
+    layout (approximation and LIMIT only decide where the trim stopped)."""
+    acked = a.policy == TRIM_ACKED and bool(s.groups)
+    referenced = None
+    if acked:
+        def referenced(sid):
+            return entry_referenced(s, sid)
+    removed: list | None = [] if (acked or (a.policy == TRIM_DELREF and s.groups)) else None
     if a.strategy == "maxlen":
-        n = s.trim(maxlen=a.maxlen, approx=a.approx, limit=a.limit, stop_id=stop, removed=removed)
+        n = s.trim(maxlen=a.maxlen, approx=a.approx, limit=a.limit, referenced=referenced,
+                   removed=removed)
     else:
-        n = s.trim(minid=a.minid, approx=a.approx, limit=a.limit, stop_id=stop, removed=removed)
+        n = s.trim(minid=a.minid, approx=a.approx, limit=a.limit, referenced=referenced,
+                   removed=removed)
+    if not n:
+        return 0, None
+    if acked:
+        last = max(removed)
+        if last == MAX_ID:       # nothing lies past it: every entry not needed went
+            return n, [b"XTRIM", key, b"MAXLEN", b"=", b"0", b"ACKED"]
+        return n, [b"XTRIM", key, b"MINID", b"=", format_id(last + 1), b"ACKED"]
     if removed:
         drop_references(s, removed)
-    return n
+    return n, trim_effect(key, s, a)
 
 
 def trim_effect(key: bytes, s: Stream, a: TrimArgs) -> list[bytes]:
-    """The exact, deterministic form of a trim that removed something.
+    """The exact, deterministic form of a trim that removed a leading run of entries.
 
     MINID = <first remaining id> removes exactly the entries the trim removed,
     whatever strategy, approximation or limit the client used (an empty stream
@@ -328,8 +349,10 @@ def xadd(ctx: Ctx, argv: list[bytes]):
         ctx.propagate([b"XADD", key, reply, *fv])
     if idmp is not None:
         _idmp_record(ctx, s, key, idmp, sid)
-    if a.strategy is not None and apply_trim(s, a):
-        ctx.propagate(trim_effect(key, s, a))
+    if a.strategy is not None:
+        n, effect = apply_trim(key, s, a)
+        if n:
+            ctx.propagate(effect)
     return reply
 
 
@@ -374,9 +397,9 @@ def xtrim(ctx: Ctx, argv: list[bytes]):
     s = ctx.lookup_stream(argv[1])
     if s is None:
         return 0
-    n = apply_trim(s, a)
+    n, effect = apply_trim(argv[1], s, a)
     if n:
-        ctx.propagate(trim_effect(argv[1], s, a), dirty=n)
+        ctx.propagate(effect, dirty=n)
     return n
 
 
@@ -572,6 +595,12 @@ class ReadBudget:
         return n
 
 
+_UNBALANCED_XREAD = ("ERR Unbalanced 'xread' list of streams: for each stream key an ID, "
+                     "'+', or '$' must be specified.")
+_UNBALANCED_XREADGROUP = ("ERR Unbalanced 'xreadgroup' list of streams: for each stream key "
+                          "an ID or '>' must be specified.")
+
+
 def parse_timeout_ms(raw: bytes) -> int:
     t = parse_int(raw, "ERR timeout is not an integer or out of range")
     if t < 0:
@@ -613,10 +642,9 @@ def parse_read_args(argv: list[bytes], group_cmd: bool) -> ReadArgs:
             streams_arg = i + 1
             nargs = n - streams_arg
             if nargs % 2:
-                # Redis 7.0 sends this exact text for XREADGROUP too (later
-                # versions name the command and use '>'); we match 7.0.
-                raise CommandError("ERR Unbalanced XREAD list of streams: for each stream key "
-                                   "an ID or '$' must be specified.")
+                # Redis >= 7.4 names the command and the special ids it takes
+                # (7.0 said "XREAD" and "'$'" for both).
+                raise CommandError(_UNBALANCED_XREADGROUP if group_cmd else _UNBALANCED_XREAD)
             half = nargs // 2
             a.keys = argv[streams_arg:streams_arg + half]
             a.raw_ids = argv[streams_arg + half:]
@@ -633,8 +661,11 @@ def parse_read_args(argv: list[bytes], group_cmd: bool) -> ReadArgs:
                                    "You called XREAD instead.")
             a.noack = True
             i += 1
-        elif lo == b"claim" and more and group_cmd:
-            a.claim_min_idle = parse_int(argv[i + 1])
+        elif lo == b"claim" and more:
+            if not group_cmd:
+                raise CommandError("ERR The CLAIM option is only supported by XREADGROUP. "
+                                   "You called XREAD instead.")
+            a.claim_min_idle = parse_int(argv[i + 1], "ERR min-idle-time is not an integer")
             if a.claim_min_idle < 0:
                 raise CommandError("ERR min-idle-time must be a positive integer")
             i += 2

@@ -8,6 +8,8 @@ Invariants (checked by tests/unit/test_groups.py):
 * except a NACKed entry (XNACK): it has no owner (``consumer`` is None), its
   delivery time is 0 and it is in no consumer's ``pending``; claiming it gives
   it an owner again;
+* ``group.nacked`` holds exactly the NACKed ids, in the order they were
+  (last) released: CLAIM reads take them in that order, as Redis's NACK zone;
 * ``pel`` and every ``pending`` are ordered by id (XPENDING ranges, the
   XAUTOCLAIM cursor and history reads walk them in order).
 
@@ -103,6 +105,7 @@ class ConsumerGroup:
     entries_read = cython.declare(object, visibility="public")
     pel = cython.declare(object, visibility="public")   # a SortedIds
     consumers = cython.declare(dict, visibility="public")
+    nacked = cython.declare(dict, visibility="public")
 
     def __init__(self, name: bytes, last_id: int = MIN_ID,
                  entries_read: int = ENTRIES_READ_INVALID) -> None:
@@ -111,6 +114,7 @@ class ConsumerGroup:
         self.entries_read = entries_read
         self.pel = SortedIds()                       # id -> PendingEntry
         self.consumers = {}                          # name -> Consumer
+        self.nacked = {}                             # NACKed id -> None, in release order
 
     # -- consumers ----------------------------------------------------------
 
@@ -145,6 +149,8 @@ class ConsumerGroup:
             if pe.consumer is not consumer:
                 if pe.consumer is not None:
                     pe.consumer.pending.discard(sid)
+                else:
+                    del self.nacked[sid]
                 pe.consumer = consumer
             pe.delivery_time = now_ms
             pe.delivery_count = count
@@ -174,6 +180,7 @@ class ConsumerGroup:
                 continue
             acked += 1
             if pe.consumer is None:         # NACKed: in no consumer's pending
+                del self.nacked[sid]
                 continue
             if pe.consumer is not owner:
                 if mine:
@@ -190,23 +197,30 @@ class ConsumerGroup:
             return False
         if pe.consumer is not None:
             pe.consumer.pending.discard(sid)
+        else:
+            del self.nacked[sid]
         return True
 
     def nack(self, sid: int, count: int) -> None:
-        """XNACK of a pending ``sid``: no owner, delivery time 0, ``count`` deliveries."""
+        """XNACK of a pending ``sid``: no owner, delivery time 0, ``count`` deliveries,
+        last in the release order (an entry NACKed again moves there too)."""
         pe = self.pel[sid]
         if pe.consumer is not None:
             pe.consumer.pending.discard(sid)
             pe.consumer = None
         pe.delivery_time = 0
         pe.delivery_count = count
+        self.nacked.pop(sid, None)
+        self.nacked[sid] = None
 
     def add_nacked(self, sid: int, count: int) -> None:
-        """XNACK FORCE of an ``sid`` not pending: a new unowned PEL entry."""
+        """XNACK FORCE of an ``sid`` not pending: a new unowned PEL entry, last in
+        the release order (a snapshot's NACKed entries load in their order)."""
         self.pel[sid] = PendingEntry(None, 0, count)
+        self.nacked[sid] = None
 
     def nacked_count(self) -> int:
-        return sum(1 for _, pe in self.pel.items() if pe.consumer is None)
+        return len(self.nacked)
 
     def pel_range(self, start: int, end: int, count: int, consumer: Consumer | None = None):
         """(id, PendingEntry) pairs with start <= id <= end, ascending, at most ``count``."""

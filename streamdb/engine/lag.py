@@ -97,8 +97,13 @@ def advance_entries_read_many(s: Stream, g: ConsumerGroup, sids: list[int]) -> N
 
 
 def group_lag(s: Stream, g: ConsumerGroup) -> int | None:
-    """The group's lag for XINFO, or None (nil) when it cannot be computed."""
-    if not s.entries_added:
+    """The group's lag for XINFO, or None (nil) when it cannot be computed.
+
+    An empty stream has nothing left to read: its lag is 0 whatever the group's
+    counter says (current Redis; after ``XTRIM MAXLEN 0`` 7.0 still counted the
+    entries added since the group's last read).
+    """
+    if not s.entries_added or not s.length:
         return 0
     if counter_trusted(s, g, g.last_id):
         return s.entries_added - g.entries_read

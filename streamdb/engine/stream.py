@@ -679,6 +679,12 @@ def _same_bytes(a: bytes, b: bytes) -> cython.bint:
     return n == len(b) and memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), n) == 0
 
 
+def _node_referenced(node: Node, referenced) -> bool:
+    """Whether a live entry of ``node`` is one that ``referenced`` keeps (Stream.trim)."""
+    ids, _ = node.contents()
+    return any(referenced(x) for x in ids if not node.is_deleted(x))
+
+
 @cython.final
 @cython.cclass
 class Stream:
@@ -880,24 +886,30 @@ class Stream:
 
     def trim(self, *, maxlen: int | None = None, minid: int | None = None,
              approx: bool = False, limit: int = 0, stop_id: int = PAST_MAX_ID,
-             removed: list | None = None) -> int:
+             referenced=None, removed: list | None = None) -> int:
         """Trim from the head as Redis's streamTrim() does; returns entries removed.
 
         Exactly one of ``maxlen``/``minid``.  With ``approx`` only whole nodes go.
         ``limit`` (0 = none) caps the work in entries, counted per whole node as
-        Redis does.  ``stop_id``: no entry with id >= stop_id is removed (the
-        ACKED policy).  ``removed``, if given, collects the removed ids.
+        Redis does.  ``stop_id``: no node or entry from that id on is removed (a
+        retention bound).  ``referenced(sid)``, if given (the ACKED policy), says
+        which entries a consumer group still needs: they stay, each one, as in
+        Redis 8.2+; a node the strategy lets go whole but that holds one of them
+        loses its other entries one by one, approximate trim or not, and trimming
+        goes on to the next node.  ``removed``, if given, collects the removed ids.
         """
         deleted_total = 0
         node: Node
-        # Whole nodes go from the head; the list entries of the first ``gone`` are
-        # deleted at the end in one slice (a pop(0) per node is a memmove of the whole
-        # index each: seconds for thousands of nodes of a long stream).
-        gone: cython.Py_ssize_t = 0
-        while gone < len(self.nodes):
+        nodes: list = self.nodes
+        # Removed nodes are dropped from the lists at the end, in one slice when they
+        # are a leading run (always, but for ACKED): a pop(0) per node is a memmove
+        # of the whole index each, seconds for thousands of nodes of a long stream.
+        dropped: list = []
+        i: cython.Py_ssize_t = 0
+        while i < len(nodes):
             if maxlen is not None and self.length <= maxlen:
                 break
-            node = self.nodes[gone]
+            node = nodes[i]
             entries = node.live
             if limit and deleted_total + entries > limit:
                 break
@@ -905,18 +917,21 @@ class Stream:
                 remove_node = self.length - entries >= maxlen
             else:
                 remove_node = node.last < minid
-            if remove_node and node.last < stop_id:
+            remove_node = remove_node and node.last < stop_id
+            if remove_node and (referenced is None or not _node_referenced(node, referenced)):
                 if removed is not None:
                     ids, _ = node.contents()
                     removed.extend(x for x in ids if not node.is_deleted(x))
                 node.forget()
-                gone += 1
+                dropped.append(i)
+                i += 1
                 self.length -= entries
                 deleted_total += entries
                 continue
-            if approx:
+            # Either the strategy stops inside this node, or (ACKED) the node holds
+            # entries still referenced: its entries go one by one, from its head.
+            if approx and not remove_node:
                 break
-            # Mark entries deleted inside the first node, from its head.
             ids, _ = node.contents()
             for sid in ids:
                 if maxlen is not None:
@@ -926,7 +941,7 @@ class Stream:
                     break
                 if sid >= stop_id:
                     break
-                if node.is_deleted(sid):
+                if node.is_deleted(sid) or (referenced is not None and referenced(sid)):
                     continue
                 if node.deleted is None:
                     node.deleted = set()
@@ -938,11 +953,19 @@ class Stream:
                     removed.append(sid)
             if node.live == 0:   # only possible when its last entry was already deleted
                 node.forget()
-                gone += 1
-            break
-        if gone:
-            del self.nodes[:gone]
-            del self.firsts[:gone]
+                dropped.append(i)
+            if not remove_node:
+                break
+            i += 1
+        if dropped:
+            n = len(dropped)
+            if dropped[-1] == n - 1:
+                del nodes[:n]
+                del self.firsts[:n]
+            else:
+                gone = set(dropped)
+                nodes[:] = [x for j, x in enumerate(nodes) if j not in gone]
+                self.firsts[:] = [x for j, x in enumerate(self.firsts) if j not in gone]
         return deleted_total
 
     # -- introspection --------------------------------------------------------

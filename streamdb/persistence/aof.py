@@ -1424,9 +1424,15 @@ def value_commands(key: bytes, value, expire_at_ms: int | None):
             for consumer in g.consumers:
                 yield [b"XGROUP", b"CREATECONSUMER", key, name, consumer]
             for sid, pe in g.pel.items():
-                yield [b"XCLAIM", key, name, pe.consumer.name, b"0", format_id(sid),
-                       b"TIME", b"%d" % pe.delivery_time, b"RETRYCOUNT", b"%d" % pe.delivery_count,
-                       b"FORCE", b"JUSTID"]
+                if pe.consumer is not None:
+                    yield [b"XCLAIM", key, name, pe.consumer.name, b"0", format_id(sid),
+                           b"TIME", b"%d" % pe.delivery_time,
+                           b"RETRYCOUNT", b"%d" % pe.delivery_count, b"FORCE", b"JUSTID"]
+            # NACKed entries (no owner) in their release order: XNACK FORCE makes each
+            # an unowned entry again, last in that order.
+            for sid in g.nacked:
+                yield [b"XNACK", key, name, b"FAIL", b"IDS", b"1", format_id(sid),
+                       b"RETRYCOUNT", b"%d" % g.pel[sid].delivery_count, b"FORCE"]
         st = s.idmp
         if st is not None:
             settings = []

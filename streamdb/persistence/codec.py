@@ -83,10 +83,12 @@ def _encode_stream(s: Stream, external: list | None, nodes=None) -> dict:
     for g in (s.groups or {}).values():
         consumers = [[c.name, c.seen_time, c.active_time] for c in g.consumers.values()]
         # A NACKed entry's owner is nil (a consumer may be named ""); documents
-        # written before XNACK simply have none, so they load unchanged.
-        pel = [[_id(sid), None if pe.consumer is None else pe.consumer.name,
-                pe.delivery_time, pe.delivery_count]
-               for sid, pe in g.pel.items()]
+        # written before XNACK simply have none, so they load unchanged.  NACKed
+        # entries come first, in their release order (loading keeps it), then the
+        # owned ones by id.
+        pel = [[_id(sid), None, 0, g.pel[sid].delivery_count] for sid in g.nacked]
+        pel += [[_id(sid), pe.consumer.name, pe.delivery_time, pe.delivery_count]
+                for sid, pe in g.pel.items() if pe.consumer is not None]
         groups.append([g.name, _id(g.last_id), g.entries_read, consumers, pel])
     if nodes is None:
         nodes, length = s.nodes, s.length

@@ -17,7 +17,7 @@ __all__ = ["Client", "client_info_line"]
 class Client:
     __slots__ = ("id", "name", "db", "resp", "authenticated", "user", "addr", "laddr",
                  "created_ms", "last_ms", "last_cmd", "in_multi", "multi_queue",
-                 "multi_error", "watched", "dirty_cas", "blocked", "block_timer",
+                 "multi_error", "watched", "dirty_cas", "blocked", "block_timer", "wake_timer",
                  "deliver", "close", "lib_name", "lib_ver", "flags", "kind",
                  "close_after_reply", "query_buffer", "output_size", "woff", "aof_woff",
                  "acl_check")
@@ -42,6 +42,7 @@ class Client:
         self.dirty_cas = False
         self.blocked = None          # BlockRequest while blocked
         self.block_timer = None      # network layer's timer handle
+        self.wake_timer = None       # network layer's timer of BlockRequest.next_wake
         # deliver(reply) sends a reply produced outside the request path
         # (a blocked client being served); set by the network layer.
         self.deliver = deliver

@@ -173,6 +173,9 @@ class Core:
         self.effect_sinks: list[Callable[[int, list[list[bytes]]], None]] = []
         self.on_client_blocked: Callable[[Client], None] | None = None
         self.on_client_unblocked: Callable[[Client], None] | None = None
+        # (client, ms or None): run a blocked client's command again at that time
+        # (BlockRequest.next_wake), None: no such time; set by the network layer.
+        self.on_client_wake_at: Callable[[Client, int | None], None] | None = None
         self.shutdown_requested: Callable | None = None
         # The subsystems __main__ attaches (None in a bare core, as in unit tests).
         self.persistence: Persistence | None = None      # persistence/recovery.open_persistence
@@ -555,9 +558,29 @@ class Core:
             self.blocking_keys.setdefault((client.db, key), deque()).append(client)
         if self.on_client_blocked is not None:
             self.on_client_blocked(client)
+        self._arm_wake(client, self.now_ms())
         if self.ready_keys:
             self.serve_ready_keys()
         return BLOCKED
+
+    def _arm_wake(self, client: Client, now: int) -> None:
+        """Ask the network layer to run a blocked client's command again when its
+        BlockRequest.next_wake says (it changes with the data: asked again after
+        each serving that found nothing)."""
+        req = client.blocked
+        if req is None or req.next_wake is None or self.on_client_wake_at is None:
+            return
+        self.on_client_wake_at(client, req.next_wake(self.keyspace.dbs[client.db], now))
+
+    def wake_blocked(self, client: Client) -> None:
+        """A blocked client's wake-up time came (a CLAIM read: a pending entry reached
+        min-idle-time): its keys are ready, as Redis signals the stream's key, so
+        its command (and any other waiting on them) runs again."""
+        if client.blocked is None:
+            return
+        for key in client.blocked.keys:
+            self.signal_key(client.db, key)
+        self.serve_ready_keys()
 
     def unblock(self, client: Client, reply) -> None:
         """Stop blocking ``client``; deliver ``reply`` unless it is None."""
@@ -610,6 +633,8 @@ class Core:
                     self.dirty += ctx.dirty
                     if reply is not None:
                         self.unblock(client, reply)
+                    else:
+                        self._arm_wake(client, now)
 
     def blocked_count(self) -> int:
         return sum(1 for c in self.clients.values() if c.blocked is not None)

@@ -30,6 +30,10 @@ from .pipeline import CLOSE_AFTER_FLUSH, DROP_NOW, QUERY_BUFFER_FULL, RequestLoo
 
 __all__ = ["Server", "Connection"]
 
+# The longest a blocked client's wake-up timer waits at once (an hour): a CLAIM
+# read's min-idle-time may be any 63-bit number of ms, more than a timer takes.
+_MAX_WAKE_DELAY_MS = 3_600_000
+
 
 class Connection(asyncio.Protocol):
     __slots__ = ("server", "core", "transport", "parser", "client", "out", "requests",
@@ -189,6 +193,7 @@ class Server:
         self.stopped: asyncio.Future | None = None
         core.on_client_blocked = self._on_blocked
         core.on_client_unblocked = self._on_unblocked
+        core.on_client_wake_at = self._on_wake_at
         core.shutdown_requested = self.request_stop
 
     # -- turn structure -----------------------------------------------------------
@@ -264,6 +269,22 @@ class Server:
         if client.block_timer is not None:
             client.block_timer.cancel()
             client.block_timer = None
+        self._on_wake_at(client, None)
+
+    def _on_wake_at(self, client, when_ms: int | None) -> None:
+        """(Re)schedule the run of a blocked client's command at ``when_ms`` (None: none)."""
+        if client.wake_timer is not None:
+            client.wake_timer.cancel()
+            client.wake_timer = None
+        if when_ms is None:
+            return
+        # A wake-up beyond the cap is taken in steps: each finds nothing and re-arms.
+        delay_ms = min(max(when_ms - self.core.now_ms(), 0), _MAX_WAKE_DELAY_MS)
+        client.wake_timer = self.loop.call_later(delay_ms / 1000.0, self._wake, client)
+
+    def _wake(self, client) -> None:
+        client.wake_timer = None
+        self.core.wake_blocked(client)
 
     # -- lifecycle --------------------------------------------------------------------
 

@@ -139,13 +139,15 @@ def test_trims_and_group_reads_of_a_stream_holding_the_maximal_id(servers):
                   *fill("u", 3), f"XADD u {top} f v", "XTRIM u MAXLEN = 1", "XRANGE u - +",
                   "XTRIM u MINID 1", "XGROUP CREATE u g 0",
                   "XREADGROUP GROUP g c STREAMS u >", "XREADGROUP GROUP g c STREAMS u >",
-                  "XGROUP CREATE u h $", "XREADGROUP GROUP h c STREAMS u >",
-                  "XINFO GROUPS u")
+                  # (c exists first: current Redis creates the consumer of a read
+                  # serving nothing, 7.0 does not; test_known_mismatches.py pins that)
+                  "XGROUP CREATE u h $", "XGROUP CREATECONSUMER u h c",
+                  "XREADGROUP GROUP h c STREAMS u >", "XINFO GROUPS u")
     assert replies[2:4] == [2, 0]
     assert replies[12:14] == [8, 0]
     assert replies[18:21] == [3, [[top.encode(), [b"f", b"v"]]], 0]
     assert replies[22] == [[b"u", [[top.encode(), [b"f", b"v"]]]]]
-    assert replies[23] == replies[25] == NullArray
+    assert replies[23] == replies[26] == NullArray
 
 
 def test_count_zero_and_negative(servers):

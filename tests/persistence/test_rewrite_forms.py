@@ -23,6 +23,8 @@ def _workload(r: redis.Redis) -> None:
     r.xack("s", "g", "1-1")
     r.xdel("s", "1-1")                                   # read and acked: no PEL entry left
     r.xclaim("s", "g", "bob", 0, ["1-2"])
+    r.xnack("s", "g", "FAIL", "1-4")                     # released, not in id order
+    r.xnack("s", "g", "SILENT", "1-3")
     r.xgroup_createconsumer("s", "g", "carol")
     r.execute_command("XGROUP", "CREATE", "s", "h", "$", "ENTRIESREAD", "9")
     for i in range(20):
@@ -64,8 +66,8 @@ def test_both_base_forms_restore_the_same_state(tmp_path, preamble):
             assert set(commands) == {b"SELECT", b"RESTORE"}
         else:
             assert b"RESTORE" not in commands
-            assert {b"XADD", b"XSETID", b"XGROUP", b"XCLAIM", b"XCFGSET", b"XIDMPRECORD", b"SET",
-                    b"PEXPIREAT"} <= set(commands)
+            assert {b"XADD", b"XSETID", b"XGROUP", b"XCLAIM", b"XNACK", b"XCFGSET",
+                    b"XIDMPRECORD", b"SET", b"PEXPIREAT"} <= set(commands)
         srv.kill9()
         srv.stop()
         srv = ServerProcess(d, *args).start()
@@ -75,5 +77,8 @@ def test_both_base_forms_restore_the_same_state(tmp_path, preamble):
         first = r.execute_command("XRANGE", "i", "-", "+")[1][0]
         assert r.execute_command("XADD", "i", "IDMP", "p1", "a", "*", "f", "again") == first
         assert r.xpending("s", "g")["pending"] == 5
+        # the NACKed entries come back unowned, in their release order
+        got = r.xreadgroup("g", "dave", {"s": ">"}, count=2, claim_min_idle_time=3_600_000)
+        assert [e[0] for e in got[0][1]] == [b"1-4", b"1-3"]
     finally:
         srv.stop()

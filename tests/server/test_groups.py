@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+from helpers import ServerProcess, wait_until
 from resp_raw import RawClient, plain
 
 
@@ -167,13 +168,80 @@ def test_xreadgroup_errors(both):
         XREADGROUP streams s >
         XREADGROUP group g streams s >
         XREADGROUP group g c streams s abc
-        XREADGROUP group g c streams s > >
         XREADGROUP group g c count x streams s >
         XREADGROUP group g c block x streams s >
         XREADGROUP group g c block -1 streams s >
         XREADGROUP group g c foo streams s >
         XREADGROUP group g c count 1 block 1 noack streams
     """)
+
+
+def test_read_argument_errors_name_the_command_unlike_70(server, redis_server):
+    """Deliberate difference from Redis 7.0, pinned: since 7.4 an unbalanced STREAMS
+    list names the command and the special ids it takes (t_stream.c: "Unbalanced
+    '%s' list of streams: for each stream key an %s must be specified."), and "+"
+    (XREAD's last entry) is refused by XREADGROUP with the text "$" gets."""
+    ours, ref = RawClient(server.port), RawClient(redis_server.port)
+    try:
+        for c in (ours, ref):
+            c.call("FLUSHALL")
+            c.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
+        cases = [
+            (("XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">", ">"),
+             b"ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must "
+             b"be specified.",
+             b"ERR Unbalanced 'xreadgroup' list of streams: for each stream key an ID or '>' "
+             b"must be specified."),
+            (("XREAD", "STREAMS", "s", "t", "0"),
+             b"ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must "
+             b"be specified.",
+             b"ERR Unbalanced 'xread' list of streams: for each stream key an ID, '+', or '$' "
+             b"must be specified."),
+            (("XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", "+"),
+             b"ERR Invalid stream ID specified as stream command argument",
+             b"ERR The + ID is meaningless in the context of XREADGROUP: you want to read the "
+             b"history of this consumer by specifying a proper ID, or use the > ID to get new "
+             b"messages. The + ID would just return an empty result set."),
+        ]
+        for cmd, text_70, text_now in cases:
+            assert ref.call(*cmd) == (b"-", text_70), cmd
+            assert ours.call(*cmd) == (b"-", text_now), cmd
+    finally:
+        ours.close()
+        ref.close()
+
+
+def test_xreadgroup_dirty_count_as_current_redis(server, redis_server):
+    """INFO rdb_changes_since_last_save, as stream-cgroups.tcl pins it: a read of new
+    entries counts once however many it serves (7.0 too); a read of the consumer's
+    own pending entries counts nothing (7.0: once), and a read that creates its
+    consumer counts that once (7.0 created none for a '>' read serving nothing)."""
+    deltas = []
+    for port in (server.port, redis_server.port):
+        c = RawClient(port)
+        c.call("FLUSHALL")
+        for i in range(1, 5):
+            c.call("XADD", "x", f"{i}-0", "data", str(i))
+        c.call("XGROUP", "CREATE", "x", "g1", "0")
+        c.call("XGROUP", "CREATECONSUMER", "x", "g1", "Alice")
+
+        def dirty():
+            info = plain(c.call("INFO", "persistence")).decode()
+            return int(info.split("rdb_changes_since_last_save:")[1].split()[0])
+        got = []
+        for cmd in (("XREADGROUP", "GROUP", "g1", "Alice", "COUNT", "2", "STREAMS", "x", ">"),
+                    ("XREADGROUP", "GROUP", "g1", "Alice", "NOACK", "COUNT", "2",
+                     "STREAMS", "x", ">"),
+                    ("XREADGROUP", "GROUP", "g1", "Alice", "COUNT", "2", "STREAMS", "x", "0"),
+                    ("XREADGROUP", "GROUP", "g1", "Bob", "STREAMS", "x", ">")):
+            before = dirty()
+            c.call(*cmd)
+            got.append(dirty() - before)
+        deltas.append(got)
+        c.close()
+    ours, redis_70 = deltas
+    assert redis_70 == [1, 1, 1, 0]
+    assert ours == [1, 1, 0, 1]
 
 
 def test_xreadgroup_new_history_deleted_and_redelivery(both):
@@ -433,6 +501,41 @@ def _wait_blocked(client: RawClient, n: int = 1, timeout: float = 3.0) -> None:
     raise AssertionError("client did not block")
 
 
+def test_xreadgroup_creates_its_consumer_when_serving_nothing(tmp_path):
+    """Redis >= 7.2 creates the consumer of every XREADGROUP, also one that serves
+    nothing or blocks, and propagates XGROUP CREATECONSUMER (stream-cgroups.tcl,
+    "Consumer without PEL is present in AOF after AOFRW", "XREADGROUP propagates new
+    consumer to replica"): the AOF and a replica have the consumers too."""
+    with ServerProcess(tmp_path / "p", "--appendonly", "yes", "--save", "") as p, \
+            ServerProcess(tmp_path / "r", "--save", "", "--replicaof", "127.0.0.1",
+                          str(p.port)) as rep:
+        c, cr = RawClient(p.port), RawClient(rep.port)
+        wait_until(lambda: b"master_link_status:up" in cr.call("INFO", "replication")[1],
+                   what="the replica link")
+        c.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
+        c.call("XADD", "s", "1-0", "f", "v")
+        c.call("XREADGROUP", "GROUP", "g", "Alice", "NOACK", "STREAMS", "s", ">")
+        assert c.call("XREADGROUP", "GROUP", "g", "Bob", "STREAMS", "s", ">") == (b"*", None)
+        t, out = _in_thread(p.port, "XREADGROUP", "GROUP", "g", "Carol", "BLOCK", "0",
+                            "NOACK", "STREAMS", "s", ">")
+        _wait_blocked(c)
+
+        def consumers(client):
+            return [plain(info)[1] for info in client.call("XINFO", "CONSUMERS", "s", "g")[1]]
+        assert consumers(c) == [b"Alice", b"Bob", b"Carol"]
+        digest = c.call("DEBUG", "DIGEST")
+        wait_until(lambda: cr.call("DEBUG", "DIGEST") == digest, what="the replica's digest")
+        assert consumers(cr) == [b"Alice", b"Bob", b"Carol"]
+        c.call("XADD", "s", "2-0", "f", "v")         # serves Carol
+        t.join(5)
+        digest = c.call("DEBUG", "DIGEST")
+        c.call("DEBUG", "LOADAOF")
+        assert c.call("DEBUG", "DIGEST") == digest
+        assert consumers(c) == [b"Alice", b"Bob", b"Carol"]
+        c.close()
+        cr.close()
+
+
 @pytest.mark.parametrize("resp3", [False, True], ids=["resp2", "resp3"])
 def test_blocked_xreadgroup_served_by_xadd_like_redis(server, redis_server, resp3):
     replies = []
@@ -582,6 +685,23 @@ class CommandFailed(Exception):
     pass
 
 
+def test_xackdel_of_entries_already_deleted_but_pending(x):
+    # stream-cgroups.tcl, "XACKDEL with KEEPREF": entries deleted from the stream by a
+    # KEEPREF delete are still pending in the other group; acknowledging them there
+    # is 1 ("acknowledged and deleted"), not -1 ("no such id in the PEL").
+    x("XADD", "s", "1-0", "f", "v")
+    x("XADD", "s", "2-0", "f", "v")
+    for g, c in (("group1", "consumer1"), ("group2", "consumer2")):
+        x("XGROUP", "CREATE", "s", g, "0")
+        x("XREADGROUP", "GROUP", g, c, "STREAMS", "s", ">")
+    assert x("XACKDEL", "s", "group1", "KEEPREF", "IDS", "2", "1-0", "2-0") == [1, 1]
+    assert x("XLEN", "s") == 0
+    assert x("XPENDING", "s", "group2")[0] == 2
+    assert x("XACKDEL", "s", "group2", "KEEPREF", "IDS", "2", "1-0", "2-0") == [1, 1]
+    assert x("XPENDING", "s", "group2")[0] == 0
+    assert x("XACKDEL", "s", "group2", "KEEPREF", "IDS", "1", "1-0") == [-1]
+
+
 def test_xreadgroup_claim(x):
     for i in range(1, 5):
         x("XADD", "s", f"{i}-0", "f", str(i))
@@ -655,7 +775,9 @@ def test_xackdel(x):
     # DELREF: deleted and removed from every PEL.
     assert x("XACKDEL", "s", "g1", "DELREF", "IDS", "1", "4-0") == [1]
     assert x("XPENDING", "s", "g1")[0] == 0
-    assert x("XACKDEL", "s", "g2", "DELREF", "IDS", "2", "1-0", "2-0") == [-1, 1]
+    # 1-0 left the stream above (KEEPREF) but is still pending in g2: acknowledged
+    # is 1, never -1 (stream-cgroups.tcl, "XACKDEL with KEEPREF").
+    assert x("XACKDEL", "s", "g2", "DELREF", "IDS", "2", "1-0", "2-0") == [1, 1]
     assert x("XPENDING", "s", "g2")[0] == 0
     # No key or no group: -1 for every id.
     assert x("XACKDEL", "nokey", "g1", "IDS", "2", "1-0", "2-0") == [-1, -1]

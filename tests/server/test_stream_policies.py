@@ -21,6 +21,7 @@ from streamdb.commands.streams import delete_with_policy
 from streamdb.engine import ConsumerGroup
 from streamdb.server.core import Core
 
+from helpers import ServerProcess
 from resp_raw import RawClient
 
 # ---------------------------------------------------------------------------
@@ -182,13 +183,39 @@ def test_xtrim_acked_and_delref():
     s = env.stream()
     g = add_group(s, b"g", last=8, pending=[4, 9])
     env.effects.clear()
-    assert env("XTRIM", "s", "MINID", "=", "7-0", "ACKED") == 3    # stops before pending 4-0
-    assert env.effects == [(0, [[b"XTRIM", b"s", b"MINID", b"=", b"4-0"]])]
-    assert env("XTRIM", "s", "MAXLEN", "=", "2", "DELREF") == 5    # 4..8 go, refs of 4 too
+    # ACKED keeps each entry still needed, one by one (Redis's streamEntryIsReferenced):
+    # 4-0 is pending, so it stays, and 5-0 and 6-0 after it go.  What went is not a
+    # leading run: the effect is the exact ACKED trim below the last entry removed.
+    assert env("XTRIM", "s", "MINID", "=", "7-0", "ACKED") == 5
+    assert [sid for sid, _ in s] == ids(4, 7, 8, 9, 10)
+    assert env.effects == [(0, [[b"XTRIM", b"s", b"MINID", b"=", b"6-1", b"ACKED"]])]
+    assert env("XTRIM", "s", "MAXLEN", "=", "2", "DELREF") == 3    # 4, 7, 8 go, refs of 4 too
     assert list(g.pel) == ids(9)
     assert env.effects[-1] == (0, [[b"XTRIM", b"s", b"MINID", b"=", b"9-0", b"DELREF"]])
     assert env("XTRIM", "s", "MAXLEN", "0", "KEEPREF") == 2
     assert list(g.pel) == ids(9)                                     # KEEPREF: dangling
+
+
+def test_approximate_acked_trim_goes_into_nodes_with_pending_entries(tmp_path):
+    # Redis 8.2+: ACKED keeps each entry still needed, one by one, also in an
+    # approximate trim: a node the trim lets go whole but that holds a pending entry
+    # loses its other entries.  Nodes of two entries: [1 2] [3 4] [5], with 3-0 and
+    # 5-0 still pending, MINID ~ 6-0 removes 1-0, 2-0 and 4-0 (3; the trim stopped at
+    # the first pending entry, 2, before).  The effect replays to the same state.
+    with ServerProcess(tmp_path, "--appendonly", "yes", "--save", "",
+                       "--stream-node-max-entries", "2") as srv:
+        c = redis.Redis(port=srv.port)
+        for i in range(1, 6):
+            c.xadd("s", {"f": i}, id=f"{i}-0")
+        c.xgroup_create("s", "g", id="0")
+        c.xreadgroup("g", "c", {"s": ">"})
+        c.xack("s", "g", "1-0", "2-0", "4-0")
+        assert c.execute_command("XTRIM", "s", "MINID", "~", "6-0", "ACKED") == 3
+        assert [sid for sid, _ in c.xrange("s")] == [b"3-0", b"5-0"]
+        digest = c.execute_command("DEBUG", "DIGEST")
+        c.execute_command("DEBUG", "LOADAOF")
+        assert c.execute_command("DEBUG", "DIGEST") == digest
+        c.close()
 
 
 def test_acked_without_groups_is_keepref(r):

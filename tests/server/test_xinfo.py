@@ -360,3 +360,21 @@ def test_entriesread_past_entries_added_is_clamped_unlike_70(pair):
     run_both(pair, "XADD", "s", "3-0", "f", "v")
     g = dict(as_pairs(run_both(pair, "XINFO", "GROUPS", "s")[0][1][0]))
     assert (g[b"entries-read"], g[b"lag"]) == ((b":", 2), (b":", 1))
+
+
+def test_lag_of_an_emptied_stream_is_zero_unlike_70(pair):
+    # Deliberate difference (stream-cgroups.tcl, "Consumer group lag with XTRIM": "When
+    # all the entries were deleted, the lag is always 0"): after XTRIM MAXLEN 0 the
+    # group has nothing left to read; 7.0 still counts the entry added since its read.
+    for i in range(1, 6):
+        run_both(pair, "XADD", "x", f"{i}-0", "data", "v")
+    run_both(pair, "XGROUP", "CREATE", "x", "g", "0")
+    run_both(pair, "XREADGROUP", "GROUP", "g", "alice", "STREAMS", "x", ">")
+    run_both(pair, "XADD", "x", "6-0", "data", "f")
+    ours, ref = run_both(pair, "XINFO", "GROUPS", "x")
+    assert dict(as_pairs(ours[1][0]))[b"lag"] == dict(as_pairs(ref[1][0]))[b"lag"] == (b":", 1)
+    run_both(pair, "XTRIM", "x", "MAXLEN", "0")
+    ours, ref = run_both(pair, "XINFO", "GROUPS", "x")
+    g70, g = dict(as_pairs(ref[1][0])), dict(as_pairs(ours[1][0]))
+    assert (g70[b"entries-read"], g70[b"lag"]) == ((b":", 5), (b":", 1))
+    assert (g[b"entries-read"], g[b"lag"]) == ((b":", 5), (b":", 0))

@@ -16,8 +16,9 @@ import time
 import pytest
 import redis
 
-from helpers import ServerProcess
+from helpers import ServerProcess, wait_until
 from helpers import raw_reply as _raw
+from resp_raw import RawClient, plain
 
 LLONG_MAX = (1 << 63) - 1
 
@@ -199,6 +200,111 @@ def test_xnack_wakes_a_blocked_claim_read(server):
     assert [(e[0], e[3]) for e in got] == [(b"1-0", 1)]
     assert got[0][2] >= before_ms           # NACKed: idle counted from delivery time 0
     assert pending(c)[0][1:2] == (b"c2",) and pending(c)[0][3] == 2
+    c.close()
+
+
+def test_nacked_entries_are_claimed_in_release_order(tmp_path):
+    # Redis 8.8 keeps NACKed entries in a FIFO zone at the head of its PEL: a CLAIM
+    # read takes them in the order they were released (an entry NACKed again goes
+    # to the back), not in id order; the order survives a restart and the AOF.
+    with ServerProcess(tmp_path, "--appendonly", "yes", "--save", "") as srv:
+        c = redis.Redis(port=srv.port)
+        read_two(c, n=4)
+        for sid in ("3-0", "1-0", "4-0", "2-0", "3-0"):
+            c.xnack("s", "g", "FAIL", sid)
+        digest = c.execute_command("DEBUG", "DIGEST")
+        c.execute_command("DEBUG", "LOADAOF")
+        assert c.execute_command("DEBUG", "DIGEST") == digest
+        c.execute_command("DEBUG", "RELOAD")              # snapshot written and loaded
+        assert c.execute_command("DEBUG", "DIGEST") == digest
+        got = entries_of(c.xreadgroup("g", "c2", {"s": ">"}, count=3, claim_min_idle_time=0))
+        assert [e[0] for e in got] == [b"1-0", b"4-0", b"2-0"]
+        got = entries_of(c.xreadgroup("g", "c2", {"s": ">"}, claim_min_idle_time=3600000))
+        assert [e[0] for e in got] == [b"3-0"]
+        c.close()
+
+
+def test_claim_option_errors_as_redis_8(rr):
+    # stream-cgroups.tcl, "XREADGROUP CLAIM with not integer / negative integer for
+    # min-idle-time" and "XREAD with CLAIM option".
+    read_two(rr)
+    cases = [("test", "^min-idle-time is not an integer$"),
+             ("-0", "^min-idle-time is not an integer$"),
+             ("+10", "^min-idle-time is not an integer$"),
+             ("5.5", "^min-idle-time is not an integer$"),
+             ("-10", "^min-idle-time must be a positive integer$")]
+    for value, msg in cases:
+        with pytest.raises(redis.ResponseError, match=msg):
+            _raw(rr, "XREADGROUP", "GROUP", "g", "c1", "CLAIM", value, "STREAMS", "s", ">")
+    with pytest.raises(redis.ResponseError, match="^min-idle-time is not an integer$"):
+        _raw(rr, "XREADGROUP", "CLAIM", "GROUP", "g", "c1", "STREAMS", "s", ">")
+    with pytest.raises(redis.ResponseError,
+                       match=r"^The CLAIM option is only supported by XREADGROUP\. "
+                             r"You called XREAD instead\.$"):
+        _raw(rr, "XREAD", "COUNT", "2", "CLAIM", "10", "STREAMS", "s", "0-0")
+
+
+def raw_blocked_read(port: int, *cmd) -> tuple[threading.Thread, list]:
+    """Send a blocking read on its own raw connection, in a thread; its reply lands in
+    the list.  (Not redis-py: it resends a command whose reply is late, and the new
+    run would be served at once, hiding a read that never wakes.)"""
+    out: list = []
+
+    def go():
+        c = RawClient(port)
+        c.sock.settimeout(30)
+        try:
+            out.append(plain(c.call(*cmd)))
+        finally:
+            c.close()
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t, out
+
+
+def claim_read(consumer: str, block_ms: int, min_idle: int) -> tuple:
+    return ("XREADGROUP", "GROUP", "g", consumer, "BLOCK", str(block_ms), "CLAIM",
+            str(min_idle), "STREAMS", "s", ">")
+
+
+def test_two_blocked_claim_reads_are_both_served(server):
+    # stream-cgroups.tcl, "XREADGROUP CLAIM with two blocked clients": one XADD wakes
+    # both; the first takes the new entry, the second takes it over once it has been
+    # pending for min-idle-time (Redis wakes blocked CLAIM reads when an entry
+    # becomes claimable), instead of waiting for a change to the key.
+    c = redis.Redis(port=server.port)
+    c.flushall()
+    c.xgroup_create("s", "g", id="0", mkstream=True)
+    t1, out1 = raw_blocked_read(server.port, *claim_read("c1", 0, 100))
+    wait_until(lambda: c.info("clients")["blocked_clients"] == 1, what="the first reader")
+    t2, out2 = raw_blocked_read(server.port, *claim_read("c2", 0, 100))
+    wait_until(lambda: c.info("clients")["blocked_clients"] == 2, what="the second reader")
+    c.xadd("s", {"f": "v"}, id="2-0")
+    t1.join(20)
+    t2.join(20)
+    assert out1 and out2, "a blocked CLAIM read was never served"
+    # First blocked, first served: the new entry (idle 0, no earlier delivery), then
+    # the same entry claimed by the second reader.
+    assert out1[0] == [[b"s", [[b"2-0", [b"f", b"v"], 0, 0]]]]
+    (key, [(sid, fields, idle, count)]), = out2[0]
+    assert (key, sid, fields, count) == (b"s", b"2-0", [b"f", b"v"], 1) and idle >= 100
+    assert pending(c)[0][1] == b"c2"
+    c.close()
+
+
+def test_blocked_claim_read_wakes_when_a_pending_entry_becomes_claimable(server):
+    # stream-cgroups.tcl, "XREADGROUP CLAIM messages become claimable during block":
+    # nothing changes the key, yet the read answers once the entry is idle enough.
+    c = redis.Redis(port=server.port)
+    c.flushall()
+    read_two(c, n=1)
+    t, out = raw_blocked_read(server.port, *claim_read("c2", 20000, 200))
+    t.join(25)
+    assert out, "no reply"
+    assert out[0] is not None, "the read timed out instead of claiming the entry"
+    (key, [(sid, _fields, idle, count)]), = out[0]
+    assert (key, sid, count) == (b"s", b"1-0", 1) and idle >= 200
+    assert pending(c)[0][1] == b"c2"
     c.close()
 
 
