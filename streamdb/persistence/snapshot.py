@@ -41,9 +41,9 @@ import msgpack
 from .. import log
 from ..engine import Stream
 from ..engine.nodecache import CACHE
+from .aof import fsync_dir
 from .changes import ChangedKeys
 from .child import fork_child, reap
-from .aof import fsync_dir
 from .codec import CodecError, decode_value, encode_value
 from .lmdbfile import damage
 from .nodestore import LmdbNodeStore
@@ -343,10 +343,10 @@ def snapshot_info(path: str) -> dict | None:
             meta = _named_db(env, txn, b"meta")
             fmt = None if meta is None else txn.get(b"format", db=meta)
             if fmt is None and not any(_rows(env, txn, name) for name in (b"keys", b"nodes")):
-                # A first snapshot killed while writing: write_snapshot's open_db calls
-                # commit its empty databases (some or all), its one write transaction
-                # nothing.  The AOF was not retired (no snapshot covers any of it): it
-                # holds everything.
+                # A first snapshot killed while writing, by versions that wrote it in
+                # place: write_snapshot's open_db calls commit its empty databases
+                # (some or all), its one write transaction nothing.  The AOF was not
+                # retired (no snapshot covers any of it): it holds everything.
                 return None
             if fmt != FORMAT:
                 raise SnapshotError(f"{path}: unsupported snapshot format {fmt!r}")

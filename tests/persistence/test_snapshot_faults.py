@@ -184,39 +184,117 @@ class Filler:
             self.pages.pop().unlink()
 
 
-def test_a_first_snapshot_on_a_full_disk_leaves_no_snapshot_and_loses_nothing(tmp_path, small_disk):
-    """With from 0 to 24 pages free, the first snapshot fails (the lock file, LMDB's
-    meta pages, the data: somewhere it runs out) or succeeds; after each failure the
-    snapshot directory holds no data file, the server serves on, and in the end a
-    start on the freed disk has every acknowledged write."""
+def _fill_until_a_snapshot_fails(r: redis.Redis, filler: Filler, snapshot: Path) -> int:
+    """Fill the disk up but for 0, 1, 2, ... pages until a BGSAVE fails (on a disk
+    too full the rotation of the AOF it starts with refuses it first); after each
+    try the server serves on.  Returns the pages that were free."""
+    for free_pages in range(32):
+        filler.fill()
+        filler.free(free_pages)
+        status = _bgsave(r)
+        assert r.ping() and r.xlen("s") > 0                     # serving on
+        assert status != "ok", "the disk was never full enough for the snapshot to fail"
+        if status == "err":
+            return free_pages
+    raise AssertionError("no snapshot failed")
+
+
+def _restarted_holds(logs: Path, args: tuple, entries: dict[str, list]) -> None:
+    """A server started on the files has every acknowledged entry, and snapshots."""
+    srv = ServerProcess(logs, *args).start()
+    try:
+        r = redis.Redis(port=srv.port)
+        for key, ids in entries.items():
+            assert [i for i, _ in r.xrange(key)] == ids
+        assert _bgsave(r) == "ok"
+    finally:
+        srv.stop()
+
+
+def test_a_first_snapshot_on_a_full_disk_leaves_nothing_a_start_takes_for_a_snapshot(tmp_path, small_disk):
+    """The first snapshot runs out of room while LMDB creates its file (its lock
+    file, its meta pages or the data): the snapshot directory is left without a data
+    file, the server serves on, and a start on the freed disk has every acknowledged
+    write (it used to die on the half-made file, MDB_INVALID, until it was deleted)."""
     logs = tmp_path / "logs"
     args = ("--dir", str(small_disk), *AOF_ARGS)
     srv = ServerProcess(logs, *args).start()
     filler = Filler(small_disk / "filler")
-    failures = 0
     try:
         r = redis.Redis(port=srv.port)
-        _xadd_all(r, "big", 2000, value=b"x" * 200)
-        acked = [r.xadd("s", {"n": str(i)}) for i in range(20)]
-        for free_pages in range(25):
-            filler.fill()
-            filler.free(free_pages)
-            status = _bgsave(r)
-            assert r.ping() and r.xlen("big") == 2000          # serving on
-            if status == "ok":
-                break
-            failures += 1
-            assert not (small_disk / "snapshot.lmdb" / "data.mdb").exists()
-        assert failures, "no snapshot failed: the disk was never full enough"
+        _xadd_all(r, "s", 2000, value=b"x" * 200)
+        acked = {"s": [i for i, _ in r.xrange("s")]}
+        _fill_until_a_snapshot_fails(r, filler, small_disk / "snapshot.lmdb")
         assert "Background saving error" in srv.log_text()
+        assert not (small_disk / "snapshot.lmdb" / "data.mdb").exists()
     finally:
         srv.stop()
     filler.free()
+    _restarted_holds(logs, args, acked)
+    _restarted_holds(logs, args, acked)        # (from the snapshot this time)
+
+
+def test_a_later_snapshot_on_a_full_disk_leaves_the_last_one_loadable(tmp_path, small_disk):
+    """A later snapshot is one LMDB write transaction into the existing file: when it
+    runs out of room the last committed snapshot is still whole, and a start on it
+    (with the AOF after it) has every acknowledged write."""
+    logs = tmp_path / "logs"
+    args = ("--dir", str(small_disk), *AOF_ARGS)
     srv = ServerProcess(logs, *args).start()
+    filler = Filler(small_disk / "filler")
     try:
         r = redis.Redis(port=srv.port)
-        assert r.xlen("big") == 2000
-        assert [i for i, _ in r.xrange("s")] == acked
-        assert _bgsave(r) == "ok"                          # and snapshots work again
+        _xadd_all(r, "s", 500)
+        assert _bgsave(r) == "ok"
+        committed = (small_disk / "snapshot.lmdb" / "data.mdb").stat().st_size
+        _xadd_all(r, "t", 2000, value=b"y" * 300)           # (many new pages to write)
+        acked = {"s": [i for i, _ in r.xrange("s")], "t": [i for i, _ in r.xrange("t")]}
+        _fill_until_a_snapshot_fails(r, filler, small_disk / "snapshot.lmdb")
+        assert (small_disk / "snapshot.lmdb" / "data.mdb").stat().st_size >= committed
     finally:
         srv.stop()
+    filler.free()
+    _restarted_holds(logs, args, acked)
+
+
+def test_a_data_file_that_ends_before_its_free_pages_is_whole(tmp_path):
+    """LMDB never writes a page a transaction took and freed again, so a sound file may
+    end before its last page in use when the pages after its end are all free: such a
+    file is read without a fault, and the check must not refuse it.  One page less is."""
+    import lmdb
+
+    from streamdb.persistence.lmdbfile import damage
+
+    path = tmp_path / "env"
+    env = lmdb.open(str(path), map_size=1 << 30, max_dbs=4)
+    db = env.open_db(b"rows")
+    with env.begin(write=True) as txn:
+        for i in range(50):
+            txn.put(i.to_bytes(4, "big"), b"x" * 100, db=db)
+    with env.begin(write=True) as txn:
+        txn.put(b"big", os.urandom(200_000), db=db)       # overflow pages at the end
+    with env.begin(write=True) as txn:
+        txn.delete(b"big", db=db)                         # ... free from now on
+    with env.begin(write=True) as txn:
+        txn.put(b"small", b"y", db=db)
+    page = env.stat()["psize"]
+    last = env.info()["last_pgno"]
+    env.close()
+    mdb = path / "data.mdb"
+    assert mdb.stat().st_size == (last + 1) * page
+    # Cut the file where its run of free pages at the end starts (while it stays whole).
+    pages = last + 1
+    while pages > 2:
+        os.truncate(mdb, (pages - 1) * page)
+        if damage(str(mdb)) is not None:
+            os.truncate(mdb, pages * page)
+            break
+        pages -= 1
+    assert pages < last - 40, "the free overflow pages were not at the end of the file"
+    env = lmdb.open(str(path), map_size=1 << 30, max_dbs=4, readonly=True, lock=False)
+    with env.begin() as txn:
+        rows = dict(txn.cursor(db=env.open_db(b"rows", txn=txn, create=False)))
+    env.close()
+    assert len(rows) == 51 and rows[b"small"] == b"y"
+    os.truncate(mdb, (pages - 1) * page)
+    assert "was cut short" in damage(str(mdb))
