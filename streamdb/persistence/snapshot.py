@@ -130,14 +130,14 @@ def write_snapshot(path: str, keyspace, dirty: set | None, aof_seq: int | None, 
     that makes them current is written last, so a failed write (ENOSPC, a kill)
     leaves the last commit as it was.
     """
-    if os.path.exists(os.path.join(path, DATA_FILE)):
-        return _write_environment(path, keyspace, dirty, aof_seq, now_ms, located, stale_rows)
-    os.makedirs(path, exist_ok=True)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
     aside = os.path.join(path, FIRST_ASIDE)
     # (One left there is a first snapshot's that was killed: only this function
     # writes there, and one snapshot runs at a time.)
     shutil.rmtree(aside, ignore_errors=True)
+    if os.path.exists(os.path.join(path, DATA_FILE)):
+        return _write_environment(path, keyspace, dirty, aof_seq, now_ms, located, stale_rows)
+    os.makedirs(path, exist_ok=True)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
     try:
         stats = _write_environment(aside, keyspace, dirty, aof_seq, now_ms, located, stale_rows)
         os.rename(os.path.join(aside, DATA_FILE), os.path.join(path, DATA_FILE))

@@ -234,6 +234,33 @@ def test_a_first_snapshot_on_a_full_disk_leaves_nothing_a_start_takes_for_a_snap
     _restarted_holds(logs, args, acked)        # (from the snapshot this time)
 
 
+def test_what_a_killed_first_snapshot_leaves_is_no_snapshot_and_goes_with_the_next(tmp_path):
+    """A first snapshot killed while LMDB builds it leaves its directory aside (here: a
+    data file without its meta pages, as a kill in LMDB's creation leaves it): a start
+    takes it for no snapshot and replays the AOF, and the next snapshot removes it."""
+    d = tmp_path / "data"
+    srv = ServerProcess(d, *AOF_ARGS).start()
+    try:
+        r = redis.Redis(port=srv.port)
+        _xadd_all(r, "s", 300)
+        ids = [i for i, _ in r.xrange("s")]
+    finally:
+        srv.kill9()
+        srv.stop()
+    aside = d / "snapshot.lmdb" / "first-snapshot.tmp"
+    aside.mkdir(parents=True)
+    (aside / "data.mdb").write_bytes(b"\0" * 4096)
+    srv = ServerProcess(d, *AOF_ARGS).start()
+    try:
+        r = redis.Redis(port=srv.port)
+        assert [i for i, _ in r.xrange("s")] == ids
+        assert _bgsave(r) == "ok"
+        assert not aside.exists()
+        assert (d / "snapshot.lmdb" / "data.mdb").exists()
+    finally:
+        srv.stop()
+
+
 def test_a_later_snapshot_on_a_full_disk_leaves_the_last_one_loadable(tmp_path, small_disk):
     """A later snapshot is one LMDB write transaction into the existing file: when it
     runs out of room the last committed snapshot is still whole, and a start on it
