@@ -57,16 +57,15 @@ class _Meta:
     """The fields of one meta page that the checks need."""
 
     def __init__(self, raw: bytes) -> None:
-        self.valid = (_U16.unpack_from(raw, 10)[0] & _P_META and
-                      _U32.unpack_from(raw, 16)[0] == _MAGIC and
-                      _U32.unpack_from(raw, 20)[0] == _DATA_VERSION)
         self.page_size = _U32.unpack_from(raw, 40)[0]
         self.free_root = _U64.unpack_from(raw, 80)[0]
         self.last_page = _U64.unpack_from(raw, 136)[0]
         self.txnid = _U64.unpack_from(raw, 144)[0]
-        # (A page size LMDB could have written: a power of two it supports.)
-        self.valid = self.valid and 512 <= self.page_size <= 65536 and \
-            self.page_size & (self.page_size - 1) == 0
+        self.valid = (bool(_U16.unpack_from(raw, 10)[0] & _P_META) and
+                      _U32.unpack_from(raw, 16)[0] == _MAGIC and
+                      _U32.unpack_from(raw, 20)[0] == _DATA_VERSION and
+                      # (a page size LMDB could have written: a power of two it supports)
+                      512 <= self.page_size <= 65536 and self.page_size & (self.page_size - 1) == 0)
 
 
 def damage(path: str) -> str | None:
