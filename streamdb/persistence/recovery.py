@@ -95,8 +95,11 @@ class Persistence:
         if first is None:
             return
         path = self.snapshotter.path
-        if info is None:
-            have = f"there is no snapshot ({os.path.join(path, DATA_FILE)} is missing)"
+        data_file = os.path.join(path, DATA_FILE)
+        if info is None and not os.path.exists(data_file):
+            have = f"there is no snapshot ({data_file} is missing)"
+        elif info is None:
+            have = f"{data_file} holds no snapshot"
         elif covered is None:
             have = f"the snapshot {path} covers no AOF segment (it was written with appendonly no)"
         else:
