@@ -1259,6 +1259,26 @@ class Aof:
         self.total_size = self.base_size + sum(self.segment_size(s) for s in self.manifest.incrs)
         log.log(log.VERBOSE, f"Retired {len(old)} AOF segment(s) covered by the snapshot")
 
+    def first_segment_after_a_gap(self, covered_seq: int | None) -> str | None:
+        """The segment a load would replay first, when the segments before it are
+        gone and ``covered_seq`` (the snapshot's, None without one) does not cover
+        them: they were retired into a snapshot that is not this one (missing, or
+        older).  None when the log continues from the snapshot (or the very start).
+
+        A query of the manifest on disk, before ``load_steps``: nothing changes.
+        Raises AofError when the manifest is unreadable."""
+        if not os.path.exists(self.manifest_path()):
+            return None
+        with open(self.manifest_path(), encoding="utf-8") as f:
+            manifest = Manifest.parse(f.read(), self.manifest_path())
+        replayed = [s for s in manifest.segments()
+                    if covered_seq is None or segment_seq(s) > covered_seq]
+        if not replayed or replayed[0].endswith(".base.aof"):
+            return None          # (a base segment is the whole state)
+        # Seqs count from 1; a rotation before a snapshot starts the segment after the
+        # one it covers.
+        return replayed[0] if segment_seq(replayed[0]) > (covered_seq or 0) + 1 else None
+
     # -- rewrite ----------------------------------------------------------------
 
     def rewrite(self) -> None:

@@ -32,6 +32,7 @@ import lmdb
 from .. import log
 from ..engine.nodecache import ColdReadError
 from ..protocol.reply import CommandError
+from .lmdbfile import damage
 
 __all__ = ["LmdbNodeStore", "NodeReadError"]
 
@@ -75,6 +76,10 @@ class LmdbNodeStore:
         """Open the environment; False if it holds no snapshot (yet)."""
         if not self._snapshot_exists():
             return False
+        why = damage(os.path.join(self.path, "data.mdb"))
+        if why is not None:
+            # (Mapped, the pages the file lacks would be a SIGBUS on the first read.)
+            raise NodeReadError(why)
         env = lmdb.open(self.path, map_size=self.map_size, max_dbs=4, subdir=True,
                         readonly=True, lock=True, create=False)
         try:

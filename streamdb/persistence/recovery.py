@@ -18,7 +18,7 @@ from .. import log
 from ..engine.nodecache import CACHE
 from .aof import Aof, AofError, AofRotationError
 from .backup import Backup
-from .snapshot import Snapshotter, SnapshotError, load_snapshot
+from .snapshot import DATA_FILE, Snapshotter, SnapshotError, load_snapshot
 
 __all__ = ["Persistence", "RecoveryError", "open_persistence"]
 
@@ -60,6 +60,7 @@ class Persistence:
             core.effect_sinks.append(snap.changes)
             if aof is not None:
                 core.aof = aof
+                self._check_log_continues_snapshot(info, covered)
                 try:
                     last_pause = time.monotonic()
                     for _ in aof.load_steps(covered_seq=covered):
@@ -85,6 +86,35 @@ class Persistence:
             core.loading = False
             if gc_was_enabled:
                 gc.enable()
+
+    def _check_log_continues_snapshot(self, info: dict | None, covered: int | None) -> None:
+        """Refuse (RecoveryError) an AOF whose first segments were retired into a
+        snapshot that is not the one loaded (missing: its writes would be gone
+        without a word, and the next snapshot would make that final).  Reads only."""
+        aof = self.aof
+        try:
+            first = aof.first_segment_after_a_gap(covered)
+        except AofError as e:
+            raise RecoveryError(f"Fatal error loading the AOF: {e}") from None
+        if first is None:
+            return
+        path = self.snapshotter.path
+        data_file = os.path.join(path, DATA_FILE)
+        if info is None and not os.path.exists(data_file):
+            have = f"there is no snapshot ({data_file} is missing)"
+        elif info is None:
+            have = f"{data_file} holds no snapshot"
+        elif covered is None:
+            have = f"the snapshot {path} covers no AOF segment (it was written with appendonly no)"
+        else:
+            have = f"the snapshot {path} covers the AOF segments only up to seq {covered}"
+        raise RecoveryError(
+            f"Fatal error: the AOF manifest {aof.manifest_path()} starts at {first}: the "
+            f"segments before it were retired into a snapshot, but {have}. Starting would "
+            f"lose their writes: the start is refused and nothing on disk was changed. Put "
+            f"back the snapshot that covers them, or restore from a backup with the AOF after "
+            f"it: streamdb-admin restore BACKUP NEW_DIR --aof-from {aof.dir} "
+            f"(docs/OPERATIONS.md, \"Back up and restore\")")
 
     def _load_snapshot(self) -> dict | None:
         """The snapshot into the keyspace; with a bounded node cache its stream nodes

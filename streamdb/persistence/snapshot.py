@@ -37,6 +37,7 @@ with save rules), and the save rules retry every 5 seconds, not every tick.
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 import time
 import zlib
@@ -47,11 +48,12 @@ import msgpack
 from .. import log
 from ..engine import Stream
 from ..engine.nodecache import CACHE
-from .aof import AofRotationError
+from .aof import AofRotationError, fsync_dir
 from .changes import ChangedKeys
 from .child import (NotStarted, describe_exit, describe_failure, fork_reporting_child,
                     read_failure_reason, reap)
 from .codec import CodecError, decode_value, encode_value
+from .lmdbfile import damage
 from .nodestore import LmdbNodeStore
 
 __all__ = ["Snapshotter", "SnapshotError", "load_snapshot", "write_snapshot", "snapshot_info"]
@@ -67,6 +69,12 @@ MISCONF_SAVE = ("MISCONF Redis is configured to save RDB snapshots, but it's cur
                 "instance is configured to report errors during writes if RDB snapshotting fails "
                 "(stop-writes-on-bgsave-error option). Please check the Redis logs for details "
                 "about the RDB error.")
+DATA_FILE = "data.mdb"      # the file of an LMDB environment that holds the data
+# Where the first snapshot is built, inside the environment's directory (so on its
+# file system) but not the environment (write_snapshot).
+FIRST_ASIDE = "first-snapshot.tmp"
+DAMAGED_WAY_OUT = ("Nothing was changed. Restore the snapshot from a backup (docs/OPERATIONS.md, "
+                   "\"Back up and restore\")")
 
 
 class SnapshotError(Exception):
@@ -91,9 +99,24 @@ def _node_prefix(db: int, key: bytes) -> bytes:
     return struct.pack(">II", db, len(key)) + key
 
 
+def check_data_file(path: str) -> None:
+    """Refuse (SnapshotError, naming the file and the way out) a snapshot whose data
+    file LMDB would fail on or fault reading (lmdbfile.py); nothing is changed."""
+    why = damage(os.path.join(path, DATA_FILE))
+    if why is not None:
+        raise SnapshotError(f"{why}. {DAMAGED_WAY_OUT}")
+
+
 def _open(path: str, readonly: bool) -> lmdb.Environment:
-    return lmdb.open(path, map_size=MAP_SIZE, max_dbs=4, subdir=True, readonly=readonly,
-                     lock=not readonly, sync=True, metasync=True, create=not readonly)
+    """The environment at ``path``, its data file checked first when it has one (a
+    writer creates it when it has none)."""
+    if os.path.exists(os.path.join(path, DATA_FILE)):
+        check_data_file(path)
+    try:
+        return lmdb.open(path, map_size=MAP_SIZE, max_dbs=4, subdir=True, readonly=readonly,
+                         lock=not readonly, sync=True, metasync=True, create=not readonly)
+    except lmdb.Error as e:
+        raise SnapshotError(f"{path}: cannot open the snapshot: {e}") from None
 
 
 # ---------------------------------------------------------------------------
@@ -113,7 +136,38 @@ def write_snapshot(path: str, keyspace, dirty: set | None, aof_seq: int | None, 
     ``stale_rows``: node rows an earlier snapshot copied and left (``deferred`` in
     the counters returned), deleted now unless written again.  Returns counters
     (bytes written).
+
+    A failure at any step leaves nothing a start-up takes for a snapshot.  The
+    first snapshot (``path`` has no data file yet) is built in a directory of its
+    own inside ``path`` and its data file renamed into place once committed and
+    fsynced: LMDB creates a file with plain writes (a full disk or a kill there
+    leaves a data file without its meta pages, which every later open refuses), and
+    a start-up loads whatever data file ``path`` holds.  A later snapshot is one LMDB
+    write transaction into that file: pages are copied on write and the meta page
+    that makes them current is written last, so a failed write (ENOSPC, a kill)
+    leaves the last commit as it was.
     """
+    aside = os.path.join(path, FIRST_ASIDE)
+    # (One left there is a first snapshot's that was killed: only this function
+    # writes there, and one snapshot runs at a time.)
+    shutil.rmtree(aside, ignore_errors=True)
+    if os.path.exists(os.path.join(path, DATA_FILE)):
+        return _write_environment(path, keyspace, dirty, aof_seq, now_ms, located, stale_rows)
+    os.makedirs(path, exist_ok=True)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+    try:
+        stats = _write_environment(aside, keyspace, dirty, aof_seq, now_ms, located, stale_rows)
+        os.rename(os.path.join(aside, DATA_FILE), os.path.join(path, DATA_FILE))
+        fsync_dir(path)
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+    return stats
+
+
+def _write_environment(path: str, keyspace, dirty: set | None, aof_seq: int | None, now_ms: int,
+                       located: bool, stale_rows: frozenset) -> dict:
+    """write_snapshot into the environment at ``path`` (made if it has none), in one
+    write transaction, fsynced."""
     os.makedirs(path, exist_ok=True)
     env = _open(path, readonly=False)
     stats = {"keys": 0, "nodes_written": 0, "bytes_written": 0, "nodes_deleted": 0,
@@ -298,7 +352,7 @@ def _write_key(txn, keys_db, writes: _NodeWrites, keyspace, dbi: int, key: bytes
 
 def snapshot_info(path: str) -> dict | None:
     """The ``covers`` record of the snapshot at ``path`` (None if there is none)."""
-    if not os.path.exists(os.path.join(path, "data.mdb")):
+    if not os.path.exists(os.path.join(path, DATA_FILE)):
         return None
     env = _open(path, readonly=True)
     try:
@@ -306,10 +360,10 @@ def snapshot_info(path: str) -> dict | None:
             meta = _named_db(env, txn, b"meta")
             fmt = None if meta is None else txn.get(b"format", db=meta)
             if fmt is None and not any(_rows(env, txn, name) for name in (b"keys", b"nodes")):
-                # A first snapshot killed while writing: write_snapshot's open_db calls
-                # commit its empty databases (some or all), its one write transaction
-                # nothing.  The AOF was not retired (no snapshot covers any of it): it
-                # holds everything.
+                # A first snapshot killed while writing, by versions that wrote it in
+                # place: write_snapshot's open_db calls commit its empty databases
+                # (some or all), its one write transaction nothing.  The AOF was not
+                # retired (no snapshot covers any of it): it holds everything.
                 return None
             if fmt != FORMAT:
                 raise SnapshotError(f"{path}: unsupported snapshot format {fmt!r}")
@@ -321,6 +375,15 @@ def snapshot_info(path: str) -> dict | None:
         raise SnapshotError(f"{path}: cannot read the snapshot: {e}") from None
     finally:
         env.close()
+
+
+def _holds_snapshot(path: str) -> bool:
+    """Whether ``path`` holds a snapshot; a damaged one counts as none here (the start
+    loads it first and refuses, saying what is wrong: recovery.py)."""
+    try:
+        return snapshot_info(path) is not None
+    except SnapshotError:
+        return False
 
 
 def _named_db(env, txn, name: bytes):
@@ -413,7 +476,7 @@ class Snapshotter:
         self.aof = aof
         # The effect sink that notes the changed keys (recovery.py registers it); the
         # first snapshot writes everything.
-        self.changes = ChangedKeys(snapshot_info(path) is None)
+        self.changes = ChangedKeys(not _holds_snapshot(path))
         self.child_pid: int | None = None
         self._reason_fd: int | None = None       # where the child says why it failed
         self._pending = None

@@ -46,7 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"snapshot: {args.path}")
     print(f"  covers AOF segments up to seq: {info.get('aof_seq')}")
     print(f"  written at: {iso_utc(info.get('time_ms'))}   keys: {info.get('keys')}")
-    env = _open(args.path, readonly=True)
+    try:
+        env = _open(args.path, readonly=True)
+    except SnapshotError as e:
+        print(f"ERROR: {e}")
+        return 2
     bad = 0
     try:
         keys_db = env.open_db(b"keys", create=False)
