@@ -513,6 +513,8 @@ class Aof:
         self.last_rewrite_ok = True
         self.rotation_error = ""      # why the last rotation failed ("" once one succeeds)
         self.rotation_failed_at = 0.0     # (monotonic) automatic rewrites wait a while after it
+        # (name, path) -> None: called before a retired segment's file is deleted (BACKUP's pins)
+        self.keep_retired = None
 
     # -- loading ----------------------------------------------------------------
 
@@ -1151,14 +1153,23 @@ class Aof:
         except OSError:
             return          # (they are retired after the next snapshot)
         for name in old:
-            self._sizes.pop(name, None)
-            try:
-                os.unlink(os.path.join(self.dir, name))
-            except OSError:
-                pass
+            self._drop_segment_file(name)
         self.base_size = self.segment_size(self.manifest.base)
         self.total_size = self.base_size + sum(self.segment_size(s) for s in self.manifest.incrs)
         log.log(log.VERBOSE, f"Retired {len(old)} AOF segment(s) covered by the snapshot")
+
+    def _drop_segment_file(self, name: str) -> None:
+        """Delete the file of a segment the manifest no longer names.  ``keep_retired``
+        (set by an open BACKUP window, persistence/backup.py) is told first, so that it
+        can pin the segment's bytes before the name goes."""
+        self._sizes.pop(name, None)
+        path = os.path.join(self.dir, name)
+        if self.keep_retired is not None:
+            self.keep_retired(name, path)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
     # -- rewrite ----------------------------------------------------------------
 
@@ -1228,12 +1239,10 @@ class Aof:
                     pass
             raise
         for name in old:
-            self._sizes.pop(name, None)
             if name != base_name:
-                try:
-                    os.unlink(os.path.join(self.dir, name))
-                except OSError:
-                    pass
+                self._drop_segment_file(name)
+            else:
+                self._sizes.pop(name, None)
         self.base_size = self.segment_size(base_name)
         self.total_size = self.base_size + sum(self.segment_size(s) for s in self.manifest.incrs)
         self.rewrites += 1
