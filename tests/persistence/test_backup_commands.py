@@ -16,10 +16,14 @@ from pathlib import Path
 import pytest
 import redis
 
+from docblocks import run_block
 from helpers import ROOT, ServerProcess, wait_until
 from resp_raw import RawClient
 
 ADMIN = [sys.executable, "-m", "streamdb.tools.admin"]
+GUIDE = "docs/OPERATIONS.md"
+# Docs blocks of docs/OPERATIONS.md this module runs.
+DOC_BLOCKS = {"docs/OPERATIONS.md": {"backup-window"}}
 
 
 def status(r: redis.Redis) -> dict:
@@ -188,3 +192,16 @@ def test_replies_in_resp2_and_resp3_and_command_docs(tmp_path):
             {f"backup|{n}" for n in ("start", "seal", "list", "status", "abort", "cleanup", "help")}
         wait_until(lambda: status(r)["state"] == "incrementing", what="incrementing")
         assert three.call("BACKUP", "SEAL") == (b"+", b"OK")
+
+
+def test_the_guide_block_runs_a_whole_window(tmp_path):
+    data = tmp_path / "data"
+    with ServerProcess(data, "--appendonly", "yes", "--save", "") as srv:
+        r = redis.Redis(port=srv.port)
+        r.xadd("s", {"f": "v"}, id="1-0")
+        digest = r.execute_command("DEBUG", "DIGEST")
+        out = run_block(GUIDE, "backup-window", cwd=tmp_path, PORT=srv.port, DATA=data,
+                        BACKUP=tmp_path / "backup")
+        assert f"digest: {digest.decode()}" in out and "backup OK" in out
+        assert status(r)["state"] == "idle" and os.listdir(data / "backupdir") == []
+    assert (tmp_path / "backup-sealed" / "backup.manifest").is_file()
