@@ -28,6 +28,7 @@ Redis's state machine, and what each step is here::
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 
@@ -228,7 +229,12 @@ class BackupWindow:
         if aof.policy == "always" and aof.preallocate:
             copy_segment(src, tmp)
         else:
-            os.link(src, tmp)
+            try:
+                os.link(src, tmp)
+            except OSError as e:
+                if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+                    raise
+                copy_segment(src, tmp)      # another file system, or one without links
         os.replace(tmp, dest)
 
     def _seal_aof(self) -> None:

@@ -74,6 +74,9 @@ def test_start_writes_seal_list_verify_restore_cleanup(tmp_path, fsync):
         r.bgsave()          # retires the segments before it: the backup pins the ones it needs
         wait_until(lambda: r.info("persistence")["rdb_bgsave_in_progress"] == 0, what="BGSAVE")
         r.set("after", "bgsave")
+        r.bgrewriteaof()    # retires them all into a new base: pinned as well
+        wait_until(lambda: r.info("persistence")["aof_rewrite_in_progress"] == 0, what="BGREWRITEAOF")
+        r.xadd("s", {"n": "after-rewrite"}, id="101-0")
         assert r.execute_command("BACKUP", "SEAL") == b"OK"
         at_seal = r.execute_command("DEBUG", "DIGEST")
         r.set("after", "seal")                  # not in the backup
