@@ -208,3 +208,41 @@ def test_the_guide_block_runs_a_whole_window(tmp_path):
         assert f"digest: {digest.decode()}" in out and "backup OK" in out
         assert status(r)["state"] == "idle" and os.listdir(data / "backupdir") == []
     assert (tmp_path / "backup-sealed" / "backup.manifest").is_file()
+
+
+@pytest.fixture
+def small_backup_disk(tmp_path):
+    """The server's data dir, with a 256 KiB tmpfs of this test's own as its backupdir."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    data = tmp_path / "data"
+    mnt = data / "backupdir"
+    mnt.mkdir(parents=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", f"backupcmds-{tmp_path.name}", str(mnt)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"mount -t tmpfs refused: {done.stderr.strip()}")
+    try:
+        yield data
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_seal_that_fails_leaves_failed_and_nothing_a_verify_would_take(small_backup_disk):
+    data = small_backup_disk
+    with ServerProcess(data, "--appendonly", "yes", "--save", "") as srv:
+        r = redis.Redis(port=srv.port)
+        r.set("k", "v")
+        start_and_wait(r)
+        for i in range(100):                    # ~400 KiB after START: more than the disk holds
+            r.xadd("big", {"pad": "x" * 4000}, id=f"{i + 1}-0")
+        with pytest.raises(redis.ResponseError, match=r"^Backup seal failed: .*No space left on device"):
+            r.execute_command("BACKUP", "SEAL")
+        st = status(r)
+        assert st["state"] == "failed" and "No space left on device" in st["error"]
+        assert os.listdir(data / "backupdir") == [] and listed(r) == []
+        # The server goes on: writes, and a new window once there is room.
+        r.xtrim("big", maxlen=0)
+        assert r.set("after", "failure")
+        assert r.execute_command("BACKUP", "CLEANUP") == b"OK" and status(r)["state"] == "idle"
+        assert "Backup into" in srv.log_text() and "failed" in srv.log_text()
