@@ -33,7 +33,7 @@ import os
 import time
 
 from .. import log
-from .aof import AofRotationError, AofUnwritten, Manifest, copy_segment, segment_seq
+from .aof import Manifest, copy_segment, segment_seq
 from .backup import (BACKUP_MANIFEST, Backup, BackupError, _file_entry, clear_directory, read_manifest,
                      write_backup_manifest)
 
@@ -91,23 +91,19 @@ class BackupWindow:
         """Absolute paths of the backup's immutable files so far: once incrementing,
         the snapshot copy and the AOF segments before the backup's position (the
         position's own segment grows until the seal); once sealed, every file."""
+        if self._state not in ("incrementing", "sealed"):
+            return []
+        try:
+            doc = read_manifest(self.path)
+        except BackupError:
+            return []
+        paths = [e["path"] for e in doc["files"]]
         if self._state == "incrementing":
-            try:
-                doc = read_manifest(self.path)
-            except BackupError:
-                return []
             last = doc["position"].get("aof_segment")
-            keep = [e["path"] for e in doc["files"]
-                    if not e["path"].endswith(".manifest") and not e["path"].endswith("/" + str(last))]
-            return [os.path.join(self.path, p) for p in keep]
-        if self._state == "sealed":
-            try:
-                doc = read_manifest(self.path)
-            except BackupError:
-                return []
-            return [os.path.join(self.path, e["path"]) for e in doc["files"]] + \
-                [os.path.join(self.path, BACKUP_MANIFEST)]
-        return []
+            paths = [p for p in paths if not p.endswith(".manifest") and os.path.basename(p) != last]
+        else:
+            paths.append(BACKUP_MANIFEST)
+        return [os.path.join(self.path, p) for p in paths]
 
     # -- the commands ----------------------------------------------------------------
 
@@ -135,7 +131,7 @@ class BackupWindow:
                 self._seal_aof()
             else:
                 self._seal_snapshot()
-        except (OSError, BackupError, AofRotationError, AofUnwritten, RuntimeError) as e:
+        except Exception as e:  # noqa: BLE001 - a disk, the snapshot, the AOF: the reason is the reply
             reason = f"{e.filename}: {e.strerror or e}" if isinstance(e, OSError) and e.filename else str(e)
             self._fail(f"the seal failed: {reason}")
             raise WindowError(f"Backup seal failed: {reason}") from None
