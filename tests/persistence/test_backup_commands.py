@@ -246,3 +246,24 @@ def test_a_seal_that_fails_leaves_failed_and_nothing_a_verify_would_take(small_b
         assert r.set("after", "failure")
         assert r.execute_command("BACKUP", "CLEANUP") == b"OK" and status(r)["state"] == "idle"
         assert "Backup into" in srv.log_text() and "failed" in srv.log_text()
+
+
+def test_shutdown_aborts_a_window_not_sealed_and_keeps_a_sealed_one(tmp_path):
+    data = tmp_path / "data"
+    srv = ServerProcess(data, "--appendonly", "yes", "--save", "").start()
+    try:
+        start_and_wait(redis.Redis(port=srv.port))
+    finally:
+        srv.stop()
+    assert os.listdir(data / "backupdir") == []
+    assert "the server shut down" in srv.log_text()
+    with ServerProcess(data, "--appendonly", "yes", "--save", "") as srv:
+        r = redis.Redis(port=srv.port)
+        start_and_wait(r)
+        assert r.execute_command("BACKUP", "SEAL") == b"OK"
+    assert (data / "backupdir" / "backup.manifest").is_file()
+    with ServerProcess(data, "--appendonly", "yes", "--save", "") as srv:
+        r = redis.Redis(port=srv.port)
+        assert status(r)["state"] == "idle"         # a restart does not know the sealed backup
+        with pytest.raises(redis.ResponseError, match="is not empty"):
+            r.execute_command("BACKUP", "START")
