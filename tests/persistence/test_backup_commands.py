@@ -267,3 +267,19 @@ def test_shutdown_aborts_a_window_not_sealed_and_keeps_a_sealed_one(tmp_path):
         assert status(r)["state"] == "idle"         # a restart does not know the sealed backup
         with pytest.raises(redis.ResponseError, match="is not empty"):
             r.execute_command("BACKUP", "START")
+
+
+def test_start_waits_pending_while_another_snapshot_runs(tmp_path):
+    with ServerProcess(tmp_path / "data", "--appendonly", "yes", "--save", "") as srv:
+        r = redis.Redis(port=srv.port)
+        r.set("k", "v")
+        # In one transaction: the BGSAVE's child cannot have been reaped when START runs.
+        pipe = r.pipeline(transaction=True)
+        pipe.bgsave()
+        pipe.execute_command("BACKUP", "START")
+        pipe.execute_command("BACKUP", "STATUS")
+        pipe.execute_command("BACKUP", "LIST")
+        _, started, pending, files = pipe.execute()
+        assert started == b"OK" and pending[b"state"] == b"pending" and files == []
+        wait_until(lambda: status(r)["state"] == "incrementing", what="the backup to leave pending")
+        assert r.execute_command("BACKUP", "SEAL") == b"OK"
