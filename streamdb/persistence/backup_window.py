@@ -33,7 +33,7 @@ import os
 import time
 
 from .. import log
-from .aof import Manifest, copy_segment, segment_seq
+from .aof import Manifest, copy_segment, segment_logical_size, segment_seq
 from .backup import (BACKUP_MANIFEST, Backup, BackupError, _file_entry, clear_directory, read_manifest,
                      write_backup_manifest)
 
@@ -222,7 +222,8 @@ class BackupWindow:
         ends in zeros that a thread cuts off later: a link would share that change."""
         aof = self.core.aof
         tmp = dest + ".tmp"
-        if aof.policy == "always" and aof.preallocate:
+        # (Zeros now: preallocated under a policy since changed, cut off later all the same.)
+        if (aof.policy == "always" and aof.preallocate) or segment_logical_size(src) != os.path.getsize(src):
             copy_segment(src, tmp)
         else:
             try:
