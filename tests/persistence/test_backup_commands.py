@@ -92,6 +92,15 @@ def test_start_writes_seal_list_verify_restore_cleanup(tmp_path, fsync):
         r.set("more", "x" * 1000)
         assert {f: os.path.getsize(f) for f in files} == sizes      # the sealed set does not grow
         assert digest_of_restored(backup, tmp_path / "restore") == at_seal
+        # streamdb-admin restore takes it, and with the live AOF it goes on past the seal.
+        final = r.execute_command("DEBUG", "DIGEST")
+        with_aof = tmp_path / "restore-with-aof"
+        restored = subprocess.run([*ADMIN, "restore", str(backup), str(with_aof), "--aof-from",
+                                   str(data / "appendonlydir")], cwd=ROOT, capture_output=True,
+                                  text=True, timeout=60)
+        assert restored.returncode == 0 and "segment(s)" in restored.stdout, restored.stdout + restored.stderr
+        with ServerProcess(with_aof, "--appendonly", "yes", "--save", "") as later:
+            assert redis.Redis(port=later.port).execute_command("DEBUG", "DIGEST") == final
         assert r.execute_command("BACKUP", "CLEANUP") == b"OK"
         assert status(r) == {"state": "idle", "error": "", "start_time": 0, "end_time": 0}
         assert backup.is_dir() and os.listdir(backup) == []
