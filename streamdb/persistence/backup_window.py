@@ -258,8 +258,9 @@ class BackupWindow:
         files += [_file_entry(self.path, f"{names['appenddirname']}/{s}")
                   for s in ([manifest.base] if manifest.base else []) + manifest.incrs]
         files.append(_file_entry(self.path, f"{names['appenddirname']}/{manifest_name}"))
+        # The seal's position: the end of the segment the rotation sealed (its logical size).
         position = dict(doc["position"], time_ms=self.core.now_ms(), aof_segment=added[-1],
-                        aof_offset=aof.segment_size(added[-1]))
+                        aof_offset=os.path.getsize(os.path.join(dest, added[-1])))
         repl = self.core.replication
         if repl is not None:
             position.update(master_replid=repl.replid, master_repl_offset=repl.offset)
