@@ -187,7 +187,11 @@ def test_replies_in_resp2_and_resp3_and_command_docs(tmp_path):
         assert two.call("BACKUP", "STATUS") == (b"*", [(b"$", b"state"), (b"$", b"idle"), (b"$", b"error"),
                                                        (b"$", b""), (b"$", b"start_time"), (b":", 0),
                                                        (b"$", b"end_time"), (b":", 0)])
-        assert three.call("BACKUP", "STATUS")[0] == b"%"
+        assert three.call("BACKUP", "STATUS") == (b"%", [(b"$", b"state"), (b"$", b"idle"), (b"$", b"error"),
+                                                         (b"$", b""), (b"$", b"start_time"), (b":", 0),
+                                                         (b"$", b"end_time"), (b":", 0)])
+        assert redis.Redis(port=srv.port, protocol=3).execute_command("BACKUP", "STATUS") == \
+            {b"state": b"idle", b"error": b"", b"start_time": 0, b"end_time": 0}
         assert two.call("BACKUP", "LIST") == three.call("BACKUP", "LIST") == (b"*", [])
         assert two.call("BACKUP", "START") == (b"+", b"OK")
         assert three.call("BACKUP", "START") == (b"-", b"ERR A backup is already in progress, ABORT it first")
@@ -204,6 +208,11 @@ def test_replies_in_resp2_and_resp3_and_command_docs(tmp_path):
             {f"backup|{n}" for n in ("start", "seal", "list", "status", "abort", "cleanup", "help")}
         wait_until(lambda: status(r)["state"] == "incrementing", what="incrementing")
         assert three.call("BACKUP", "SEAL") == (b"+", b"OK")
+        sealed = three.call("BACKUP", "LIST")
+        assert sealed[0] == b"*" and [t for t, _ in sealed[1]] == [b"$"] * len(sealed[1])
+        assert sealed == two.call("BACKUP", "LIST")
+        state = dict(zip(*[iter(three.call("BACKUP", "STATUS")[1])] * 2))
+        assert state[(b"$", b"state")] == (b"$", b"sealed") and state[(b"$", b"end_time")][0] == b":"
 
 
 def test_the_guide_block_runs_a_whole_window(tmp_path):
