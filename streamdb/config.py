@@ -57,6 +57,15 @@ def _parse_int(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
+def _parse_dirname(name: str) -> Callable[[str], str]:
+    """A directory name under ``dir``, as Redis takes appenddirname and backupdirname."""
+    def parse(text: str) -> str:
+        if not text or "/" in text or text in (".", ".."):
+            raise ConfigError(f"{name} can't be a path, just a dirname")
+        return text
+    return parse
+
+
 def _parse_clamped(lo: int, hi: int) -> Callable[[str], int]:
     """An integer Redis takes whatever its size and brings within [lo, hi] (hz)."""
     parse_any = _parse_int(-2**63, 2**63 - 1)
@@ -276,6 +285,8 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("save", "3600 1 300 100 60 10000", _parse_save, "Snapshot after <seconds> <changes> pairs."),
     _d("dbfilename", "snapshot.lmdb", _S, "Snapshot directory name (an LMDB environment) under dir.", False),
     _d("stop-writes-on-bgsave-error", "yes", _parse_bool, "While background saves fail (a failed fork, a child that failed to write) and save rules are set, write commands get MISCONF until a save succeeds.", True, _render_bool),
+    _d("backupdirname", "backupdir", _parse_dirname("backupdirname"), "Directory (under dir) BACKUP START writes into (a name, not a path).", True),
+    _d("backup-sealed-ttl", "0", _parse_int(0, 2**31 - 1), "Seconds a sealed BACKUP is kept before it is cleaned up by itself (0 = until BACKUP CLEANUP)."),
     # -- observability
     _d("slowlog-log-slower-than", "10000", _parse_int(-1, 2**63 - 1), "Log commands slower than this many microseconds."),
     _d("slowlog-max-len", "128", _parse_int(0, 2**31 - 1), "Slow log length."),

@@ -528,6 +528,8 @@ class Aof:
         self.rewrite_failures = 0
         self._auto_rewrite_delay = 0
         self._auto_rewrite_at = 0.0
+        # (name, path) -> None: called before a retired segment's file is deleted (BACKUP's pins)
+        self.keep_retired = None
 
     # -- loading ----------------------------------------------------------------
 
@@ -1250,11 +1252,7 @@ class Aof:
         except OSError:
             return          # (they are retired after the next snapshot)
         for name in old:
-            self._sizes.pop(name, None)
-            try:
-                os.unlink(os.path.join(self.dir, name))
-            except OSError:
-                pass
+            self._drop_segment_file(name)
         self.base_size = self.segment_size(self.manifest.base)
         self.total_size = self.base_size + sum(self.segment_size(s) for s in self.manifest.incrs)
         log.log(log.VERBOSE, f"Retired {len(old)} AOF segment(s) covered by the snapshot")
@@ -1269,8 +1267,7 @@ class Aof:
         Raises AofError when the manifest is unreadable."""
         if not os.path.exists(self.manifest_path()):
             return None
-        with open(self.manifest_path(), encoding="utf-8") as f:
-            manifest = Manifest.parse(f.read(), self.manifest_path())
+        manifest = Manifest.read(self.manifest_path())
         replayed = [s for s in manifest.segments()
                     if covered_seq is None or segment_seq(s) > covered_seq]
         if not replayed or replayed[0].endswith(".base.aof"):
@@ -1278,6 +1275,19 @@ class Aof:
         # Seqs count from 1; a rotation before a snapshot starts the segment after the
         # one it covers.
         return replayed[0] if segment_seq(replayed[0]) > (covered_seq or 0) + 1 else None
+
+    def _drop_segment_file(self, name: str) -> None:
+        """Delete the file of a segment the manifest no longer names.  ``keep_retired``
+        (set by an open BACKUP window, persistence/backup.py) is told first, so that it
+        can pin the segment's bytes before the name goes."""
+        self._sizes.pop(name, None)
+        path = os.path.join(self.dir, name)
+        if self.keep_retired is not None:
+            self.keep_retired(name, path)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
     # -- rewrite ----------------------------------------------------------------
 
@@ -1374,12 +1384,10 @@ class Aof:
                     pass
             raise
         for name in old:
-            self._sizes.pop(name, None)
             if name != base_name:
-                try:
-                    os.unlink(os.path.join(self.dir, name))
-                except OSError:
-                    pass
+                self._drop_segment_file(name)
+            else:
+                self._sizes.pop(name, None)
         self.base_size = self.segment_size(base_name)
         self.total_size = self.base_size + sum(self.segment_size(s) for s in self.manifest.incrs)
         self.rewrites += 1

@@ -244,10 +244,7 @@ class Backup:
         directory = self.dir
         # What a failed backup wrote is no backup: remove it, so that the same
         # directory can be used again (it was absent or empty when we began).
-        if os.path.isdir(directory):
-            for name in os.listdir(directory):
-                p = os.path.join(directory, name)
-                shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.unlink(p)
+        clear_directory(directory)
         self._finish("err", reason)
         log.log(log.WARNING, f"Backup into {directory} failed: {reason}")
 
@@ -257,8 +254,22 @@ class Backup:
         self.phase = "idle"
         self.snapshot_pid = None
 
-    def abort(self) -> None:
-        """Shutdown: a copy child still running is stopped; its directory is no backup."""
+    def copy_in_foreground(self, directory: str) -> None:
+        """Copy the snapshot as it is now (and the AOF up to its end) into ``directory``
+        (empty), waiting for the copy child: BACKUP SEAL without an AOF, right after a
+        SAVE.  ``last_status`` / ``last_error`` say how it went."""
+        self.dir, self.started = directory, time.monotonic()
+        self.repl_at_snapshot = self._replication_position()
+        self._start_copy()
+        if self.copy_pid is None:
+            return          # (failed: _start_copy said why)
+        _pid, status = os.waitpid(self.copy_pid, 0)
+        self.copy_pid = None
+        self._copy_finished(os.waitstatus_to_exitcode(status))
+
+    def abort(self, reason: str = "the server shut down") -> None:
+        """Shutdown (or BACKUP ABORT): a copy child still running is stopped; its
+        directory is no backup."""
         if self.copy_pid is not None:
             try:
                 os.kill(self.copy_pid, 15)
@@ -270,7 +281,7 @@ class Backup:
             os.close(self._copy_reason_fd)
             self._copy_reason_fd = None
         if self.in_progress:
-            self._fail("the server shut down")
+            self._fail(reason)
 
     def status_fields(self) -> list[tuple[str, object]]:
         """STREAMDB.BACKUP STATUS and INFO persistence (as backup_<name>)."""
@@ -330,18 +341,42 @@ class _CopyJob:
             p = os.path.join(aof_dest, name)
             files.append({"path": f"{self.appenddirname}/{name}", "size": os.path.getsize(p),
                           "sha256": _sha256_file(p)})
-        doc = {"format": FORMAT, "server_version": __version__, "created_ms": self.position["time_ms"],
-               "names": {"dbfilename": self.dbfilename, "appenddirname": self.appenddirname,
-                         "appendfilename": self.appendfilename},
-               "position": self.position, "files": files}
-        doc["checksum"] = _manifest_checksum(doc)
-        tmp = os.path.join(self.dest, BACKUP_MANIFEST + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(self.dest, BACKUP_MANIFEST))
-        fsync_dir(self.dest)
+        write_backup_manifest(self.dest, {
+            "format": FORMAT, "server_version": __version__, "created_ms": self.position["time_ms"],
+            "names": {"dbfilename": self.dbfilename, "appenddirname": self.appenddirname,
+                      "appendfilename": self.appendfilename},
+            "position": self.position, "files": files})
+
+
+def write_backup_manifest(directory: str, doc: dict) -> None:
+    """Make ``doc`` (with its checksum added) the backup manifest of ``directory``:
+    written aside, fsynced, renamed, the directory fsynced.  Written last: a
+    directory without it is no backup."""
+    doc = dict(doc)
+    doc.pop("checksum", None)
+    doc["checksum"] = _manifest_checksum(doc)
+    tmp = os.path.join(directory, BACKUP_MANIFEST + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(directory, BACKUP_MANIFEST))
+    fsync_dir(directory)
+
+
+def _file_entry(directory: str, relpath: str) -> dict:
+    """A backup manifest's line for the file ``relpath`` of ``directory``."""
+    p = os.path.join(directory, relpath)
+    return {"path": relpath, "size": os.path.getsize(p), "sha256": _sha256_file(p)}
+
+
+def clear_directory(directory: str) -> None:
+    """Remove everything in ``directory`` (the directory stays): what a backup wrote
+    into a directory that was absent or empty when it began."""
+    if os.path.isdir(directory):
+        for name in os.listdir(directory):
+            p = os.path.join(directory, name)
+            shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.unlink(p)
 
 
 # ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from .. import log
 from ..engine.nodecache import CACHE
 from .aof import Aof, AofError, AofRotationError
 from .backup import Backup
+from .backup_window import BackupWindow
 from .snapshot import DATA_FILE, Snapshotter, SnapshotError, load_snapshot
 
 __all__ = ["Persistence", "RecoveryError", "open_persistence"]
@@ -35,6 +36,7 @@ class Persistence:
         self.aof = aof
         self.snapshotter = snapshotter
         self.backup = Backup(core)       # STREAMDB.BACKUP (commands/backup.py)
+        self.backup_window = BackupWindow(core)     # BACKUP START | SEAL | ... (Redis 8.10)
 
     async def load(self, server) -> None:
         """Recover the data set while the server is already listening.
@@ -139,6 +141,7 @@ class Persistence:
             return
         self.snapshotter.poll()
         self.backup.poll()          # after the snapshotter's poll: it reaps the backup's snapshot
+        self.backup_window.poll()
         if self.aof is not None:
             self.aof.poll_rewrite()
             self.aof.flush_pending_retry()
@@ -147,6 +150,7 @@ class Persistence:
     def shutdown(self, save: bool | None = None) -> None:
         """Flush and fsync the AOF; snapshot if asked (or if save rules exist and data changed)."""
         self.backup.abort()
+        self.backup_window.shutdown()
         self.snapshotter.wait()
         if self.aof is not None:
             while self.aof.rewrite_pid is not None:

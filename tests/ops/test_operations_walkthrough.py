@@ -29,9 +29,9 @@ DOC_BLOCKS = {"docs/OPERATIONS.md": {"variables"}}
 # The guide's blocks in reading order.  A block added to the guide must be placed here (the
 # first test fails until it is), with whatever the reader does around it in the walk below.
 WALK = ["variables", "online-backup", "verify-backup", "restore-backup", "start-restored",
-        "point-of-restore", "backup", "restore", "check", "repair", "persistence-status",
-        "bgsave-after-fork-failure", "crashtest-faults", "replicate", "compare", "promote",
-        "stream-cache", "retention", "fsync", "stop"]
+        "point-of-restore", "backup-window", "backup", "restore", "check", "repair",
+        "persistence-status", "bgsave-after-fork-failure", "crashtest-faults", "replicate",
+        "compare", "promote", "stream-cache", "retention", "fsync", "stop"]
 # Blocks the walk reads but does not run again: they start servers of their own, use no
 # variable and no state of the walk, and the test named runs them as written.
 SELF_CONTAINED = {"crashtest-faults": "tests/persistence/test_crashtest.py (as root)"}
@@ -117,6 +117,9 @@ def test_the_guide_from_top_to_bottom(tmp_path):
         _stop(restored)
         reader.run("point-of-restore")
         assert (reader.path("RESTORE_DIR").parent / "streamdb-restored-with-aof").is_dir()
+        # Redis's BACKUP window, sealed, checked, copied away and cleaned up.
+        assert reader.run("backup-window").splitlines()[-1] == "OK"
+        assert (reader.path("BACKUP").parent / (reader.path("BACKUP").name + "-sealed") / "backup.manifest").is_file()
 
         # Without the backup command: a copy, then a second server on it.
         reader.run("backup")
