@@ -66,6 +66,7 @@ import zlib
 
 from .. import log
 from ..protocol import ProtocolError, RequestParser, encode_commands, encode_reply
+from .files import fsync_dir, replace_file
 from .child import (NotStarted, describe_exit, describe_failure, fork_reporting_child,
                     read_failure_reason, reap)
 from .prealloc import Preallocator
@@ -422,20 +423,7 @@ class Manifest:
 
         Raises OSError when a step fails, the file aside removed: the manifest in place
         is the old one then, except for ManifestNotDurable (only the last fsync failed)."""
-        path = os.path.join(dirpath, name)
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(self.render())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        replace_file(os.path.join(dirpath, name), self.render().encode("utf-8"))
         try:
             fsync_dir(dirpath)
         except OSError as e:
@@ -448,14 +436,6 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
         n = os.pwrite(fd, view, offset)
         view = view[n:]
         offset += n
-
-
-def fsync_dir(dirpath: str) -> None:
-    fd = os.open(dirpath, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # ---------------------------------------------------------------------------

@@ -40,7 +40,8 @@ import time
 import lmdb
 
 from .. import __version__, log
-from .aof import Aof, AofError, Manifest, copy_segment, fsync_dir, read_segment, segment_seq
+from .aof import Aof, AofError, Manifest, copy_segment, read_segment, segment_seq
+from .files import fsync_dir, replace_file
 from .child import describe_exit, fork_reporting_child, read_failure_reason, reap
 from .snapshot import MAP_SIZE, SnapshotError, load_snapshot, snapshot_info
 
@@ -355,12 +356,8 @@ def write_backup_manifest(directory: str, doc: dict) -> None:
     doc = dict(doc)
     doc.pop("checksum", None)
     doc["checksum"] = _manifest_checksum(doc)
-    tmp = os.path.join(directory, BACKUP_MANIFEST + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(directory, BACKUP_MANIFEST))
+    replace_file(os.path.join(directory, BACKUP_MANIFEST),
+                 json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
     fsync_dir(directory)
 
 

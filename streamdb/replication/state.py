@@ -28,6 +28,7 @@ import time
 from typing import NamedTuple
 
 from .. import log
+from ..persistence.files import replace_file
 
 __all__ = ["SavedState", "STATE_FILE", "state_path", "load", "StateWriter", "remove", "aof_position"]
 
@@ -114,17 +115,7 @@ class StateWriter:
 def _write(path: str, st: SavedState) -> None:
     """The line into a file aside, renamed over ``path``; on failure the file aside
     goes (it holds room a full disk may need)."""
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w", encoding="ascii") as f:
-            f.write("%s %d %d %s %d %s %d %d\n" % st)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    replace_file(path, ("%s %d %d %s %d %s %d %d\n" % st).encode("ascii"), durable=False)
 
 
 def remove(cfg) -> None:

@@ -43,7 +43,8 @@ import time
 from dataclasses import dataclass
 
 from ..persistence.aof import (SEGMENT_MAGIC, SEGMENT_NAME, AofCorruption, AofError, Manifest, SegmentScan,
-                               fsync_dir, read_segment, segment_logical_size, segment_seq, split_commands)
+                               read_segment, segment_logical_size, segment_seq, split_commands)
+from ..persistence.files import fsync_dir
 from .progress import Progress
 
 
@@ -198,7 +199,7 @@ def fix_hole(seg: SegmentCheck, later: list[str], manifest: Manifest | None, man
     after the bad spot, and the later segments.  Keeps a copy of the whole
     segment and renames (never deletes) the retired ones.
     """
-    size, keep = len(seg.data), kept_size(seg)
+    keep = kept_size(seg)
     bad_at = seg.corruption.offset if seg.corruption else seg.scan.torn_at
     lost = frames_after(seg.data, bad_at)
     what = "the bad frame" if bad_at else "the damaged segment header"

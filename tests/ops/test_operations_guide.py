@@ -23,7 +23,7 @@ def _run_block(name: str, stdin: str | None = None, **variables) -> str:
     return run_block(GUIDE, name, cwd=ROOT, stdin=stdin, **variables)
 
 
-def _fill(port: int) -> str:
+def fill_sensor_streams(port: int) -> str:
     r = redis.Redis(port=port)
     for i in range(300):
         r.xadd(f"sensor:{i % 3}", {"temperature": f"{19 + i % 7}.5"})
@@ -44,7 +44,7 @@ def _wait_until(check, timeout: float = 20) -> None:
 def test_backup_with_bgsave_and_copy_then_restore_on_another_port(tmp_path):
     data, backup = tmp_path / "data", tmp_path / "copy"
     with ServerProcess(data, "--appendonly", "yes", "--save", "") as srv:
-        digest = _fill(srv.port)
+        digest = fill_sensor_streams(srv.port)
         out = _run_block("backup", PORT=srv.port, DATA=data, COPY=backup)
         assert "Background saving started" in out
         assert (backup / "snapshot.lmdb").is_dir() and (backup / "appendonlydir").is_dir()
@@ -68,7 +68,7 @@ def test_backup_with_bgsave_and_copy_then_restore_on_another_port(tmp_path):
 def test_replicate_then_promote(tmp_path):
     with ServerProcess(tmp_path / "primary", "--save", "") as primary, \
             ServerProcess(tmp_path / "replica", "--save", "") as replica:
-        digest = _fill(primary.port)
+        digest = fill_sensor_streams(primary.port)
         out = _run_block("replicate", PORT=primary.port, REPLICA_PORT=replica.port)
         assert out.splitlines()[:5] == ["OK", "slave", "127.0.0.1", str(primary.port), "connected"]
         r_replica = redis.Redis(port=replica.port)
@@ -92,7 +92,7 @@ def test_stop_with_sigterm_exits_0_and_the_data_survives(tmp_path):
     srv = ServerProcess(data, "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
                         "--pidfile", str(pidfile)).start()
     try:
-        digest = _fill(srv.port)
+        digest = fill_sensor_streams(srv.port)
         _run_block("stop", PIDFILE=pidfile)
         assert srv.proc.wait(timeout=20) == 0
     finally:
@@ -105,7 +105,7 @@ def test_stop_with_sigterm_exits_0_and_the_data_survives(tmp_path):
 def test_the_offline_checks_on_a_stopped_server(tmp_path):
     data = tmp_path / "data"
     with ServerProcess(data, "--appendonly", "yes", "--save", "") as srv:
-        _fill(srv.port)
+        fill_sensor_streams(srv.port)
         redis.Redis(port=srv.port).save()
     out = _run_block("check", DATA=data)
     assert "AOF is valid" in out

@@ -21,6 +21,7 @@ import redis
 
 from docblocks import block_command, block_env, rewrite_ports, runnable_blocks, shell_blocks
 from helpers import ServerProcess
+from test_operations_guide import fill_sensor_streams
 from streamdb.tools.procs import free_port, wait_until_ready
 
 GUIDE = "docs/OPERATIONS.md"
@@ -78,15 +79,6 @@ class Reader:
         return proc
 
 
-def _fill(port: int) -> bytes:
-    r = redis.Redis(port=port)
-    for i in range(300):
-        r.xadd(f"sensor:{i % 3}", {"temperature": f"{19 + i % 7}.5"})
-    r.xgroup_create("sensor:0", "alerts", id="0")
-    r.xreadgroup("alerts", "w1", {"sensor:0": ">"}, count=25)
-    return r.execute_command("DEBUG", "DIGEST")
-
-
 def _stop(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=30) == 0
@@ -106,7 +98,7 @@ def test_the_guide_from_top_to_bottom(tmp_path):
     primary = start_primary()
     replica = None
     try:
-        digest = _fill(port)
+        digest = fill_sensor_streams(port)
 
         # Back up and restore: online backup, verify, restore it, look at it.
         reader.run("online-backup")

@@ -57,20 +57,9 @@ def _refused_start(data: Path, log_dir: Path, *args: str) -> str:
 
 
 @pytest.fixture
-def full_disk(tmp_path):
+def full_disk(tmp_path, tmpfs):
     """A 4 MiB tmpfs of this test's own (the server's data dir) and a way to fill it."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", f"aoffaults-{tmp_path.name}", str(mnt)],
-                          capture_output=True, text=True)
-    if done.returncode:
-        pytest.skip(f"mount -t tmpfs refused: {done.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    return tmpfs(tmp_path / "tmpfs", "4m")
 
 
 def _fill(mnt: Path, leave_pages: int) -> Path:

@@ -229,21 +229,11 @@ def test_the_guide_block_runs_a_whole_window(tmp_path):
 
 
 @pytest.fixture
-def small_backup_disk(tmp_path):
+def small_backup_disk(tmp_path, tmpfs):
     """The server's data dir, with a 256 KiB tmpfs of this test's own as its backupdir."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
     data = tmp_path / "data"
-    mnt = data / "backupdir"
-    mnt.mkdir(parents=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", f"backupcmds-{tmp_path.name}", str(mnt)],
-                          capture_output=True, text=True)
-    if done.returncode:
-        pytest.skip(f"mount -t tmpfs refused: {done.stderr.strip()}")
-    try:
-        yield data
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    tmpfs(data / "backupdir", "256k")
+    return data
 
 
 def test_a_seal_that_fails_leaves_failed_and_nothing_a_verify_would_take(small_backup_disk):

@@ -12,11 +12,8 @@ fsync under 'everysec', which a tmpfs cannot give: injected.)
 from __future__ import annotations
 
 import errno
-import os
 import socket
-import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -50,20 +47,8 @@ class Disk:
 
 
 @pytest.fixture
-def disk(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs (a disk to fill) needs root")
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    name = f"sdbfull-{uuid.uuid4().hex[:12]}"       # unique: other tests mount theirs too
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", name, str(mnt)],
-                          capture_output=True, text=True)
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
-    try:
-        yield Disk(mnt)
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+def disk(tmp_path, tmpfs):
+    return Disk(tmpfs(tmp_path / "disk", "6m"))
 
 
 def _server(disk: Disk, tmp_path: Path, *args: str) -> ServerProcess:

@@ -91,27 +91,6 @@ def fork_blocker(tmp_path):
         blocker.release()
 
 
-@pytest.fixture
-def tmpfs(tmp_path):
-    """``tmpfs(dir, size)``: a tmpfs of ``size`` mounted at ``dir`` (unmounted at teardown)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mounted: list[Path] = []
-
-    def mount(where: Path, size: str) -> Path:
-        where.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                              capture_output=True, text=True)
-        if done.returncode:
-            pytest.skip(f"cannot mount a tmpfs at {where}: {done.stderr.strip()}")
-        mounted.append(where)
-        return where
-
-    yield mount
-    for where in reversed(mounted):
-        subprocess.run(["umount", "-l", str(where)], capture_output=True)
-
-
 def persistence(r: redis.Redis) -> dict:
     return r.info("persistence")
 

@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -140,20 +139,9 @@ def test_a_data_file_cut_short_is_a_clear_start_error_and_a_clear_verify_error(t
 
 
 @pytest.fixture
-def small_disk(tmp_path):
+def small_disk(tmp_path, tmpfs):
     """A 4 MB tmpfs of this test's own (root only), unmounted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", f"snapfaults-{tmp_path.name}",
-                              str(mnt)], capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
+    return tmpfs(tmp_path / "disk", "4m")
 
 
 class Filler:

@@ -11,7 +11,6 @@ the replica's disk (a tmpfs); a complete transfer replaces the data.
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import zlib
@@ -195,21 +194,10 @@ def test_the_switch_is_one_aof_frame_so_a_kill9_while_writing_it_restarts_with_t
     assert_old_data(client(r), before)
 
 @pytest.fixture
-def small_disk(tmp_path):
+def small_disk(tmp_path, tmpfs):
     """A 512 KiB tmpfs for the replica's directory: room for its own data, not for the
     primary's ~1 MB payload."""
-    d = tmp_path / "small"
-    d.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", f"h5fs-{tmp_path.name}", str(d)],
-                          capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"mount refused: {done.stderr.decode(errors='replace').strip()}")
-    try:
-        yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+    return tmpfs(tmp_path / "small", "512k")
 
 
 def test_a_payload_that_does_not_fit_on_disk_leaves_the_old_data_then_syncs_once_it_does(
