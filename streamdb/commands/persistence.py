@@ -6,7 +6,7 @@ without it (``appendonly no``) these commands report that persistence is off.
 
 from __future__ import annotations
 
-from ..persistence import codec
+from ..persistence import codec, rdb
 from ..persistence.child import NotStarted
 from . import backup
 from ..protocol.reply import OK, CommandError, Status
@@ -14,22 +14,44 @@ from .args import parse_int
 from .context import Ctx, syntax_error
 from .registry import command
 
+CHECKSUM_ERROR = "ERR DUMP payload version or checksum are wrong"
+
+
 def load_payload(raw: bytes, check_nodes: bool = False):
+    """The value of a RESTORE payload: StreamDB's own (it starts with the codec's magic)
+    or one Redis's DUMP made (persistence/rdb.py), with Redis's errors for either."""
     if not raw.startswith(codec.PAYLOAD_MAGIC):
-        raise CommandError("ERR DUMP payload version or checksum are wrong")
+        try:
+            return rdb.load_dump_payload(raw)
+        except rdb.UnsupportedType as e:
+            raise CommandError(f"ERR Bad data format: {e}") from None
+        except rdb.RdbError as e:
+            if "checksum" in str(e):
+                raise CommandError(CHECKSUM_ERROR) from None
+            raise CommandError("ERR Bad data format") from None
     try:
         return codec.load_payload(raw, check_nodes)
     except codec.CodecError as e:
         if "checksum" in str(e):
-            raise CommandError("ERR DUMP payload version or checksum are wrong") from None
+            raise CommandError(CHECKSUM_ERROR) from None
         raise CommandError("ERR Bad data format") from None
 
 
 @command("dump", 2, "readonly", keys=(1, 1, 1), since="2.6.0")
 def dump(ctx: Ctx, argv):
-    """DUMP key"""
+    """DUMP key
+
+    The payload is StreamDB's own form, or Redis's (type 19, RDB version 10, which
+    Redis 7.0 and later RESTORE) with ``dump-payload-format redis``."""
     value = ctx.lookup(argv[1], read=True)
-    return None if value is None else codec.dump_payload(value)
+    if value is None:
+        return None
+    if ctx.config["dump-payload-format"] == "redis":
+        try:
+            return rdb.dump_payload(value)
+        except rdb.RdbError as e:
+            raise CommandError(f"ERR cannot DUMP in Redis's form: {e}") from None
+    return codec.dump_payload(value)
 
 
 @command("restore", -4, "write denyoom", keys=(1, 1, 1), since="2.6.0")
@@ -37,7 +59,8 @@ def restore(ctx: Ctx, argv):
     """RESTORE key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]
 
     Payloads are StreamDB's own (the snapshot codec with a version and a
-    checksum), not Redis's RDB format.  The AOF rewrite and a replica's full
+    checksum) or Redis's (a string or a stream as Redis 5-8's DUMP writes it:
+    persistence/rdb.py).  The AOF rewrite and a replica's full
     sync use this command.  They write a big stream in pieces
     (``codec.dump_pieces``): the first piece creates the key, each further
     "stream-nodes" piece appends its nodes to the stream the key holds (the
