@@ -1,0 +1,170 @@
+"""Streams move between Redis and StreamDB: Redis's DUMP payloads and dump.rdb files.
+
+The payloads and files are made by the real redis-server (7.0: RDB version 10,
+streams as type 19, strings LZF-compressed); a value restored on the other server
+must answer every read the same (XRANGE, XINFO STREAM FULL, XINFO GROUPS and
+CONSUMERS, XPENDING), but for the times that are relative to now (idle,
+inactive) and the field Redis 7.0 does not have (a consumer's active-time).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from differential.machine import LATER_REDIS_FIELDS
+from differential.resp import Err, RawClient
+from helpers import ROOT, ServerProcess
+from streamdb.persistence import rdb
+
+# The reply fields that hold times relative to now, that Redis 7.0 lacks (its later
+# releases added them), or that count the inner nodes of Redis's radix tree.
+VOLATILE = {b"idle", b"radix-tree-nodes"} | LATER_REDIS_FIELDS
+
+
+def _strip(reply):
+    """A reply without its VOLATILE fields (flat key-value lists lose the pair)."""
+    if isinstance(reply, list):
+        if len(reply) % 2 == 0 and any(isinstance(k, bytes) and k in VOLATILE
+                                       for k in reply[0::2]):
+            out = []
+            for k, v in zip(reply[0::2], reply[1::2]):
+                if k not in VOLATILE:
+                    out += [k, _strip(v)]
+            return out
+        return [_strip(x) for x in reply]
+    return reply
+
+
+def reads(client: RawClient, key: str) -> list:
+    """Every read of a stream whose reply must be the same on both servers."""
+    out = [client.call("XRANGE", key, "-", "+"), client.call("XLEN", key),
+           _strip(client.call("XINFO", "STREAM", key, "FULL"))]
+    groups = client.call("XINFO", "GROUPS", key)
+    out.append(groups)
+    for g in groups:
+        name = dict(zip(g[0::2], g[1::2]))[b"name"]
+        out.append(_strip(client.call("XINFO", "CONSUMERS", key, name)))
+        out.append(client.call("XPENDING", key, name))
+        # Extended form: id, consumer, idle (relative: dropped), deliveries.
+        out.append([[p[0], p[1], p[3]] for p in client.call("XPENDING", key, name, "-", "+", "1000")])
+    return out
+
+
+def make_redis_streams(r: redis.Redis) -> list[str]:
+    """Streams on redis-server with what a migration meets; returns their keys."""
+    r.config_set("stream-node-max-entries", 5)
+    big = "payload-" + "abcdefgh" * 20           # over 20 bytes and compressible: LZF
+    for i in range(40):
+        fields = {"kind": "tick", "n": i, "neg": -70000 * i, "big": big + str(i)}
+        if i % 9 == 4:
+            fields = {"other": "shape", "n": i}  # not the master fields
+        r.xadd("mig:orders", fields, id=f"{1000 + i // 3}-{i % 3}")
+    ids = [e[0] for e in r.xrange("mig:orders")]
+    r.xdel("mig:orders", ids[7], ids[12], ids[13], ids[38])
+    r.xtrim("mig:orders", maxlen=30, approximate=False)    # marks the head node's entries
+    r.xgroup_create("mig:orders", "billing", "0")
+    r.xreadgroup("billing", "alice", {"mig:orders": ">"}, count=6)
+    r.xreadgroup("billing", "bob", {"mig:orders": ">"}, count=4)
+    r.xack("mig:orders", "billing", ids[18])
+    r.xclaim("mig:orders", "billing", "carol", 0, [ids[20]])    # a second delivery
+    r.xgroup_create("mig:orders", "audit", "$", entries_read=None)
+    r.xgroup_create("mig:orders", "late", ids[25])
+    r.xgroup_createconsumer("mig:orders", "late", "idle-one")
+    r.xadd("mig:small", {"a": "1"}, id="5-1")
+    r.xadd("mig:empty", {"a": "1"}, id="7-7")
+    r.xdel("mig:empty", "7-7")                                   # length 0, last id kept
+    r.xgroup_create("mig:empty", "g", "$")
+    return ["mig:orders", "mig:small", "mig:empty"]
+
+
+@pytest.fixture
+def both(redis_server, fresh_server):
+    rc = redis.Redis(port=redis_server.port)
+    rc.flushall()
+    yield rc, redis.Redis(port=fresh_server.port), RawClient(redis_server.port), \
+        RawClient(fresh_server.port), fresh_server
+    rc.config_set("stream-node-max-entries", 100)
+    rc.flushall()
+
+
+def test_crc64_is_redis():
+    assert rdb.crc64(b"123456789") == 0xE9C6D914C4B8D9CA
+
+
+@pytest.mark.differential
+def test_restore_of_redis_dump_payloads(both):
+    """Redis DUMP -> StreamDB RESTORE: the same stream, groups and strings."""
+    rc, sc, raw_r, raw_s, _ = both
+    keys = make_redis_streams(rc)
+    rc.set("mig:text", "compress me " * 20)
+    rc.set("mig:int", 123456)
+    rc.set("mig:neg", -42)
+    for key in keys + ["mig:text", "mig:int", "mig:neg"]:
+        payload = rc.dump(key)
+        assert payload[-10:-8] == b"\x0a\x00"                 # RDB version 10: Redis 7.0
+        assert sc.restore(key, 0, payload)
+    for key in keys:
+        assert reads(raw_s, key) == reads(raw_r, key), key
+    for key in ("mig:text", "mig:int", "mig:neg"):
+        assert sc.get(key) == rc.get(key)
+    # What the restored stream does next is what Redis does next.
+    for c in (raw_r, raw_s):
+        c.call("XADD", "mig:orders", "MAXLEN", "~", "12", "*", "k", "v")
+        c.call("XREADGROUP", "GROUP", "late", "zed", "COUNT", "3", "STREAMS", "mig:orders", ">")
+    assert [len(x) if isinstance(x, list) else x for x in
+            (raw_s.call("XINFO", "GROUPS", "mig:orders"))] == \
+        [len(x) if isinstance(x, list) else x for x in raw_r.call("XINFO", "GROUPS", "mig:orders")]
+    assert raw_s.call("XLEN", "mig:orders") == raw_r.call("XLEN", "mig:orders")
+
+
+@pytest.mark.differential
+def test_dump_in_redis_form_restores_on_redis(both):
+    """StreamDB DUMP (dump-payload-format redis) -> redis-server RESTORE: the same replies."""
+    rc, sc, raw_r, raw_s, _ = both
+    keys = make_redis_streams(rc)
+    for key in keys:
+        sc.restore(key, 0, rc.dump(key))
+    sc.set("mig:text", "hello " * 30)
+    assert sc.config_get("dump-payload-format") == {"dump-payload-format": "streamdb"}
+    assert sc.dump("mig:small").startswith(b"SDB1")                   # the default: our own
+    sc.config_set("dump-payload-format", "redis")
+    for key in keys:
+        rc.restore(key + ":back", 0, sc.dump(key))
+        assert reads(raw_r, key + ":back") == reads(raw_s, key), key
+    rc.restore("mig:text:back", 0, sc.dump("mig:text"))
+    assert rc.get("mig:text:back") == sc.get("mig:text")
+    # A stream StreamDB made itself (its own node sizes) goes over too.
+    for i in range(300):
+        sc.xadd("mig:own", {"i": i, "pad": "x" * (i % 50)})
+    sc.xgroup_create("mig:own", "g", "0")
+    sc.xreadgroup("g", "c", {"mig:own": ">"}, count=50)
+    rc.restore("mig:own", 0, sc.dump("mig:own"))
+    assert reads(raw_r, "mig:own") == reads(raw_s, "mig:own")
+
+
+@pytest.mark.differential
+def test_damaged_redis_payloads_get_redis_errors(both):
+    rc, sc, raw_r, raw_s, srv = both
+    make_redis_streams(rc)
+    payload = rc.dump("mig:orders")
+    flipped = payload[:20] + bytes([payload[20] ^ 1]) + payload[21:]
+    newer = payload[:-10] + (99).to_bytes(2, "little")
+    newer += rdb.crc64(newer).to_bytes(8, "little")
+    for bad in (flipped, newer, b"", b"\x00" * 5):
+        assert raw_s.call("RESTORE", "k", "0", bad) == raw_r.call("RESTORE", "k", "0", bad) == \
+            Err("ERR DUMP payload version or checksum are wrong")
+    # Checksum right, contents wrong: "Bad data format", as Redis says.
+    body = payload[:-10]
+    broken = rdb.payload_for(body[0], body[1:-3], 10)
+    assert raw_s.call("RESTORE", "k", "0", broken) == Err("ERR Bad data format")
+    # A type StreamDB does not hold: a clear error naming it.
+    rc.hset("mig:hash", "f", "v")
+    reply = raw_s.call("RESTORE", "k", "0", rc.dump("mig:hash"))
+    assert isinstance(reply, Err) and reply.startswith("ERR Bad data format: a Redis hash")
+    assert sc.ping() and sc.exists("k") == 0
