@@ -37,6 +37,7 @@ from __future__ import annotations
 import struct
 
 from ..engine import ConsumerGroup, Stream
+from ..engine.groups import ENTRIES_READ_INVALID, MAX_DELIVERY_COUNT
 from ..engine.lag import estimate_entries_read
 
 __all__ = ["RdbError", "UnsupportedType", "crc64", "lzf_decompress", "load_dump_payload",
@@ -62,6 +63,7 @@ TYPE_NAMES = {
 }
 
 _U64 = (1 << 64) - 1
+_I64_MAX = (1 << 63) - 1
 
 
 class RdbError(ValueError):
@@ -500,6 +502,8 @@ def _build_stream(raw: _RawStream) -> Stream:
         s.entries_added = s.length
         s.max_deleted_id = 0
     else:
+        if raw.entries_added > _I64_MAX:        # (Redis holds it in a signed 64-bit int)
+            raise RdbError("entries-added out of range")
         s.entries_added = raw.entries_added
         s.max_deleted_id = raw.max_deleted_id
     for name, last_id, entries_read, pel, consumers in raw.groups:
@@ -509,11 +513,13 @@ def _build_stream(raw: _RawStream) -> Stream:
             raise RdbError("duplicate consumer group")
         if entries_read is None:
             entries_read = estimate_entries_read(s, last_id)
+        elif entries_read < ENTRIES_READ_INVALID:
+            raise RdbError("group entries-read out of range")
         g = ConsumerGroup(name, last_id, entries_read)
         delivery = {}
         for sid, when, count in pel:
-            if sid in delivery:
-                raise RdbError("duplicate pending entry")
+            if sid in delivery or count > MAX_DELIVERY_COUNT:
+                raise RdbError("duplicate pending entry or delivery count out of range")
             delivery[sid] = (when, count)
         owned = set()
         for cname, seen, active, pending in consumers:
