@@ -35,13 +35,15 @@ DUMP produces type 19 and RDB version 10: what Redis 7.0 and every later Redis
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 from ..engine import ConsumerGroup, Stream
 from ..engine.groups import ENTRIES_READ_INVALID, MAX_DELIVERY_COUNT
 from ..engine.lag import estimate_entries_read
 
 __all__ = ["RdbError", "UnsupportedType", "crc64", "lzf_decompress", "load_dump_payload",
-           "dump_payload", "Reader", "read_object", "skip_object", "TYPE_NAMES", "payload_for"]
+           "dump_payload", "Reader", "read_object", "skip_object", "TYPE_NAMES", "payload_for",
+           "RdbRecord", "rdb_file_records", "rdb_file_version", "SUPPORTED_TYPES"]
 
 # The RDB version of the payloads DUMP produces (Redis 7.0's), and the newest accepted
 # (Redis 7.4 and 8's).
@@ -53,6 +55,7 @@ TYPE_STREAM_LISTPACKS = 15      # Redis 5-6
 TYPE_STREAM_LISTPACKS_2 = 19    # Redis 7.0-7.2: first id, max-deleted id, entries-added, entries-read
 TYPE_STREAM_LISTPACKS_3 = 21    # Redis 7.4+: consumers' active time
 STREAM_TYPES = (TYPE_STREAM_LISTPACKS, TYPE_STREAM_LISTPACKS_2, TYPE_STREAM_LISTPACKS_3)
+SUPPORTED_TYPES = (TYPE_STRING, *STREAM_TYPES)      # what RESTORE of a Redis payload accepts
 
 # Redis's value types by number, for messages about the ones StreamDB does not hold.
 TYPE_NAMES = {
@@ -676,3 +679,105 @@ def dump_payload(value) -> bytes:
     if type(value) is bytes:
         return payload_for(TYPE_STRING, _put_string(value), DUMP_RDB_VERSION)
     return payload_for(TYPE_STREAM_LISTPACKS_2, _encode_stream(value), DUMP_RDB_VERSION)
+
+
+# -- RDB files ---------------------------------------------------------------------------
+
+_OP_SLOT_INFO, _OP_FUNCTION2, _OP_FUNCTION_PRE_GA, _OP_MODULE_AUX = 0xF4, 0xF5, 0xF6, 0xF7
+_OP_IDLE, _OP_FREQ, _OP_AUX, _OP_RESIZEDB = 0xF8, 0xF9, 0xFA, 0xFB
+_OP_EXPIRETIME_MS, _OP_EXPIRETIME, _OP_SELECTDB, _OP_EOF = 0xFC, 0xFD, 0xFE, 0xFF
+
+
+class RdbRecord(NamedTuple):
+    """One key of an RDB file: its database, name, RDB type, the object's bytes as
+    stored (``payload_for`` makes them a DUMP payload) and absolute expiry (ms) if any."""
+    db: int
+    key: bytes
+    rdb_type: int
+    body: bytes
+    expire_ms: int | None
+
+
+def rdb_file_version(data: bytes) -> int:
+    """The RDB version in a file's ``REDIS<4 digits>`` header; RdbError if it has none."""
+    if len(data) < 9 or not data.startswith(b"REDIS") or not data[5:9].isdigit():
+        raise RdbError("not a Redis RDB file (it does not start with REDIS and a version)")
+    version = int(data[5:9])
+    if version > MAX_RDB_VERSION:
+        raise RdbError(f"RDB version {version} is newer than the newest this reader knows "
+                       f"({MAX_RDB_VERSION})")
+    return version
+
+
+def _skip_module_values(r: Reader) -> None:
+    """Past a module's opcode-tagged values (unsigned, signed, float, double, string)
+    up to their end opcode: how data of a module StreamDB does not have is skipped."""
+    while True:
+        opcode = r.length()
+        if opcode == 0:
+            return
+        if opcode in (1, 2):
+            r.length()
+        elif opcode == 3:
+            r.take(4)
+        elif opcode == 4:
+            r.take(8)
+        elif opcode == 5:
+            r.string()
+        else:
+            raise RdbError(f"unknown module value opcode {opcode}")
+
+
+def rdb_file_records(data: bytes, notes: list[str]):
+    """The keys of an RDB file's bytes, in file order, as RdbRecords.
+
+    Auxiliary fields are read past; a function library or module data is skipped with
+    a line added to ``notes``.  RdbError for a file that is not RDB, is damaged (the
+    CRC64 at its end, when not 0, is checked once the end is reached), or holds a value
+    whose extent cannot be found (UnsupportedType: nothing after it can be read)."""
+    version = rdb_file_version(data)
+    r = Reader(data, 9)
+    db, expire_ms = 0, None
+    while True:
+        op = r.byte()
+        if op == _OP_EOF:
+            if version >= 5:
+                stored = int.from_bytes(r.take(8), "little")
+                if stored and stored != crc64(memoryview(data)[:r.pos - 8]):
+                    raise RdbError("the file's checksum is wrong: it is damaged")
+            return
+        if op == _OP_AUX:
+            r.string()
+            r.string()
+        elif op == _OP_SELECTDB:
+            db = r.length()
+        elif op == _OP_RESIZEDB:
+            r.length()
+            r.length()
+        elif op == _OP_EXPIRETIME:
+            expire_ms = int.from_bytes(r.take(4), "little") * 1000
+        elif op == _OP_EXPIRETIME_MS:
+            expire_ms = r.millis()
+        elif op == _OP_IDLE:
+            r.length()
+        elif op == _OP_FREQ:
+            r.byte()
+        elif op == _OP_SLOT_INFO:
+            r.length()
+            r.length()
+            r.length()
+        elif op == _OP_FUNCTION2:
+            r.string()
+            notes.append("skipped a function library (StreamDB has no functions)")
+        elif op == _OP_MODULE_AUX:
+            r.length()
+            _skip_module_values(r)
+            notes.append("skipped a module's auxiliary data (StreamDB has no modules)")
+        elif op == _OP_FUNCTION_PRE_GA:
+            raise RdbError("the file holds functions in a pre-release format")
+        else:
+            key = r.string()
+            start = r.pos
+            skip_object(r, op)
+            yield RdbRecord(db, key, op, data[start:r.pos], expire_ms)
+            expire_ms = None

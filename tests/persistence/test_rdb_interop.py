@@ -168,3 +168,67 @@ def test_damaged_redis_payloads_get_redis_errors(both):
     reply = raw_s.call("RESTORE", "k", "0", rc.dump("mig:hash"))
     assert isinstance(reply, Err) and reply.startswith("ERR Bad data format: a Redis hash")
     assert sc.ping() and sc.exists("k") == 0
+
+
+def run_admin(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "streamdb.tools.admin", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.differential
+def test_import_rdb_of_a_redis_dump_file(both, redis_server):
+    """SAVE on redis-server -> streamdb-admin import-rdb dump.rdb: the same data."""
+    rc, sc, raw_r, raw_s, srv = both
+    keys = make_redis_streams(rc)
+    rc.set("mig:text", "compressible text " * 10)
+    rc.set("mig:ttl", "expires", px=600_000)
+    rc.hset("mig:hash", "f", "v")                      # a type StreamDB does not hold
+    r1 = redis.Redis(port=redis_server.port, db=1)
+    r1.xadd("mig:db1", {"x": "1"}, id="9-9")
+    r1.close()
+    assert rc.config_get("rdbcompression") == {"rdbcompression": "yes"}
+    rc.save()
+    dump = Path(redis_server.data_dir) / "dump.rdb"
+    assert dump.read_bytes().startswith(b"REDIS0010")
+
+    done = run_admin("import-rdb", str(dump), "-p", str(srv.port))
+    assert done.returncode == 1, done.stderr            # 1: the hash was skipped
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "skipped key mig:hash: a Redis hash (RDB type" in done.stdout, done.stdout
+    assert "imported 6 keys" in done.stdout and "1 skipped" in done.stdout, done.stdout
+    for key in keys:
+        assert reads(raw_s, key) == reads(raw_r, key), key
+    assert sc.get("mig:text") == rc.get("mig:text")
+    assert 0 < sc.pttl("mig:ttl") <= 600_000
+    assert sc.exists("mig:hash") == 0
+    assert redis.Redis(port=srv.port, db=1).xrange("mig:db1") == [(b"9-9", {b"x": b"1"})]
+
+    # Again: every key exists now (BUSYKEY, named), unless --replace.
+    again = run_admin("import-rdb", str(dump), "-p", str(srv.port))
+    assert again.returncode == 1 and "BUSYKEY" in again.stdout and "6 failed" in again.stdout
+    replaced = run_admin("import-rdb", str(dump), "-p", str(srv.port), "--replace", "--db", "3")
+    assert "imported 6 keys" in replaced.stdout, replaced.stdout
+    assert redis.Redis(port=srv.port, db=3).xlen("mig:db1") == 1
+
+
+def test_import_rdb_of_a_missing_or_foreign_file_exits_2(tmp_path):
+    not_rdb = tmp_path / "notes.txt"
+    not_rdb.write_text("hello\n")
+    for path, says in ((tmp_path / "absent.rdb", "No such file or directory"),
+                       (not_rdb, "not a Redis RDB file")):
+        done = run_admin("import-rdb", str(path), "-p", "1")
+        assert done.returncode == 2, done
+        assert says in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_import_rdb_of_a_damaged_file_stops_with_a_message(tmp_path, fresh_server):
+    """A file cut short: what was read before is imported, the rest is named, exit 1."""
+    head = b"REDIS0010" + b"\xfe\x00" + b"\x00" + b"\x01a" + b"\x01x" + b"\x00" + b"\x01b" + b"\x05"
+    path = tmp_path / "cut.rdb"
+    path.write_bytes(head)
+    done = run_admin("import-rdb", str(path), "-p", str(fresh_server.port))
+    assert done.returncode == 1, done
+    assert "the import stopped: value ends early" in done.stderr, done.stderr
+    assert "imported 1 keys" in done.stdout and "Traceback" not in done.stderr
+    assert redis.Redis(port=fresh_server.port).get("a") == b"x"
