@@ -253,6 +253,13 @@ DOCS: dict[str, CommandDoc] = {
          complexity='O(1)'),
     'persist': _doc('Remove the expiration from a key', 'generic',
          complexity='O(1)'),
+    'migrate': _doc('Atomically transfer a key from a Redis instance to another one.', 'generic',
+         complexity='This command actually executes a DUMP+DEL in the source instance, and a RESTORE in the target instance. See the pages of these commands for time complexity. Also an O(N) data transfer between the two instances is performed.',
+         history=(
+             ('3.0.0', 'Added the `COPY` and `REPLACE` options.'),
+             ('3.0.6', 'Added the `KEYS` option.'),
+             ('4.0.7', 'Added the `AUTH` option.'),
+             ('6.0.0', 'Added the `AUTH2` option.'),)),
     'pexpire': _doc("Set a key's time to live in milliseconds", 'generic',
          complexity='O(1)',
          history=(

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from differential.machine import LATER_REDIS_FIELDS
-from differential.resp import Err, RawClient
+from differential.resp import Err, RawClient, Status
 from helpers import ROOT, ServerProcess
 from streamdb.persistence import rdb
 
@@ -232,3 +232,66 @@ def test_import_rdb_of_a_damaged_file_stops_with_a_message(tmp_path, fresh_serve
     assert "the import stopped: value ends early" in done.stderr, done.stderr
     assert "imported 1 keys" in done.stdout and "Traceback" not in done.stderr
     assert redis.Redis(port=fresh_server.port).get("a") == b"x"
+
+
+# -- MIGRATE ------------------------------------------------------------------------------
+
+@pytest.mark.differential
+def test_migrate_from_redis_to_streamdb(both):
+    """redis-server's MIGRATE sends its own payloads to StreamDB as RESTOREs."""
+    rc, sc, raw_r, raw_s, srv = both
+    keys = make_redis_streams(rc)
+    rc.set("mig:text", "some text " * 10, px=900_000)
+    before = {key: reads(raw_r, key) for key in keys}
+    assert rc.migrate("127.0.0.1", srv.port, keys + ["mig:text"], 0, 5000) == b"OK"
+    assert rc.exists(*keys, "mig:text") == 0                     # moved, not copied
+    for key in keys:
+        assert reads(raw_s, key) == before[key], key
+    assert sc.get("mig:text") == b"some text " * 10 and 0 < sc.pttl("mig:text") <= 900_000
+
+
+@pytest.mark.differential
+def test_migrate_from_streamdb_to_redis(both, redis_server):
+    """StreamDB's MIGRATE (dump-payload-format redis) moves streams into redis-server;
+    its replies and errors are Redis's."""
+    rc, sc, raw_r, raw_s, srv = both
+    keys = make_redis_streams(rc)
+    for key in keys:
+        sc.restore(key, 0, rc.dump(key))
+    rc.flushall()
+    expected = {key: reads(raw_s, key) for key in keys}
+    sc.config_set("dump-payload-format", "redis")
+    port = str(redis_server.port)
+
+    assert raw_s.call("MIGRATE", "127.0.0.1", port, "mig:orders", "0", "5000", "COPY") == Status("OK")
+    assert sc.exists("mig:orders") == 1                          # COPY keeps it
+    assert raw_s.call("MIGRATE", "127.0.0.1", port, "", "0", "5000", "KEYS", *keys) == \
+        Err("ERR Target instance replied with error: BUSYKEY Target key name already exists.")
+    assert sc.exists("mig:orders") == 1 and sc.exists("mig:small", "mig:empty") == 0
+    assert raw_s.call("MIGRATE", "127.0.0.1", port, "mig:orders", "0", "5000", "REPLACE") == Status("OK")
+    assert sc.exists("mig:orders") == 0
+    for key in keys:
+        assert reads(raw_r, key) == expected[key], key
+    assert raw_s.call("MIGRATE", "127.0.0.1", port, "mig:orders", "0", "5000") == \
+        raw_r.call("MIGRATE", "127.0.0.1", port, "nosuchkey", "0", "5000")          # NOKEY
+
+    # Errors: the same replies redis-server gives for the same MIGRATE.
+    sc.set("mig:k", "v")
+    rc.set("mig:k", "v")
+    dead = str(_closed_port())
+    for args in (["127.0.0.1", dead, "mig:k", "0", "1000"],
+                 ["127.0.0.1", port, "mig:k", "0", "1000", "AUTH", "wrong"],
+                 ["127.0.0.1", port, "mig:k", "0", "1000", "KEYS", "x"],
+                 ["127.0.0.1", port, "mig:k", "x", "1000"],
+                 ["127.0.0.1", port, "mig:k", "0", "1000", "NOSUCHOPTION"]):
+        ours = raw_s.call("MIGRATE", *args)
+        theirs = raw_r.call("MIGRATE", *([args[0], str(srv.port)] + args[2:])
+                            if args[1] == port else args)
+        assert ours == theirs, args
+        assert isinstance(ours, Err), ours
+    assert sc.get("mig:k") == b"v"
+
+
+def _closed_port() -> int:
+    from streamdb.tools.procs import free_port
+    return free_port()
