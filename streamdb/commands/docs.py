@@ -298,6 +298,13 @@ DOCS: dict[str, CommandDoc] = {
              ('3.0.0', 'Added the `REPLACE` modifier.'),
              ('5.0.0', 'Added the `ABSTTL` modifier.'),
              ('5.0.0', 'Added the `IDLETIME` and `FREQ` options.'),)),
+    'restore-asking': _doc('An internal command for migrating keys in a cluster', 'server',
+         complexity='O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the number of Redis objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).',
+         history=(
+             ('3.0.0', 'Added the `REPLACE` modifier.'),
+             ('5.0.0', 'Added the `ABSTTL` modifier.'),
+             ('5.0.0', 'Added the `IDLETIME` and `FREQ` options.'),),
+         syscmd=True),
     'role': _doc('Return the role of the instance in the context of replication', 'server',
          complexity='O(1)'),
     'save': _doc('Synchronously save the dataset to disk', 'server',

@@ -115,6 +115,16 @@ def restore(ctx: Ctx, argv):
     return OK
 
 
+@command("restore-asking", -4, "write denyoom asking", keys=(1, 1, 1), group="server",
+         since="3.0.0", categories=("@keyspace", "@write", "@slow", "@dangerous"))
+def restore_asking(ctx: Ctx, argv):
+    """RESTORE-ASKING key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]
+
+    What a Redis Cluster node's MIGRATE sends instead of RESTORE: without a cluster,
+    the same as RESTORE (StreamDB has no slots to ask about)."""
+    return restore(ctx, argv)
+
+
 def _restore_more_nodes(ctx: Ctx, key: bytes, run, argv):
     """RESTORE of a "stream-nodes" piece: append to the stream at ``key``."""
     stream = ctx.lookup(key)

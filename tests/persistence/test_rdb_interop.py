@@ -295,3 +295,16 @@ def test_migrate_from_streamdb_to_redis(both, redis_server):
 def _closed_port() -> int:
     from streamdb.tools.procs import free_port
     return free_port()
+
+
+@pytest.mark.differential
+def test_restore_asking_is_restore_without_a_cluster(both):
+    """What a Redis Cluster node's MIGRATE sends: StreamDB takes it as RESTORE."""
+    rc, sc, raw_r, raw_s, _ = both
+    make_redis_streams(rc)
+    payload = rc.dump("mig:orders")
+    assert raw_s.call("RESTORE-ASKING", "mig:orders", "0", payload) == Status("OK")
+    assert reads(raw_s, "mig:orders") == reads(raw_r, "mig:orders")
+    assert raw_s.call("RESTORE-ASKING", "mig:orders", "0", payload) == \
+        raw_r.call("RESTORE-ASKING", "mig:orders", "0", payload) == \
+        Err("BUSYKEY Target key name already exists.")
