@@ -19,7 +19,7 @@ import redis
 
 from differential.machine import LATER_REDIS_FIELDS
 from differential.resp import Err, RawClient, Status
-from helpers import ROOT, ServerProcess
+from helpers import ROOT, ServerProcess, wait_until
 from streamdb.persistence import rdb
 
 # The reply fields that hold times relative to now, that Redis 7.0 lacks (its later
@@ -308,3 +308,31 @@ def test_restore_asking_is_restore_without_a_cluster(both):
     assert raw_s.call("RESTORE-ASKING", "mig:orders", "0", payload) == \
         raw_r.call("RESTORE-ASKING", "mig:orders", "0", payload) == \
         Err("BUSYKEY Target key name already exists.")
+
+
+@pytest.mark.differential
+def test_a_restored_redis_stream_survives_kill9_and_a_rewrite(redis_server, tmp_path):
+    """The AOF logs the RESTORE with Redis's payload; a restart replays it, and an AOF
+    rewrite (StreamDB's own form) keeps the same stream."""
+    rc = redis.Redis(port=redis_server.port)
+    rc.flushall()
+    try:
+        keys = make_redis_streams(rc)
+        raw_r = RawClient(redis_server.port)
+        expected = {key: reads(raw_r, key) for key in keys}
+        with ServerProcess(tmp_path / "sdb", "--appendonly", "yes", "--appendfsync", "always",
+                           "--save", "") as srv:
+            sc = redis.Redis(port=srv.port)
+            for key in keys:
+                sc.restore(key, 0, rc.dump(key))
+            srv.kill9()
+            srv.start()
+            assert {key: reads(RawClient(srv.port), key) for key in keys} == expected
+            sc.bgrewriteaof()
+            wait_until(lambda: sc.info("persistence")["aof_rewrite_in_progress"] == 0)
+            srv.kill9()
+            srv.start()
+            assert {key: reads(RawClient(srv.port), key) for key in keys} == expected
+    finally:
+        rc.config_set("stream-node-max-entries", 100)
+        rc.flushall()
