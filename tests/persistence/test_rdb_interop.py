@@ -336,3 +336,20 @@ def test_a_restored_redis_stream_survives_kill9_and_a_rewrite(redis_server, tmp_
     finally:
         rc.config_set("stream-node-max-entries", 100)
         rc.flushall()
+
+
+DOC_BLOCKS = {"docs/OPERATIONS.md": {"import-rdb"}}
+
+
+@pytest.mark.differential
+def test_the_guides_import_rdb_block(both, redis_server, tmp_path):
+    """docs/OPERATIONS.md's import-rdb block, on a dump.rdb that redis-server wrote."""
+    from docblocks import run_block
+    rc, sc, raw_r, raw_s, srv = both
+    keys = make_redis_streams(rc)
+    rc.save()
+    out = run_block("docs/OPERATIONS.md", "import-rdb", cwd=tmp_path, PORT=srv.port,
+                    REDIS_RDB=Path(redis_server.data_dir) / "dump.rdb")
+    assert f"imported {len(keys)} keys" in out and "0 failed, 0 skipped" in out, out
+    for key in keys:
+        assert reads(raw_s, key) == reads(raw_r, key), key
