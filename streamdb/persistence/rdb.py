@@ -678,7 +678,14 @@ def dump_payload(value) -> bytes:
     the seen time).  RdbError for a stream with NACKed entries (no owner in Redis)."""
     if type(value) is bytes:
         return payload_for(TYPE_STRING, _put_string(value), DUMP_RDB_VERSION)
-    return payload_for(TYPE_STREAM_LISTPACKS_2, _encode_stream(value), DUMP_RDB_VERSION)
+    try:
+        body = _encode_stream(value)
+    except (ValueError, OverflowError, struct.error) as e:
+        if isinstance(e, RdbError):
+            raise
+        # (a counter or time that a RESTORE of our own form set beyond 64 bits)
+        raise RdbError("a counter or time of the stream is out of Redis's range") from None
+    return payload_for(TYPE_STREAM_LISTPACKS_2, body, DUMP_RDB_VERSION)
 
 
 # -- RDB files ---------------------------------------------------------------------------
@@ -734,7 +741,9 @@ def rdb_file_records(data: bytes, notes: list[str]):
     Auxiliary fields are read past; a function library or module data is skipped with
     a line added to ``notes``.  RdbError for a file that is not RDB, is damaged (the
     CRC64 at its end, when not 0, is checked once the end is reached), or holds a value
-    whose extent cannot be found (UnsupportedType: nothing after it can be read)."""
+    whose extent cannot be found (a module's: nothing after it can be read).  Records
+    are yielded as they are read: a caller that must not act on a damaged file reads
+    them all first."""
     version = rdb_file_version(data)
     r = Reader(data, 9)
     db, expire_ms = 0, None
@@ -778,6 +787,10 @@ def rdb_file_records(data: bytes, notes: list[str]):
         else:
             key = r.string()
             start = r.pos
-            skip_object(r, op)
+            try:
+                skip_object(r, op)
+            except UnsupportedType as e:
+                raise RdbError(f"cannot read past key {key.decode('utf-8', 'backslashreplace')}, "
+                               f"{e}") from None
             yield RdbRecord(db, key, op, data[start:r.pos], expire_ms)
             expire_ms = None

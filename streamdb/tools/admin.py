@@ -471,52 +471,46 @@ def _restore_batch(clients: dict, args, batch: list, console: Console, counts: d
 
 
 def cmd_import_rdb(_r, args, console: Console) -> int:
+    """Read the whole file first (a damaged or cut one sends nothing), then send its
+    strings and streams in pipelined batches of RESTOREs."""
     from ..persistence import rdb
+    notes: list[str] = []
     try:
         with open(args.file, "rb") as f:
             data = f.read()
-        rdb.rdb_file_version(data)
+        version = rdb.rdb_file_version(data)
+        with console.status(f"reading {args.file}"):
+            records = list(rdb.rdb_file_records(data, notes))
     except OSError as e:
         _error(f"{args.file}: {e.strerror}")
         return 2
     except rdb.RdbError as e:
-        _error(f"{args.file}: {e}")
+        _error(f"{args.file}: {e}; nothing was imported")
         return 2
-    version = int(data[5:9])
+    for note in dict.fromkeys(notes):
+        console.print(note, highlight=False)
     counts = {"imported": 0, "failed": 0, "skipped": 0}
-    notes: list[str] = []
     clients: dict[int, redis.Redis] = {}
     batch: list = []
-    stopped = None
     try:
         with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
-            task = bar.add_task(f"importing {args.file}", total=len(data))
-            records = rdb.rdb_file_records(data, notes)
-            try:
-                for record in records:
-                    bar.advance(task, len(record.key) + len(record.body))   # (about the file's bytes)
-                    if record.rdb_type not in rdb.SUPPORTED_TYPES:
-                        counts["skipped"] += 1
-                        console.print(f"skipped key {_text(record.key)}: "
-                                      f"{rdb.UnsupportedType(record.rdb_type)}", highlight=False)
-                        continue
+            task = bar.add_task(f"importing {args.file}", total=len(records))
+            for n, record in enumerate(records, 1):
+                if record.rdb_type not in rdb.SUPPORTED_TYPES:
+                    counts["skipped"] += 1
+                    console.print(f"skipped key {_text(record.key)}: "
+                                  f"{rdb.UnsupportedType(record.rdb_type)}", highlight=False)
+                else:
                     batch.append((record, rdb.payload_for(record.rdb_type, record.body, version)))
-                    if len(batch) >= IMPORT_BATCH:
-                        _restore_batch(clients, args, batch, console, counts)
-                        batch = []
-            except rdb.RdbError as e:
-                stopped = str(e)
-            if batch:
-                _restore_batch(clients, args, batch, console, counts)
+                if len(batch) >= IMPORT_BATCH or (n == len(records) and batch):
+                    _restore_batch(clients, args, batch, console, counts)
+                    batch = []
+                bar.update(task, completed=n)
     finally:
         for client in clients.values():
             client.close()
-    for note in dict.fromkeys(notes):
-        console.print(note, highlight=False)
     console.print(f"imported {counts['imported']} keys from {args.file} (RDB version {version}), "
                   f"{counts['failed']} failed, {counts['skipped']} skipped", highlight=False)
-    if stopped:
-        return _error(f"{args.file}: the import stopped: {stopped}; the keys before it were sent")
     return 1 if counts["failed"] or counts["skipped"] else 0
 
 
@@ -626,9 +620,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     "each string and stream key to the server as RESTORE with Redis's "
                                     "payload form, keeping expiry times (ABSTTL).  Keys of other types "
                                     "are skipped and named; functions and module data are skipped.  "
-                                    "Exit 0 when every key was imported, 1 when some were skipped or "
-                                    "refused (an existing key without --replace) or the file is damaged "
-                                    "part way, 2 when FILE is missing or not an RDB file.")
+                                    "The whole file is read and checked first.  Exit 0 when every key "
+                                    "was imported, 1 when some were skipped or refused (an existing key "
+                                    "without --replace), 2 when FILE is missing, not an RDB file, or "
+                                    "damaged (then nothing is sent).")
     ir.add_argument("file", metavar="FILE")
     ir.add_argument("--db", type=int, default=None,
                     help="put every key into this database (default: each into the one it was in)")

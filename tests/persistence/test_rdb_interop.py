@@ -222,16 +222,28 @@ def test_import_rdb_of_a_missing_or_foreign_file_exits_2(tmp_path):
         assert says in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
-def test_import_rdb_of_a_damaged_file_stops_with_a_message(tmp_path, fresh_server):
-    """A file cut short: what was read before is imported, the rest is named, exit 1."""
-    head = b"REDIS0010" + b"\xfe\x00" + b"\x00" + b"\x01a" + b"\x01x" + b"\x00" + b"\x01b" + b"\x05"
-    path = tmp_path / "cut.rdb"
-    path.write_bytes(head)
-    done = run_admin("import-rdb", str(path), "-p", str(fresh_server.port))
-    assert done.returncode == 1, done
-    assert "the import stopped: value ends early" in done.stderr, done.stderr
-    assert "imported 1 keys" in done.stdout and "Traceback" not in done.stderr
-    assert redis.Redis(port=fresh_server.port).get("a") == b"x"
+def test_import_rdb_of_a_damaged_file_sends_nothing(tmp_path, fresh_server):
+    """A file cut short, or with a wrong checksum: exit 2, and not even the keys before
+    the damage are sent."""
+    from streamdb.persistence.rdb import crc64
+    body = b"REDIS0010" + b"\xfe\x00" + b"\x00" + b"\x01a" + b"\x01x" + b"\x00" + b"\x01b" + b"\x01y"
+    whole = body + b"\xff" + crc64(body + b"\xff").to_bytes(8, "little")
+    cases = {"cut.rdb": (body[:-1], "value ends early"),
+             "flipped.rdb": (whole[:-9] + b"\xff" + bytes([whole[-8] ^ 1]) + whole[-7:],
+                             "checksum is wrong"),
+             "module.rdb": (b"REDIS0010\x00\x01a\x01x\x07\x01m" + bytes(12),
+                            "cannot read past key m, a Redis module value (RDB type 7)")}
+    for name, (content, says) in cases.items():
+        (tmp_path / name).write_bytes(content)
+        done = run_admin("import-rdb", str(tmp_path / name), "-p", str(fresh_server.port))
+        assert done.returncode == 2, done
+        assert says in done.stderr and "nothing was imported" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    assert redis.Redis(port=fresh_server.port).dbsize() == 0
+    (tmp_path / "whole.rdb").write_bytes(whole)
+    done = run_admin("import-rdb", str(tmp_path / "whole.rdb"), "-p", str(fresh_server.port))
+    assert done.returncode == 0 and "imported 2 keys" in done.stdout, done
+    assert redis.Redis(port=fresh_server.port).mget("a", "b") == [b"x", b"y"]
 
 
 # -- MIGRATE ------------------------------------------------------------------------------
