@@ -47,8 +47,11 @@ def dump(ctx: Ctx, argv):
     The payload is StreamDB's own form, or Redis's (type 19, RDB version 10, which
     Redis 7.0 and later RESTORE) with ``dump-payload-format redis``."""
     value = ctx.lookup(argv[1], read=True)
-    if value is None:
-        return None
+    return None if value is None else _payload(ctx, value)
+
+
+def _payload(ctx: Ctx, value) -> bytes:
+    """DUMP's payload of a value (and MIGRATE's) in the form ``dump-payload-format`` sets."""
     if ctx.config["dump-payload-format"] == "redis":
         try:
             return rdb.dump_payload(value)
@@ -250,7 +253,7 @@ def migrate(ctx: Ctx, argv):
     for key, value in present:
         when = ctx.db.expires.get(key)
         ttl = 0 if when is None else max(when - ctx.now_ms, 1)
-        request.append(encode_request(b"RESTORE", key, ttl, dump(ctx, [b"DUMP", key]),
+        request.append(encode_request(b"RESTORE", key, ttl, _payload(ctx, value),
                                       *([b"REPLACE"] if replace else [])))
     try:
         port = parse_int(argv[2])
