@@ -467,3 +467,27 @@ def test_dump_in_redis_form_refuses_nacked_entries(fresh_server):
         sc.dump("s")
     sc.config_set("dump-payload-format", "streamdb")
     assert sc.dump("s").startswith(b"SDB1")
+
+
+@pytest.mark.differential
+def test_a_replica_gets_a_stream_restored_from_redis(redis_server, tmp_path):
+    """The primary propagates the RESTORE with Redis's payload; the replica decodes it too."""
+    rc = redis.Redis(port=redis_server.port)
+    rc.flushall()
+    try:
+        keys = make_redis_streams(rc)
+        with ServerProcess(tmp_path / "p", "--save", "") as primary, \
+                ServerProcess(tmp_path / "r", "--save", "", "--replicaof", "127.0.0.1",
+                              str(primary.port)) as replica:
+            sp, sr = redis.Redis(port=primary.port), redis.Redis(port=replica.port)
+            wait_until(lambda: sr.info("replication")["master_link_status"] == "up")
+            for key in keys:
+                sp.restore(key, 0, rc.dump(key))
+            wait_until(lambda: sr.info("replication")["slave_repl_offset"] >=
+                       sp.info("replication")["master_repl_offset"])
+            assert sr.execute_command("DEBUG", "DIGEST") == sp.execute_command("DEBUG", "DIGEST")
+            for key in keys:
+                assert reads(RawClient(replica.port), key) == reads(RawClient(primary.port), key)
+    finally:
+        rc.config_set("stream-node-max-entries", 100)
+        rc.flushall()
