@@ -87,8 +87,12 @@ def make_redis_streams(r: redis.Redis) -> list[str]:
 def both(redis_server, fresh_server):
     rc = redis.Redis(port=redis_server.port)
     rc.flushall()
+    # redis-server checks every payload StreamDB sends it in depth (each listpack entry,
+    # each PEL entry's owner), not only its frame.
+    rc.config_set("sanitize-dump-payload", "yes")
     yield rc, redis.Redis(port=fresh_server.port), RawClient(redis_server.port), \
         RawClient(fresh_server.port), fresh_server
+    rc.config_set("sanitize-dump-payload", "no")
     rc.config_set("stream-node-max-entries", 100)
     rc.flushall()
 
@@ -491,3 +495,23 @@ def test_a_replica_gets_a_stream_restored_from_redis(redis_server, tmp_path):
     finally:
         rc.config_set("stream-node-max-entries", 100)
         rc.flushall()
+
+
+@pytest.mark.differential
+def test_dump_in_redis_form_uses_every_listpack_encoding_as_redis_reads_it(both):
+    """Values at each listpack encoding's bounds (integers of 7, 13, 16, 24, 32 and 64
+    bits, strings of 6, 12 and 32-bit lengths, numbers that must stay strings), and ids
+    whose sequence falls below the node's first: redis-server reads back each one."""
+    rc, sc, raw_r, raw_s, _ = both
+    numbers = [0, 127, 128, -1, -4096, 4095, 4096, -4097, 32767, -32768, 32768, 2**23 - 1,
+               -2**23, 2**23, 2**31 - 1, -2**31, 2**31, 2**63 - 1, -2**63]
+    texts = [b"", b"x" * 63, b"y" * 64, b"z" * 4095, b"w" * 4096, b"-0", b"007", b"+5",
+             b"9223372036854775808", b"-9223372036854775809", b"1 ", b"\x00\xff"]
+    values = [str(n).encode() for n in numbers] + texts
+    for i, value in enumerate(values):
+        sc.xadd("enc", {"v": value, "i": i}, id=f"{1000 + i}-{(7 - i) % 5}")
+        sc.xadd("enc", {b"field-" + value[:10]: value}, id=f"{1000 + i}-{9 + (7 - i) % 5}")
+    sc.config_set("dump-payload-format", "redis")
+    rc.restore("enc", 0, sc.dump("enc"))
+    assert raw_r.call("XRANGE", "enc", "-", "+") == raw_s.call("XRANGE", "enc", "-", "+")
+    assert len(raw_r.call("XRANGE", "enc", "-", "+")) == 2 * len(values)
