@@ -140,12 +140,16 @@ def lzf_decompress(data: bytes, out_len: int) -> bytes:
                 i += 1
             if i >= n:
                 raise RdbError("LZF reference past the end")
-            start = len(out) - ((ctrl & 0x1F) << 8) - 1 - data[i]
+            distance = ((ctrl & 0x1F) << 8) + 1 + data[i]
             i += 1
-            if start < 0:
+            if distance > len(out):
                 raise RdbError("LZF reference before the start")
-            for k in range(length + 2):     # (may overlap what it writes: byte by byte)
-                out.append(out[start + k])
+            count = length + 2
+            start = len(out) - distance
+            if distance >= count:
+                out += out[start:start + count]
+            else:       # it overlaps what it writes: the last `distance` bytes, repeated
+                out += (out[start:] * (count // distance + 1))[:count]
         if len(out) > out_len:
             raise RdbError("LZF string longer than stated")
     if len(out) != out_len:
@@ -335,8 +339,13 @@ def _lp_element(value) -> bytes:
     return _with_backlen(body)
 
 
+_SMALL_BACKLEN = [bytes((n,)) for n in range(128)]
+
+
 def _with_backlen(body: bytes) -> bytes:
     n = len(body)
+    if n <= 127:                    # (nearly every element: one byte, the length)
+        return body + _SMALL_BACKLEN[n]
     size = _backlen_size(n)
     out = [n >> (7 * (size - 1))]
     for k in range(size - 2, -1, -1):
