@@ -5,7 +5,7 @@ that Redis's DUMP made (and so MIGRATE from a Redis server), ``dump-payload-form
 redis`` makes DUMP produce one (and so MIGRATE to a Redis server), and
 ``streamdb-admin import-rdb`` sends each key of a Redis ``dump.rdb`` as RESTORE.
 
-The format, as Redis 5-8 write it (written here from its description, not from
+The format, as Redis 5 to 8.4 write it (written here from its description, not from
 Redis's code):
 
 * A DUMP payload is ``<type byte> <object> <RDB version: 2 bytes LE> <CRC64: 8
@@ -15,7 +15,7 @@ Redis's code):
 * Lengths are 1, 2, 5 or 9 bytes (the top two bits of the first byte say which);
   the form ``11xxxxxx`` marks a specially encoded string instead: an 8/16/32-bit
   little-endian integer, or LZF-compressed bytes.
-* A stream (type 15 in Redis 5-6, 19 from 7.0, 21 from 7.4) is its listpack nodes
+* A stream (type 15 in Redis 5-6, 19 in 7.0, 21 from 7.2 to 8.4) is its listpack nodes
   (each keyed by its master entry id, 16 bytes big-endian), its length and last
   id, from type 19 its first id, max-deleted id and entries-added counter, then
   its consumer groups: name, last-delivered id, entries-read (from 19), the group's
@@ -45,15 +45,16 @@ __all__ = ["RdbError", "UnsupportedType", "crc64", "lzf_decompress", "load_dump_
            "dump_payload", "Reader", "read_object", "skip_object", "TYPE_NAMES", "payload_for",
            "RdbRecord", "rdb_file_records", "rdb_file_version", "SUPPORTED_TYPES"]
 
-# The RDB version of the payloads DUMP produces (Redis 7.0's), and the newest accepted
-# (Redis 7.4 and 8's).
+# The RDB version of the payloads DUMP produces (Redis 7.0's), and the newest read
+# (Redis 8.8's: its payloads and files are read as far as they hold the forms below;
+# its newer stream forms are named and refused, see TYPE_NAMES).
 DUMP_RDB_VERSION = 10
-MAX_RDB_VERSION = 12
+MAX_RDB_VERSION = 14
 
 TYPE_STRING = 0
 TYPE_STREAM_LISTPACKS = 15      # Redis 5-6
 TYPE_STREAM_LISTPACKS_2 = 19    # Redis 7.0-7.2: first id, max-deleted id, entries-added, entries-read
-TYPE_STREAM_LISTPACKS_3 = 21    # Redis 7.4+: consumers' active time
+TYPE_STREAM_LISTPACKS_3 = 21    # Redis 7.2-8.4: consumers' active time
 STREAM_TYPES = (TYPE_STREAM_LISTPACKS, TYPE_STREAM_LISTPACKS_2, TYPE_STREAM_LISTPACKS_3)
 SUPPORTED_TYPES = (TYPE_STRING, *STREAM_TYPES)      # what RESTORE of a Redis payload accepts
 
@@ -63,6 +64,9 @@ TYPE_NAMES = {
     6: "module value", 7: "module value", 9: "hash", 10: "list", 11: "set", 12: "sorted set",
     13: "hash", 14: "list", 15: "stream", 16: "hash", 17: "sorted set", 18: "list",
     19: "stream", 20: "set", 21: "stream", 22: "hash", 23: "hash", 24: "hash", 25: "hash",
+    # Redis 8.6's and 8.8's stream forms (with IDMP state; with XNACK's released entries):
+    # not read yet.
+    26: "stream in Redis 8.6's form", 27: "stream in Redis 8.8's form", 28: "array",
 }
 
 _U64 = (1 << 64) - 1
@@ -79,8 +83,11 @@ class UnsupportedType(RdbError):
     def __init__(self, rdb_type: int) -> None:
         self.rdb_type = rdb_type
         name = TYPE_NAMES.get(rdb_type, "unknown type")
-        super().__init__(f"a Redis {name} (RDB type {rdb_type}): StreamDB holds only "
-                         f"strings and streams")
+        if rdb_type in TYPE_NAMES and "stream" in name:
+            why = "StreamDB reads Redis's stream forms up to 8.4's (RDB types 15, 19, 21)"
+        else:
+            why = "StreamDB holds only strings and streams"
+        super().__init__(f"a Redis {name} (RDB type {rdb_type}): {why}")
 
 
 # -- CRC64 (Jones, reflected) ------------------------------------------------------------
@@ -683,7 +690,7 @@ def dump_payload(value) -> bytes:
     """Redis's DUMP payload of a value (bytes or a Stream): type 19, RDB version 10.
 
     What Redis cannot hold is left out: a stream's retention settings and IDMP state
-    (StreamDB's own), its consumers' active times (type 19 has none: Redis 7.4+ takes
+    (StreamDB's own), its consumers' active times (type 19 has none: Redis 7.2+ takes
     the seen time).  RdbError for a stream with NACKed entries (no owner in Redis)."""
     if type(value) is bytes:
         return payload_for(TYPE_STRING, _put_string(value), DUMP_RDB_VERSION)
@@ -699,6 +706,7 @@ def dump_payload(value) -> bytes:
 
 # -- RDB files ---------------------------------------------------------------------------
 
+_OP_KEY_META = 0xF3        # Redis 8.6+: metadata of the key that follows
 _OP_SLOT_INFO, _OP_FUNCTION2, _OP_FUNCTION_PRE_GA, _OP_MODULE_AUX = 0xF4, 0xF5, 0xF6, 0xF7
 _OP_IDLE, _OP_FREQ, _OP_AUX, _OP_RESIZEDB = 0xF8, 0xF9, 0xFA, 0xFB
 _OP_EXPIRETIME_MS, _OP_EXPIRETIME, _OP_SELECTDB, _OP_EOF = 0xFC, 0xFD, 0xFE, 0xFF
@@ -793,6 +801,9 @@ def rdb_file_records(data: bytes, notes: list[str]):
             notes.append("skipped a module's auxiliary data (StreamDB has no modules)")
         elif op == _OP_FUNCTION_PRE_GA:
             raise RdbError("the file holds functions in a pre-release format")
+        elif op == _OP_KEY_META:
+            raise RdbError("the file holds key metadata (Redis 8.6+), which this reader "
+                           "does not read")
         else:
             key = r.string()
             start = r.pos

@@ -616,7 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ir = sub.add_parser("import-rdb", add_help=False, parents=[common],
                         help="send a Redis dump.rdb's strings and streams to the server",
-                        description="Read a Redis RDB file (Redis 5-8: RDB versions up to 12) and send "
+                        description="Read a Redis RDB file (Redis 5 to 8.4; RDB versions up to 14) and send "
                                     "each string and stream key to the server as RESTORE with Redis's "
                                     "payload form, keeping expiry times (ABSTTL).  Keys of other types "
                                     "are skipped and named; functions and module data are skipped.  "

@@ -376,7 +376,7 @@ def test_the_guides_import_rdb_block(both, redis_server, tmp_path):
 def _reframe_stream(payload: bytes, to_type: int, active_time: int = 0) -> bytes:
     """Redis 7.0's type-19 DUMP of a stream rewritten as type 15 (Redis 5-6: without the
     first id, max-deleted id, entries-added and each group's entries-read) or type 21
-    (Redis 7.4+: each consumer with ``active_time`` after its seen time), by copying its
+    (Redis 7.2 to 8.4: each consumer with ``active_time`` after its seen time), by copying its
     bytes around those fields."""
     body = payload[1:-10]
     r = rdb.Reader(body)
@@ -447,7 +447,7 @@ def test_redis_5_stream_form_loads_as_redis_loads_it(both):
 
 
 @pytest.mark.differential
-def test_redis_7_4_stream_form_keeps_active_times(both):
+def test_redis_7_2_stream_form_keeps_active_times(both):
     rc, sc, raw_r, raw_s, _ = both
     make_redis_streams(rc)
     new_form = _reframe_stream(rc.dump("mig:orders"), 21, active_time=1_700_000_000_123)
@@ -515,3 +515,13 @@ def test_dump_in_redis_form_uses_every_listpack_encoding_as_redis_reads_it(both)
     rc.restore("enc", 0, sc.dump("enc"))
     assert raw_r.call("XRANGE", "enc", "-", "+") == raw_s.call("XRANGE", "enc", "-", "+")
     assert len(raw_r.call("XRANGE", "enc", "-", "+")) == 2 * len(values)
+
+
+def test_newer_stream_forms_are_named_not_misread(fresh_server):
+    """Redis 8.6+'s stream forms (types 26, 27) get an error that names them."""
+    sc = RawClient(fresh_server.port)
+    for rdb_type, says in ((26, "stream in Redis 8.6's form"), (27, "stream in Redis 8.8's form")):
+        payload = rdb.payload_for(rdb_type, b"\x00" * 12, 14)
+        reply = sc.call("RESTORE", "k", "0", payload)
+        assert reply == Err(f"ERR Bad data format: a Redis {says} (RDB type {rdb_type}): StreamDB "
+                            f"reads Redis's stream forms up to 8.4's (RDB types 15, 19, 21)"), reply
