@@ -95,25 +95,38 @@ class UnsupportedType(RdbError):
 _CRC64_POLY_REFLECTED = 0x95AC9329AC4BC9B5
 
 
-def _crc64_table() -> list[int]:
-    table = []
+def _crc64_tables() -> list[list[int]]:
+    """Slicing-by-8 tables: [0] is the byte-at-a-time table; [k][b] is byte b's effect
+    on the CRC after k more zero bytes, so eight bytes are folded in one step."""
+    first = []
     for byte in range(256):
         crc = byte
         for _ in range(8):
             crc = (crc >> 1) ^ _CRC64_POLY_REFLECTED if crc & 1 else crc >> 1
-        table.append(crc)
-    return table
+        first.append(crc)
+    tables = [first]
+    for _ in range(7):
+        prev = tables[-1]
+        tables.append([(prev[b] >> 8) ^ first[prev[b] & 0xFF] for b in range(256)])
+    return tables
 
 
-_CRC64_TABLE = _crc64_table()
+_CRC64_TABLES = _crc64_tables()
 
 
 def crc64(data, crc: int = 0) -> int:
     """Redis's CRC64 of ``data`` continuing from ``crc`` (crc64(b"123456789") is
-    0xe9c6d914c4b8d9ca)."""
-    table = _CRC64_TABLE
-    for b in bytes(data):
-        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    0xe9c6d914c4b8d9ca).  Eight bytes a step (about 0.1 s a MB), the rest one by one."""
+    t0, t1, t2, t3, t4, t5, t6, t7 = _CRC64_TABLES
+    data = memoryview(data).cast("B")
+    whole = len(data) // 8 * 8
+    for (word,) in struct.iter_unpack("<Q", data[:whole]):
+        c = crc ^ word
+        crc = (t7[c & 0xFF] ^ t6[(c >> 8) & 0xFF] ^ t5[(c >> 16) & 0xFF] ^
+               t4[(c >> 24) & 0xFF] ^ t3[(c >> 32) & 0xFF] ^ t2[(c >> 40) & 0xFF] ^
+               t1[(c >> 48) & 0xFF] ^ t0[c >> 56])
+    for b in data[whole:]:
+        crc = t0[(crc ^ b) & 0xFF] ^ (crc >> 8)
     return crc
 
 
