@@ -262,6 +262,13 @@ DOCS: dict[str, CommandDoc] = {
          complexity='O(1)'),
     'persist': _doc('Remove the expiration from a key', 'generic',
          complexity='O(1)'),
+    'migrate': _doc('Atomically transfer a key from a Redis instance to another one.', 'generic',
+         complexity='This command actually executes a DUMP+DEL in the source instance, and a RESTORE in the target instance. See the pages of these commands for time complexity. Also an O(N) data transfer between the two instances is performed.',
+         history=(
+             ('3.0.0', 'Added the `COPY` and `REPLACE` options.'),
+             ('3.0.6', 'Added the `KEYS` option.'),
+             ('4.0.7', 'Added the `AUTH` option.'),
+             ('6.0.0', 'Added the `AUTH2` option.'),)),
     'pexpire': _doc("Set a key's time to live in milliseconds", 'generic',
          complexity='O(1)',
          history=(
@@ -300,6 +307,13 @@ DOCS: dict[str, CommandDoc] = {
              ('3.0.0', 'Added the `REPLACE` modifier.'),
              ('5.0.0', 'Added the `ABSTTL` modifier.'),
              ('5.0.0', 'Added the `IDLETIME` and `FREQ` options.'),)),
+    'restore-asking': _doc('An internal command for migrating keys in a cluster', 'server',
+         complexity='O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the number of Redis objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).',
+         history=(
+             ('3.0.0', 'Added the `REPLACE` modifier.'),
+             ('5.0.0', 'Added the `ABSTTL` modifier.'),
+             ('5.0.0', 'Added the `IDLETIME` and `FREQ` options.'),),
+         syscmd=True),
     'role': _doc('Return the role of the instance in the context of replication', 'server',
          complexity='O(1)'),
     'save': _doc('Synchronously save the dataset to disk', 'server',

@@ -1,4 +1,4 @@
-"""Persistence commands: DUMP RESTORE BGREWRITEAOF, and the AOF's INFO and DEBUG hooks.
+"""Persistence commands: DUMP RESTORE MIGRATE BGREWRITEAOF, and the AOF's INFO and DEBUG hooks.
 
 The AOF object (persistence/aof.py) is attached by __main__ as ``core.aof``;
 without it (``appendonly no``) these commands report that persistence is off.
@@ -6,30 +6,58 @@ without it (``appendonly no``) these commands report that persistence is off.
 
 from __future__ import annotations
 
-from ..persistence import codec
+import socket
+
+from ..persistence import codec, rdb
 from ..persistence.child import NotStarted
 from . import backup
 from ..protocol.reply import OK, CommandError, Status
+from ..protocol.request import encode_request
 from .args import parse_int
 from .context import Ctx, syntax_error
 from .registry import command
 
+CHECKSUM_ERROR = "ERR DUMP payload version or checksum are wrong"
+
+
 def load_payload(raw: bytes, check_nodes: bool = False):
+    """The value of a RESTORE payload: StreamDB's own (it starts with the codec's magic)
+    or one Redis's DUMP made (persistence/rdb.py), with Redis's errors for either."""
     if not raw.startswith(codec.PAYLOAD_MAGIC):
-        raise CommandError("ERR DUMP payload version or checksum are wrong")
+        try:
+            return rdb.load_dump_payload(raw)
+        except rdb.UnsupportedType as e:
+            raise CommandError(f"ERR Bad data format: {e}") from None
+        except rdb.RdbError as e:
+            if "checksum" in str(e):
+                raise CommandError(CHECKSUM_ERROR) from None
+            raise CommandError("ERR Bad data format") from None
     try:
         return codec.load_payload(raw, check_nodes)
     except codec.CodecError as e:
         if "checksum" in str(e):
-            raise CommandError("ERR DUMP payload version or checksum are wrong") from None
+            raise CommandError(CHECKSUM_ERROR) from None
         raise CommandError("ERR Bad data format") from None
 
 
 @command("dump", 2, "readonly", keys=(1, 1, 1), since="2.6.0")
 def dump(ctx: Ctx, argv):
-    """DUMP key"""
+    """DUMP key
+
+    The payload is StreamDB's own form, or Redis's (type 19, RDB version 10, which
+    Redis 7.0 and later RESTORE) with ``dump-payload-format redis``."""
     value = ctx.lookup(argv[1], read=True)
-    return None if value is None else codec.dump_payload(value)
+    return None if value is None else _payload(ctx, value)
+
+
+def _payload(ctx: Ctx, value) -> bytes:
+    """DUMP's payload of a value (and MIGRATE's) in the form ``dump-payload-format`` sets."""
+    if ctx.config["dump-payload-format"] == "redis":
+        try:
+            return rdb.dump_payload(value)
+        except rdb.RdbError as e:
+            raise CommandError(f"ERR cannot DUMP in Redis's form: {e}") from None
+    return codec.dump_payload(value)
 
 
 @command("restore", -4, "write denyoom", keys=(1, 1, 1), since="2.6.0")
@@ -37,7 +65,8 @@ def restore(ctx: Ctx, argv):
     """RESTORE key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]
 
     Payloads are StreamDB's own (the snapshot codec with a version and a
-    checksum), not Redis's RDB format.  The AOF rewrite and a replica's full
+    checksum) or Redis's (a string or a stream as Redis 5-8's DUMP writes it:
+    persistence/rdb.py).  The AOF rewrite and a replica's full
     sync use this command.  They write a big stream in pieces
     (``codec.dump_pieces``): the first piece creates the key, each further
     "stream-nodes" piece appends its nodes to the stream the key holds (the
@@ -89,6 +118,16 @@ def restore(ctx: Ctx, argv):
     return OK
 
 
+@command("restore-asking", -4, "write denyoom asking", keys=(1, 1, 1), group="server",
+         since="3.0.0", categories=("@keyspace", "@write", "@slow", "@dangerous"))
+def restore_asking(ctx: Ctx, argv):
+    """RESTORE-ASKING key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]
+
+    What a Redis Cluster node's MIGRATE sends instead of RESTORE: without a cluster,
+    the same as RESTORE (StreamDB has no slots to ask about)."""
+    return restore(ctx, argv)
+
+
 def _restore_more_nodes(ctx: Ctx, key: bytes, run, argv):
     """RESTORE of a "stream-nodes" piece: append to the stream at ``key``."""
     stream = ctx.lookup(key)
@@ -99,6 +138,149 @@ def _restore_more_nodes(ctx: Ctx, key: bytes, run, argv):
     except codec.CodecError:
         raise CommandError("ERR Bad data format") from None
     ctx.propagate([b"RESTORE", key, b"0", argv[3]])
+    return OK
+
+
+# -- MIGRATE ------------------------------------------------------------------------------
+
+# The longest reply line MIGRATE reads from its target (RESTORE answers +OK or one error).
+_MIGRATE_MAX_LINE = 64 * 1024
+
+
+def _migrate_keys(argv: list) -> list[int]:
+    """MIGRATE's key positions: the key argument, or what follows KEYS when it is ""."""
+    if len(argv) > 3 and argv[3]:
+        return [3]
+    for i in range(6, len(argv)):
+        if argv[i].lower() == b"keys":
+            return list(range(i + 1, len(argv)))
+    return []
+
+
+class _TargetLink:
+    """A blocking connection to MIGRATE's target; each step waits at most ``timeout_s``
+    (Redis's MIGRATE blocks its event loop so too)."""
+
+    def __init__(self, host: str, port: int, timeout_s: float) -> None:
+        self.sock = None
+        self.buffer = b""
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        except ConnectionError:
+            # Refused: Redis's non-blocking connect "succeeds", its first write fails.
+            pass
+        except (OSError, ValueError, OverflowError, UnicodeError):
+            raise CommandError("IOERR error or timeout connecting to the client") from None
+
+    def send(self, data: bytes) -> None:
+        try:
+            if self.sock is None:
+                raise ConnectionRefusedError
+            self.sock.sendall(data)
+        except OSError:
+            raise CommandError("IOERR error or timeout writing to target instance") from None
+
+    def reply_line(self) -> bytes:
+        """The next reply (a status or an error line) without its CRLF."""
+        while b"\r\n" not in self.buffer:
+            try:
+                chunk = self.sock.recv(4096)
+            except OSError:
+                chunk = b""
+            if not chunk or len(self.buffer) > _MIGRATE_MAX_LINE:
+                raise CommandError("IOERR error or timeout reading to target instance")
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\r\n")
+        return line
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+
+
+def _target_error(line: bytes) -> CommandError:
+    return CommandError("ERR Target instance replied with error: " +
+                        line[1:].decode("utf-8", "replace"))
+
+
+@command("migrate", -6, "write movablekeys", since="2.6.0", key_finder=_migrate_keys,
+         categories=("@keyspace", "@write", "@slow", "@dangerous"))
+def migrate(ctx: Ctx, argv):
+    """MIGRATE host port key destination-db timeout [COPY] [REPLACE] [AUTH password] [AUTH2 username password] [KEYS key [key ...]]
+
+    As Redis does it: DUMP each key (in the form ``dump-payload-format`` sets: ``redis``
+    for a Redis target), send AUTH, SELECT and a RESTORE per key to the target over a
+    blocking connection (``timeout`` ms per step), and delete the keys the target
+    took, unless COPY; the deletions are propagated as DEL.  Keys the target refused
+    stay, and the reply is its first error."""
+    copy = replace = False
+    auth: list = []
+    keys = [argv[3]]
+    i = 6
+    while i < len(argv):
+        option = argv[i].lower()
+        if option == b"copy":
+            copy = True
+        elif option == b"replace":
+            replace = True
+        elif option == b"auth" and i + 1 < len(argv):
+            auth = [argv[i + 1]]
+            i += 1
+        elif option == b"auth2" and i + 2 < len(argv):
+            auth = [argv[i + 1], argv[i + 2]]
+            i += 2
+        elif option == b"keys":
+            if argv[3]:
+                raise CommandError("ERR When using MIGRATE KEYS option, the key argument "
+                                   "must be set to the empty string")
+            keys = argv[i + 1:]
+            break
+        else:
+            raise syntax_error()
+        i += 1
+    timeout_ms = parse_int(argv[5])
+    dbid = parse_int(argv[4])
+    if timeout_ms <= 0:
+        timeout_ms = 1000
+    present = [(key, value) for key in keys
+               if (value := ctx.lookup(key, read=True)) is not None]
+    if not present:
+        return Status("NOKEY")
+    request = []
+    if auth:
+        request.append(encode_request(b"AUTH", *auth))
+    request.append(encode_request(b"SELECT", dbid))
+    for key, value in present:
+        when = ctx.db.expires.get(key)
+        ttl = 0 if when is None else max(when - ctx.now_ms, 1)
+        request.append(encode_request(b"RESTORE", key, ttl, _payload(ctx, value),
+                                      *([b"REPLACE"] if replace else [])))
+    try:
+        port = parse_int(argv[2])
+        link = _TargetLink(argv[1].decode("utf-8", "replace"), port, timeout_ms / 1000)
+    except CommandError:
+        raise CommandError("IOERR error or timeout connecting to the client") from None
+    moved, first_error = [], None
+    try:
+        link.send(b"".join(request))
+        for _ in range(len(request) - len(present)):        # AUTH and SELECT
+            line = link.reply_line()
+            if line[:1] == b"-":
+                raise _target_error(line)
+        for key, _ in present:
+            line = link.reply_line()
+            if line[:1] == b"-":
+                first_error = first_error or _target_error(line)
+            elif not copy:
+                moved.append(key)
+    finally:
+        link.close()
+        for key in moved:           # (also when a later reply never came: the target has them)
+            ctx.db.delete(key)
+        if moved:
+            ctx.propagate([b"DEL", *moved], dirty=len(moved))
+    if first_error is not None:
+        raise first_error
     return OK
 
 

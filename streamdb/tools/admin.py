@@ -11,6 +11,8 @@ Subcommands:
   verify-backup check a backup directory and load it in-process (no server)
   restore       copy a backup into an empty data directory, optionally with the old
                 server's later AOF segments (no server)
+  import-rdb    send the strings and streams of a Redis dump.rdb to the server as
+                RESTORE commands (Redis's payload form)
 
 Who processes what: claim-idle only moves ownership.  It claims idle entries
 FOR the consumer named by --consumer, a live worker of the group that reads its
@@ -65,12 +67,12 @@ def _next_id(entry_id: bytes) -> str:
     return f"{ms}-{seq + 1}"
 
 
-def connect(args) -> redis.Redis:
+def connect(args, db: int = 0) -> redis.Redis:
     # No client-side retries: redis-py's default waits out about 7 s of
     # back-off before a refused connection surfaces.  A one-shot subcommand
     # fails at once; claim-idle's loop retries on its own, visibly.
     return redis.Redis(host=args.host, port=args.port, password=args.password or None,
-                       username=args.user or None, protocol=2, socket_timeout=10,
+                       username=args.user or None, db=db, protocol=2, socket_timeout=10,
                        socket_connect_timeout=5, retry=Retry(NoBackoff(), 0))
 
 
@@ -438,6 +440,80 @@ def cmd_restore(_r, args, console: Console) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------
+# import-rdb
+# ---------------------------------------------------------------------------
+
+IMPORT_BATCH = 100      # RESTOREs per pipeline round trip
+
+
+def _restore_batch(clients: dict, args, batch: list, console: Console, counts: dict) -> None:
+    """Send a batch of (record, payload) as RESTOREs; count and report each outcome."""
+    by_db: dict[int, list] = {}
+    for record, payload in batch:
+        by_db.setdefault(record.db if args.db is None else args.db, []).append((record, payload))
+    for db, items in by_db.items():
+        if db not in clients:
+            clients[db] = connect(args, db)
+        pipe = clients[db].pipeline(transaction=False)
+        for record, payload in items:
+            extra = (["ABSTTL"] if record.expire_ms is not None else []) + \
+                (["REPLACE"] if args.replace else [])
+            pipe.execute_command("RESTORE", record.key, record.expire_ms or 0, payload, *extra)
+        for (record, _), reply in zip(items, pipe.execute(raise_on_error=False)):
+            if isinstance(reply, redis.ConnectionError):
+                raise reply
+            if isinstance(reply, Exception):
+                counts["failed"] += 1
+                console.print(f"key {_text(record.key)} (db {db}): {reply}", highlight=False)
+            else:
+                counts["imported"] += 1
+
+
+def cmd_import_rdb(_r, args, console: Console) -> int:
+    """Read the whole file first (a damaged or cut one sends nothing), then send its
+    strings and streams in pipelined batches of RESTOREs."""
+    from ..persistence import rdb
+    notes: list[str] = []
+    try:
+        with open(args.file, "rb") as f:
+            data = f.read()
+        version = rdb.rdb_file_version(data)
+        with console.status(f"reading {args.file}"):
+            records = list(rdb.rdb_file_records(data, notes))
+    except OSError as e:
+        _error(f"{args.file}: {e.strerror}")
+        return 2
+    except rdb.RdbError as e:
+        _error(f"{args.file}: {e}; nothing was imported")
+        return 2
+    for note in dict.fromkeys(notes):
+        console.print(note, highlight=False)
+    counts = {"imported": 0, "failed": 0, "skipped": 0}
+    clients: dict[int, redis.Redis] = {}
+    batch: list = []
+    try:
+        with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+            task = bar.add_task(f"importing {args.file}", total=len(records))
+            for n, record in enumerate(records, 1):
+                if record.rdb_type not in rdb.SUPPORTED_TYPES:
+                    counts["skipped"] += 1
+                    console.print(f"skipped key {_text(record.key)}: "
+                                  f"{rdb.UnsupportedType(record.rdb_type)}", highlight=False)
+                else:
+                    batch.append((record, rdb.payload_for(record.rdb_type, record.body, version)))
+                if len(batch) >= IMPORT_BATCH or (n == len(records) and batch):
+                    _restore_batch(clients, args, batch, console, counts)
+                    batch = []
+                bar.update(task, completed=n)
+    finally:
+        for client in clients.values():
+            client.close()
+    console.print(f"imported {counts['imported']} keys from {args.file} (RDB version {version}), "
+                  f"{counts['failed']} failed, {counts['skipped']} skipped", highlight=False)
+    return 1 if counts["failed"] or counts["skipped"] else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     # The connection options are accepted before and after the subcommand.  Their
     # defaults are filled in after parsing (CONNECTION_DEFAULTS): a subparser's
@@ -537,6 +613,22 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--aof-from", default=None, metavar="OLD_AOF_DIR",
                     help="the old server's AOF directory (<dir>/appendonlydir)")
     rs.set_defaults(run=cmd_restore)
+
+    ir = sub.add_parser("import-rdb", add_help=False, parents=[common],
+                        help="send a Redis dump.rdb's strings and streams to the server",
+                        description="Read a Redis RDB file (Redis 5 to 8.4; RDB versions up to 14) and send "
+                                    "each string and stream key to the server as RESTORE with Redis's "
+                                    "payload form, keeping expiry times (ABSTTL).  Keys of other types "
+                                    "are skipped and named; functions and module data are skipped.  "
+                                    "The whole file is read and checked first.  Exit 0 when every key "
+                                    "was imported, 1 when some were skipped or refused (an existing key "
+                                    "without --replace), 2 when FILE is missing, not an RDB file, or "
+                                    "damaged (then nothing is sent).")
+    ir.add_argument("file", metavar="FILE")
+    ir.add_argument("--db", type=int, default=None,
+                    help="put every key into this database (default: each into the one it was in)")
+    ir.add_argument("--replace", action="store_true", help="replace keys that exist (RESTORE REPLACE)")
+    ir.set_defaults(run=cmd_import_rdb)
     return ap
 
 

@@ -32,7 +32,7 @@ DOC_BLOCKS = {"docs/OPERATIONS.md": {"variables"}}
 WALK = ["variables", "online-backup", "verify-backup", "restore-backup", "start-restored",
         "point-of-restore", "backup-window", "backup", "restore", "check", "repair",
         "persistence-status", "bgsave-after-fork-failure", "crashtest-faults", "replicate",
-        "compare", "promote", "stream-cache", "retention", "fsync", "stop"]
+        "compare", "promote", "stream-cache", "retention", "import-rdb", "fsync", "stop"]
 # Blocks the walk reads but does not run again: they start servers of their own, use no
 # variable and no state of the walk, and the test named runs them as written.
 SELF_CONTAINED = {"crashtest-faults": "tests/persistence/test_crashtest.py (as root)"}
@@ -77,6 +77,25 @@ class Reader:
                                 stderr=subprocess.STDOUT, text=True)
         wait_until_ready(port, proc)
         return proc
+
+
+def _redis_rdb_file() -> bytes:
+    """A small Redis RDB file as redis-server 7.0 writes one: its header and an aux
+    field, database 0 with a string and a stream (the stream's object is Redis's DUMP
+    form of it, type 19), the end and the CRC64 of it all."""
+    from streamdb.engine import Stream
+    from streamdb.persistence import rdb
+    stream = Stream()
+    stream.append((1 << 64) | 1, [b"sku", b"A-100"], 0, 0)
+    stream_object = rdb.dump_payload(stream)[1:-10]
+
+    def string(s: bytes) -> bytes:
+        return bytes((len(s),)) + s
+
+    data = (b"REDIS0010" + b"\xfa" + string(b"redis-ver") + string(b"7.0.15") + b"\xfe\x00" +
+            b"\x00" + string(b"greeting") + string(b"hello") +
+            b"\x13" + string(b"orders:eu") + stream_object + b"\xff")
+    return data + rdb.crc64(data).to_bytes(8, "little")
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -138,8 +157,17 @@ def test_the_guide_from_top_to_bottom(tmp_path):
         assert "digest: equal" in reader.run("compare")
         assert reader.run("promote").splitlines()[1] == "master"
 
-        for name in ("stream-cache", "retention", "fsync"):
+        for name in ("stream-cache", "retention"):
             reader.run(name)
+
+        # Move streams from Redis: the reader has a Redis server's dump.rdb at $REDIS_RDB.
+        rdb_path = reader.path("REDIS_RDB")
+        rdb_path.parent.mkdir(parents=True)
+        rdb_path.write_bytes(_redis_rdb_file())
+        assert "imported 2 keys" in reader.run("import-rdb")
+        assert redis.Redis(port=port).xrange("orders:eu") == [(b"1-1", {b"sku": b"A-100"})]
+
+        reader.run("fsync")
 
         reader.run("stop")
         assert primary.proc.wait(timeout=30) == 0

@@ -283,3 +283,187 @@ def test_restore_still_round_trips_a_real_dump(restore_server):
     r.restore("copy", 0, dumped)
     assert r.xrange("copy") == r.xrange("real")
     assert r.xpending("copy", "g")["pending"] == 3
+
+
+# -- RESTORE of Redis's payload form (persistence/rdb.py) ---------------------------------
+
+def redis_payload(body: bytes, rdb_type: int = 19) -> bytes:
+    """A Redis DUMP payload with a right footer (RDB version 10, CRC64) around ``body``."""
+    from streamdb.persistence.rdb import payload_for
+    return payload_for(rdb_type, body, 10)
+
+
+def lp(*elements: bytes) -> bytes:
+    """A listpack of small encoded elements (each given with its back-length)."""
+    body = b"".join(elements)
+    return (6 + len(body) + 1).to_bytes(4, "little") + len(elements).to_bytes(2, "little") + body + b"\xff"
+
+
+def lp_int(n: int) -> bytes:        # 7-bit unsigned element + back-length 1
+    return bytes((n, 1))
+
+
+def lp_str(s: bytes) -> bytes:      # 6-bit string element + back-length
+    return bytes((0x80 | len(s),)) + s + bytes((len(s) + 1,))
+
+
+# A node 1-0 with one entry f=v: master (1 live, 0 deleted, 1 field "f", 0), then the
+# entry (flags SAME_FIELDS, ms and seq differences 0, value "v", element count 4).
+ONE_ENTRY_NODE = lp(lp_int(1), lp_int(0), lp_int(1), lp_str(b"f"), lp_int(0),
+                    lp_int(2), lp_int(0), lp_int(0), lp_str(b"v"), lp_int(4))
+NODE_KEY = b"\x10" + (1 << 64).to_bytes(16, "big")
+
+
+def rdb_str(s: bytes) -> bytes:
+    return bytes((len(s),)) + s     # (under 64 bytes)
+
+
+def stream_body(node: bytes = ONE_ENTRY_NODE, groups: bytes = b"\x00", length: int = 1) -> bytes:
+    """One node, then length, last id 1-0, first id 1-0, max-deleted 0-0, entries-added 1."""
+    nodes = b"\x01" + NODE_KEY + b"\x80" + len(node).to_bytes(4, "big") + node
+    return nodes + bytes((length, 1, 0, 1, 0, 0, 0, 1)) + groups
+
+
+HUGE_LENGTH = b"\x81" + b"\xff" * 8          # a 64-bit length of 2^64-1
+
+REDIS_HOSTILE_PAYLOADS = {
+    "lzf-string-claiming-4GiB": redis_payload(b"\xc3\x02\x80\xff\xff\xff\xff\x00a", 0),
+    "lzf-reference-before-start": redis_payload(b"\xc3\x02\x05\x20\x05", 0),
+    "string-2^64-bytes": redis_payload(HUGE_LENGTH, 0),
+    "stream-2^64-nodes": redis_payload(HUGE_LENGTH),
+    "node-key-not-an-id": redis_payload(b"\x01\x03abc" + b"\x00" * 20),
+    "listpack-total-bytes-wrong": redis_payload(stream_body(node=b"\xff\xff\x00\x00" + ONE_ENTRY_NODE[4:])),
+    "listpack-huge-master-fields": redis_payload(stream_body(node=lp(
+        lp_int(1), lp_int(0), b"\xf3\xff\xff\xff\x7f\x05", lp_str(b"f"), lp_int(0)))),
+    "node-counts-lie": redis_payload(stream_body(node=lp(
+        lp_int(5), lp_int(0), lp_int(1), lp_str(b"f"), lp_int(0),
+        lp_int(2), lp_int(0), lp_int(0), lp_str(b"v"), lp_int(4)))),
+    "stream-length-lies": redis_payload(stream_body(length=7)),
+    "group-2^64-pel-entries": redis_payload(stream_body(groups=b"\x01" + rdb_str(b"g") + b"\x01\x00\x01" + HUGE_LENGTH)),
+    "consumer-pending-not-in-pel": redis_payload(stream_body(
+        groups=b"\x01" + rdb_str(b"g") + b"\x01\x00\x01" + b"\x00" +
+        b"\x01" + rdb_str(b"c") + bytes(8) + b"\x01" + (1 << 64).to_bytes(16, "big"))),
+    "pel-entry-without-consumer": redis_payload(stream_body(
+        groups=b"\x01" + rdb_str(b"g") + b"\x01\x00\x01" +
+        b"\x01" + (1 << 64).to_bytes(16, "big") + bytes(8) + b"\x01" + b"\x00")),
+    "bytes-after-the-value": redis_payload(stream_body() + b"\x00"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REDIS_HOSTILE_PAYLOADS))
+def test_restore_of_a_hostile_redis_payload_is_an_error(restore_server, name):
+    r = redis.Redis(port=restore_server.port, socket_timeout=10)
+    internal_errors_before = restore_server.log_text().count("Internal error")
+    with pytest.raises(redis.ResponseError) as err:
+        r.restore(f"hostile:{name}", 0, REDIS_HOSTILE_PAYLOADS[name], replace=True)
+    assert str(err.value) == "Bad data format", str(err.value)
+    assert r.exists(f"hostile:{name}") == 0
+    assert r.ping() is True
+    assert vm_rss_kb(restore_server.proc.pid) < RSS_BOUND_KB
+    assert restore_server.log_text().count("Internal error") == internal_errors_before
+
+
+def test_restore_of_a_well_formed_hand_made_redis_payload(restore_server):
+    """The cases above fail for what they break, not for their frame: unbroken, it loads."""
+    r = redis.Redis(port=restore_server.port)
+    good = redis_payload(stream_body(groups=b"\x01" + rdb_str(b"g") + b"\x01\x00\x01" +
+                                     b"\x01" + (1 << 64).to_bytes(16, "big") + bytes(8) + b"\x02" +
+                                     b"\x01" + rdb_str(b"c") + bytes(8) + b"\x01" +
+                                     (1 << 64).to_bytes(16, "big")))
+    assert r.restore("hand-made", 0, good, replace=True)
+    assert r.xrange("hand-made") == [(b"1-0", {b"f": b"v"})]
+    assert r.xpending_range("hand-made", "g", "-", "+", 10)[0]["times_delivered"] == 2
+
+
+def test_fuzzed_redis_payloads_parse_or_fail_cleanly(restore_server):
+    """Random byte changes (with the CRC64 made right again) of a real Redis-form payload:
+    each RESTORE is OK or a clear error, an accepted value reads back whole, and the
+    server keeps serving."""
+    import random
+
+    from streamdb.persistence import rdb
+    r = redis.Redis(port=restore_server.port, socket_timeout=10)
+    for i in range(40):
+        r.xadd("fuzz-src", {"f": i, "text": "some words " * (i % 4)})
+    r.xgroup_create("fuzz-src", "g", "0")
+    r.xreadgroup("g", "c1", {"fuzz-src": ">"}, count=7)
+    r.xreadgroup("g", "c2", {"fuzz-src": ">"}, count=3)
+    r.config_set("dump-payload-format", "redis")
+    try:
+        body = r.dump("fuzz-src")[:-10]
+    finally:
+        r.config_set("dump-payload-format", "streamdb")
+    rng = random.Random(1027)
+    accepted = refused = 0
+    for n in range(400):
+        mutated = bytearray(body)
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randrange(1, len(mutated))
+            choice = rng.random()
+            if choice < 0.6:
+                mutated[at] = rng.randrange(256)
+            elif choice < 0.8:
+                del mutated[at:at + rng.randint(1, 8)]
+            else:
+                mutated[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        fuzzed = rdb.payload_for(mutated[0], bytes(mutated[1:]), 10)
+        try:
+            rdb.load_dump_payload(fuzzed)       # in-process: a value or RdbError, nothing else
+        except rdb.RdbError:
+            pass
+        if n % 4:
+            continue                            # every fourth one also over the wire
+        try:
+            r.restore("fuzzed", 0, fuzzed, replace=True)
+        except redis.ResponseError as e:
+            assert str(e).startswith("Bad data format"), str(e)
+            refused += 1
+            continue
+        accepted += 1
+        if r.type("fuzzed") == b"stream":
+            r.xrange("fuzzed")
+            r.xinfo_stream("fuzzed", full=True)
+            for g in r.xinfo_groups("fuzzed"):
+                r.xpending_range("fuzzed", g["name"], "-", "+", 100)
+    assert refused > 0
+    assert r.ping() is True
+    assert "Internal error" not in restore_server.log_text()
+
+
+def test_fuzzed_rdb_files_are_read_or_refused_cleanly():
+    """streamdb-admin import-rdb's reader on random changes of an RDB file (its CRC64
+    zeroed, as redis-server writes with rdbchecksum no): records or RdbError, nothing else."""
+    import random
+
+    from streamdb.engine import ConsumerGroup, Stream
+    from streamdb.persistence import rdb
+    stream = Stream()
+    for i in range(30):
+        stream.append(((1 + i) << 64) | i, [b"f", b"%d" % i, b"text", b"words " * (i % 5)], 8, 0)
+    g = ConsumerGroup(b"g", (10 << 64) | 9, 10)
+    stream.groups = {b"g": g}
+    g.add_pending((3 << 64) | 2, g.create_consumer(b"c", 5), 7, 2)
+    body = rdb.dump_payload(stream)[1:-10]
+    records = (b"\xfa\x09redis-ver\x067.0.15\xfe\x00\xfb\x02\x00" + b"\x00\x01a\x05hello" +
+               b"\xfc" + (1 << 41).to_bytes(8, "little") + b"\x13\x01s" + body +
+               b"\x04\x01h\x01\x01f\x01v")
+    original = b"REDIS0010" + records + b"\xff" + bytes(8)
+    assert [r.key for r in rdb.rdb_file_records(original, [])] == [b"a", b"s", b"h"]
+    rng = random.Random(2611)
+    for _ in range(500):
+        data = bytearray(original)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(9, len(data) - 9)
+            if rng.random() < 0.7:
+                data[at] = rng.randrange(256)
+            else:
+                del data[at:at + rng.randint(1, 6)]
+        try:
+            for record in rdb.rdb_file_records(bytes(data), []):
+                if record.rdb_type in rdb.STREAM_TYPES:
+                    try:        # what the server does with each record: decode or refuse
+                        rdb.read_object(rdb.Reader(record.body), record.rdb_type)
+                    except rdb.RdbError:
+                        pass
+        except rdb.RdbError:
+            pass
