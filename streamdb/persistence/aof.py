@@ -719,7 +719,14 @@ class Aof:
         the zeros would double what the disk writes."""
         if self.prealloc is None and self.policy == "always" and self.preallocate:
             end = self.size if logical_end is None else logical_end
-            self.prealloc = Preallocator(self.fd, name, end, os.fstat(self.fd).st_size)
+            try:
+                self.prealloc = Preallocator(self.fd, name, end, os.fstat(self.fd).st_size)
+            except (RuntimeError, OSError) as e:
+                # No thread (a pids limit, as when forks fail) or no fd: the zeros are a
+                # speed-up, not a need.  This segment's frames are appended instead.
+                log.log(log.WARNING, f"Cannot preallocate the AOF segment {name} ({e}): "
+                                     "its frames are appended")
+                return
             self.prealloc.extend(end, self.preallocate)
 
     def segment_size(self, name: str | None) -> int:

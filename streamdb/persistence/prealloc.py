@@ -81,7 +81,11 @@ class Preallocator:
         self._stopped = threading.Event()      # (the rest after an error ends early on it)
         self._retire_to: int | None = None
         self._thread = threading.Thread(target=self._run, name="aof-prealloc", daemon=True)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except RuntimeError:        # no thread to be had (a pids limit): the caller appends
+            os.close(self.fd)
+            raise
 
     # -- the loop's side -------------------------------------------------------
 

@@ -149,6 +149,34 @@ def test_a_failed_fork_loses_no_write_the_next_snapshot_retires(tmp_path, fork_b
         srv.stop()
 
 
+def test_no_thread_for_the_preallocation_still_rotates_and_loses_nothing(tmp_path, fork_blocker):
+    """Under appendfsync always a new segment gets a thread that writes its zeros; a pids
+    limit refuses threads as it refuses forks.  The rotation then appends to the segment
+    instead: BGSAVE answers the fork's error (not Python's "can't start new thread"),
+    writes are acknowledged meanwhile, and a kill -9 loses none of them."""
+    srv = ServerProcess(tmp_path / "d", "--save", "", "--appendonly", "yes",
+                        "--appendfsync", "always").start()
+    try:
+        r = redis.Redis(port=srv.port)
+        r.xadd("s", {"a": 0}, id="1-1")
+        blocker = fork_blocker(srv)
+        replies = set()
+        for i in range(2, 12):
+            blocker.block()         # (again: a retired segment's thread may have left a slot)
+            for command in (b"BGSAVE\r\n", b"BGREWRITEAOF\r\n"):
+                replies.add(raw_exchange(srv.port, command).split(b"\r\n")[0])
+            r.xadd("s", {"a": i}, id=f"{i}-1")
+        blocker.lift()
+        assert not [reply for reply in replies if b"thread" in reply], replies
+        log = srv.log_text()
+        assert "Cannot preallocate the AOF segment" in log and "frames are appended" in log
+        assert "Traceback" not in log
+        srv = restarted(srv)
+        assert redis.Redis(port=srv.port).xlen("s") == 11
+    finally:
+        srv.stop()
+
+
 def test_save_rules_back_off_while_forks_fail_and_save_once_they_work(tmp_path, fork_blocker):
     """Under ``save 1 1`` with forks failing: no traceback out of the cron, no new AOF
     segment per tick, one warning per try (every 5 s, Redis's retry delay), writes get
