@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 import struct
 
-__all__ = ["damage"]
+__all__ = ["damage", "reserve_lock_file"]
 
 _HEADER = 16                 # PAGEHDRSZ
 _META_END = _HEADER + 136    # header + MDB_meta: what LMDB reads of a meta page
@@ -156,3 +156,28 @@ def _free_pages(fd: int, meta: _Meta, size: int) -> set[int] | None:
                 return None
             free.update(struct.unpack_from(f"={listed}Q", data, 8))
     return free
+
+
+# LMDB's lock file (``lock.mdb``: its reader table, written through an mmap) is made by
+# ftruncate, so its pages hold no disk space until first written.  On a full file
+# system that first write through the map is a SIGBUS, and the process that dies is
+# whichever opened the environment first: a snapshot child, or the server itself when
+# its node store opens the snapshot (a pinned read transaction takes a reader slot).
+# ``reserve_lock_file`` gives the file its space with plain calls before LMDB maps it,
+# so a full disk is an ENOSPC there.  64 KiB covers py-lmdb's 126 reader slots (64 bytes
+# each) and the table's header many times over; LMDB never shrinks the file.
+LOCK_FILE = "lock.mdb"
+LOCK_FILE_RESERVE = 64 * 1024
+
+
+def reserve_lock_file(env_dir: str) -> None:
+    """Make sure ``env_dir``'s lock file exists with its space allocated (creating the
+    directory as LMDB would).  Raises OSError (ENOSPC on a full disk) instead of the
+    SIGBUS LMDB's first write to an unallocated page would be; changes no byte already
+    there (fallocate only fills holes)."""
+    os.makedirs(env_dir, exist_ok=True)
+    fd = os.open(os.path.join(env_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, LOCK_FILE_RESERVE)
+    finally:
+        os.close(fd)

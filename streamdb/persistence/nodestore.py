@@ -32,7 +32,7 @@ import lmdb
 from .. import log
 from ..engine.nodecache import ColdReadError
 from ..protocol.reply import CommandError
-from .lmdbfile import damage
+from .lmdbfile import damage, reserve_lock_file
 
 __all__ = ["LmdbNodeStore", "NodeReadError"]
 
@@ -80,6 +80,11 @@ class LmdbNodeStore:
         if why is not None:
             # (Mapped, the pages the file lacks would be a SIGBUS on the first read.)
             raise NodeReadError(why)
+        try:
+            reserve_lock_file(self.path)        # (the reader slot is written through a map)
+        except OSError as e:
+            raise NodeReadError(f"{self.path}: cannot reserve the lock file's space: "
+                                f"{e.strerror or e}") from None
         env = lmdb.open(self.path, map_size=self.map_size, max_dbs=4, subdir=True,
                         readonly=True, lock=True, create=False)
         try:

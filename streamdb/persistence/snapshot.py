@@ -54,7 +54,7 @@ from .changes import ChangedKeys
 from .child import (NotStarted, describe_exit, describe_failure, fork_reporting_child,
                     read_failure_reason, reap)
 from .codec import CodecError, decode_value, encode_value
-from .lmdbfile import damage
+from .lmdbfile import damage, reserve_lock_file
 from .nodestore import LmdbNodeStore
 
 __all__ = ["Snapshotter", "SnapshotError", "load_snapshot", "write_snapshot", "snapshot_info"]
@@ -113,6 +113,8 @@ def _open(path: str, readonly: bool) -> lmdb.Environment:
     writer creates it when it has none)."""
     if os.path.exists(os.path.join(path, DATA_FILE)):
         check_data_file(path)
+    if not readonly:
+        reserve_lock_file(path)     # (an OSError, not a SIGBUS, on a full disk)
     try:
         return lmdb.open(path, map_size=MAP_SIZE, max_dbs=4, subdir=True, readonly=readonly,
                          lock=not readonly, sync=True, metasync=True, create=not readonly)
@@ -152,9 +154,12 @@ def write_snapshot(path: str, keyspace, dirty: set | None, aof_seq: int | None, 
     # (One left there is a first snapshot's that was killed: only this function
     # writes there, and one snapshot runs at a time.)
     shutil.rmtree(aside, ignore_errors=True)
+    # The lock file every later open of ``path`` maps (the server's node store too)
+    # gets its space here, where a full disk is this snapshot's ENOSPC, not a SIGBUS
+    # in the server (lmdbfile.reserve_lock_file).
+    reserve_lock_file(path)
     if os.path.exists(os.path.join(path, DATA_FILE)):
         return _write_environment(path, keyspace, dirty, aof_seq, now_ms, located, stale_rows)
-    os.makedirs(path, exist_ok=True)
     fsync_dir(os.path.dirname(os.path.abspath(path)))
     try:
         stats = _write_environment(aside, keyspace, dirty, aof_seq, now_ms, located, stale_rows)

@@ -211,7 +211,8 @@ def test_a_replication_state_that_cannot_be_written_is_said_once(disk, tmp_path)
     """The primary's cron writes replication.state whenever the stream moved on.  On
     a full disk that write fails: said once (not every tick), retried with a growing
     delay, and said again when it works."""
-    srv = _server(disk, tmp_path, "--appendfsync", "everysec").start()
+    # (No node cache: its own snapshots on the full disk are not what this is about.)
+    srv = _server(disk, tmp_path, "--appendfsync", "everysec", "--stream-cache-size", "0").start()
     state_file = disk.path / "replication.state"
     failed = f"Cannot write {state_file}"
     try:

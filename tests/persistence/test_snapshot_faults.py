@@ -199,13 +199,37 @@ def _restarted_holds(logs: Path, args: tuple, entries: dict[str, list]) -> None:
         srv.stop()
 
 
+# The full-disk snapshot tests fill the disk page by page around one BGSAVE; a bounded
+# node cache (STREAMDB_TEST_STREAM_CACHE) would take snapshots of its own meanwhile.
+NO_NODE_CACHE = ("--stream-cache-size", "0")
+
+
+def test_a_snapshot_on_a_full_disk_is_an_error_not_a_sigbus(tmp_path, small_disk):
+    """LMDB maps its lock file, made sparse by ftruncate: on a full disk its first write
+    through the map was a SIGBUS (the snapshot child, or the server itself when its node
+    store opened the snapshot, died without a word).  Its space is now reserved with
+    plain calls first: an ENOSPC the snapshot reports."""
+    filler = Filler(small_disk / "filler")
+    filler.fill()
+    script = ("from streamdb.persistence.snapshot import write_snapshot\n"
+              "from streamdb.engine.keyspace import Keyspace\n"
+              "try:\n"
+              f"    write_snapshot({str(small_disk / 'snapshot.lmdb')!r}, Keyspace(), None, None, 0)\n"
+              "except OSError as e:\n"
+              "    print(e.strerror)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert (done.returncode, done.stdout) == (0, "No space left on device\n"), done.stderr
+    assert not (small_disk / "snapshot.lmdb" / "data.mdb").exists()
+
+
 def test_a_first_snapshot_on_a_full_disk_leaves_nothing_a_start_takes_for_a_snapshot(tmp_path, small_disk):
     """The first snapshot runs out of room while LMDB creates its file (its lock
     file, its meta pages or the data): the snapshot directory is left without a data
     file, the server serves on, and a start on the freed disk has every acknowledged
     write (it used to die on the half-made file, MDB_INVALID, until it was deleted)."""
     logs = tmp_path / "logs"
-    args = ("--dir", str(small_disk), *AOF_ARGS)
+    args = ("--dir", str(small_disk), *AOF_ARGS, *NO_NODE_CACHE)
     srv = ServerProcess(logs, *args).start()
     filler = Filler(small_disk / "filler")
     try:
@@ -254,7 +278,7 @@ def test_a_later_snapshot_on_a_full_disk_leaves_the_last_one_loadable(tmp_path, 
     runs out of room the last committed snapshot is still whole, and a start on it
     (with the AOF after it) has every acknowledged write."""
     logs = tmp_path / "logs"
-    args = ("--dir", str(small_disk), *AOF_ARGS)
+    args = ("--dir", str(small_disk), *AOF_ARGS, *NO_NODE_CACHE)
     srv = ServerProcess(logs, *args).start()
     filler = Filler(small_disk / "filler")
     try:
