@@ -923,10 +923,14 @@ class Aof:
     def holds_replies_of(self, client) -> bool:
         """The server's reply gate while a frame waits for the disk: whether
         ``client``'s replies must wait.  Under 'always' a write is acknowledged only
-        once it is durable, so they wait while its last write (``aof_woff``) is not;
-        under the other policies a write is acknowledged once applied (a failed
-        write is retried behind it, as in Redis)."""
-        return self.policy == "always" and not self.fsynced(client.aof_woff)
+        once it is durable, so they wait while its last write (``aof_woff``) is not.
+        Under the other policies a write is acknowledged once it is written (the OS
+        has it, so a kill -9 loses nothing), so they wait while the frame holding it
+        is not: a full disk.  (Redis acknowledges such a write anyway and retries it
+        from memory, where a kill -9 meanwhile loses it.)"""
+        if self.policy == "always":
+            return not self.fsynced(client.aof_woff)
+        return client.aof_woff > self.written_pos
 
     def _clear_write_error(self) -> None:
         """Writes are accepted again (under 'always': once an fsync succeeded, not just a write)."""

@@ -93,26 +93,21 @@ def _write_status(r: redis.Redis) -> str:
     return r.info("persistence")["aof_last_write_status"]
 
 
-def _xadd_until_the_disk_refuses(writer: socket.socket, other: redis.Redis, policy: str):
+def _xadd_until_the_disk_refuses(writer: socket.socket, other: redis.Redis):
     """XADDs of BIG bytes from ``writer`` until one hits ENOSPC (room left in pages and
     preallocated zeros is used up first); returns (acknowledged ids, the failing id)."""
     acked = []
     for i in range(2, 200):
         id_ = f"{i}-1"
         writer.sendall(_xadd(id_, b"x" * BIG))
-        if policy == "everysec":
-            # Acknowledged in any case: the failed write is retried behind it.
-            assert _recv_reply(writer) == b"$%d\r\n%s\r\n" % (len(id_), id_.encode())
-            if _write_status(other) == "err":
-                return acked + [id_], id_
-        else:
-            answered = wait_until(lambda: _pending_bytes(writer) or _write_status(other) == "err",
-                                  what="the XADD's reply or the AOF's write error")
-            if answered is True:
-                return acked, id_
-            while not answered.endswith(b"\r\n"):
-                answered += writer.recv(1000)
-            assert answered == b"$%d\r\n%s\r\n" % (len(id_), id_.encode())
+        # Not acknowledged until written (everysec: the OS has it) or fsynced (always).
+        answered = wait_until(lambda: _pending_bytes(writer) or _write_status(other) == "err",
+                              what="the XADD's reply or the AOF's write error")
+        if answered is True:
+            return acked, id_
+        while not answered.endswith(b"\r\n"):
+            answered += writer.recv(1000)
+        assert answered == b"$%d\r\n%s\r\n" % (len(id_), id_.encode())
         acked.append(id_)
     raise AssertionError("the disk never refused a write")
 
@@ -125,19 +120,15 @@ def test_full_disk_refuses_writes_and_answers_everything_else(disk, tmp_path, po
         other = redis.Redis(port=srv.port, socket_timeout=15)
         other.xadd("s", {"f": "v"}, id="1-1")
         disk.fill()
-        acked, failing = _xadd_until_the_disk_refuses(writer, other, policy)
+        acked, failing = _xadd_until_the_disk_refuses(writer, other)
 
-        if policy == "always":
-            assert _pending_bytes(writer) == b""         # not durable: not acknowledged
-            writer.sendall(b"PING\r\n")                   # queued behind the held reply
-        else:
-            writer.sendall(_xadd("9999-1"))               # the writer is refused too
-            assert _recv_reply(writer).startswith(b"-MISCONF Errors writing to the AOF file: "
-                                                  b"No space left on device")
+        # Not written (everysec) or not durable (always): not acknowledged, under either
+        # policy, so a kill -9 now would lose nothing anyone was told was done.
+        assert _pending_bytes(writer) == b""
+        writer.sendall(b"PING\r\n")                       # queued behind the held reply
         # Everyone else is answered at once: PING, reads, INFO, and MISCONF for writes.
-        # (Every XADD sent is applied in memory; the one whose write failed is among
-        # the acknowledged under everysec.)
-        applied = 1 + len(acked) + (policy == "always")
+        # (Every XADD sent is applied in memory, the held one too.)
+        applied = 1 + len(acked) + 1
         fresh = redis.Redis(port=srv.port, socket_timeout=15)
         for client in (other, fresh):
             assert client.ping()
@@ -146,16 +137,14 @@ def test_full_disk_refuses_writes_and_answers_everything_else(disk, tmp_path, po
             with pytest.raises(redis.ResponseError,
                                match="MISCONF Errors writing to the AOF file: No space left"):
                 client.xadd("s", {"f": "refused"}, id="10000-1")
-        if policy == "always":
-            assert _pending_bytes(writer) == b""         # still held
+        assert _pending_bytes(writer) == b""             # still held
 
         disk.free()
-        if policy == "always":
-            reply = _recv_reply(writer)
-            while not reply.endswith(b"+PONG\r\n"):
-                reply += writer.recv(1000)
-            assert reply == b"$%d\r\n%s\r\n+PONG\r\n" % (len(failing), failing.encode())
-            acked.append(failing)
+        reply = _recv_reply(writer)
+        while not reply.endswith(b"+PONG\r\n"):
+            reply += writer.recv(1000)
+        assert reply == b"$%d\r\n%s\r\n+PONG\r\n" % (len(failing), failing.encode())
+        acked.append(failing)
         wait_until(lambda: _write_status(other) == "ok", what="the retried write")
         assert other.xadd("s", {"f": "after"}, id="20000-1") == b"20000-1"
         acked.append("20000-1")
