@@ -41,10 +41,11 @@ checking:
   naming the file and offset, and nothing on disk is changed;
 * if a write or fsync fails, the frame stays in memory and is retried, the file
   is cut back to its last good frame, and write commands are refused (MISCONF)
-  until the disk works again.  Under 'always' the replies of the clients whose
-  writes the frame holds wait for it (``holds_replies_of``); under the other
-  policies they go out, as in Redis, which acknowledges a write an 'everysec'
-  AOF failed to write and retries it.  Every other reply goes out either way.
+  until the disk works again.  The replies of the clients whose writes the frame
+  holds wait for it (``holds_replies_of``): until it is written, under 'always'
+  until it is fsynced, so that no acknowledged write is only in memory (Redis
+  acknowledges a write an 'everysec' AOF failed to write, and retries it).  Every
+  other reply goes out.
 
 Lifecycle (the one state machine of this module):
 ``load()`` (start-up: replay every segment through the core's replay client)
