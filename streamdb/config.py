@@ -219,7 +219,7 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("timeout", "0", _parse_int(0, 2**31 - 1), "Close a client idle this many seconds (0 = never)."),
     _d("tcp-keepalive", "300", _parse_int(0, 2**31 - 1), "TCP keepalive interval in seconds."),
     _d("maxclients", "10000", _parse_int(1, 2**31 - 1), "Maximum number of connected clients."),
-    # -- tls (server/tls.py)
+    # -- tls (tls.py)
     _d("tls-port", "0", _parse_int(0, 65535), "TLS port to listen on (0 = no TLS listener).", False),
     _d("tls-cert-file", "", _S, "Server certificate (PEM); also the client certificate of a TLS replica link.", False),
     _d("tls-key-file", "", _S, "Private key of tls-cert-file (PEM).", False),

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from streamdb.persistence.aof import SEGMENT_MAGIC, frame_size, read_segment
-from streamdb.tools.procs import free_port, wait_until_ready
+from streamdb.cli.procs import free_port, wait_until_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -60,8 +60,8 @@ from pathlib import Path
 import hiredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from streamdb.tools import loadtest  # noqa: E402
-from streamdb.tools.procs import free_port, wait_until_ready  # noqa: E402
+from streamdb.cli import loadtest  # noqa: E402
+from streamdb.cli.procs import free_port, wait_until_ready  # noqa: E402
 from streamdb.protocol.request import encode_request as resp  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,11 +10,11 @@ from __future__ import annotations
 from .. import log
 from ..protocol.reply import OK, CommandError, Double, Map
 from ..security.acl import AclError, generate_password
-from ..security.categories import ALL_CATEGORIES
+from ..dispatch.categories import ALL_CATEGORIES
 from ..security.enforce import dryrun_denial, refresh_clients
 from .args import parse_int
-from .context import Ctx
-from .registry import COMMANDS, command, subcommand
+from ..dispatch.context import Ctx
+from ..dispatch.registry import COMMANDS, command, subcommand
 
 _NO_ACLFILE = ("ERR This Redis instance is not configured to use an ACL file. You may want to "
                "specify users via the ACL SETUSER command and then issue a CONFIG REWRITE "

@@ -5,21 +5,19 @@ from __future__ import annotations
 import os
 import resource
 import sys
-import time
 
 from .. import __version__, compiled, log, protocol
 from ..config import ConfigError, directive
-from ..engine import Stream
 from ..engine.nodecache import CACHE as NODE_CACHE
 from ..protocol.reply import OK, CommandError, Map, RSet, Status, Verbatim
 from ..security.enforce import refresh_clients
-from ..server.client import client_info_line
-from ..server.limits import METER, not_counted_for_maxmemory
+from ..dispatch.client import client_info_line
+from ..memory import METER, not_counted_for_maxmemory
 from .args import parse_int
-from .context import Ctx, syntax_error
+from ..dispatch.context import Ctx, syntax_error
 from .docs import DOCS, GrammarError, grammar_arguments
 from .observe import latencystats_fields, memory_numbers, rewrite_config_file
-from .registry import COMMANDS, CommandSpec, command, subcommand
+from ..dispatch.registry import COMMANDS, CommandSpec, command, lookup, subcommand
 
 # ---------------------------------------------------------------------------
 # CONFIG
@@ -413,8 +411,7 @@ def command_(ctx: Ctx, argv):
         return Map([(n.encode(), command_docs(spec)) for n, spec in zip(names, map(_spec_named, names))
                     if spec is not None])
     if sub == b"getkeys" and len(argv) >= 3:
-        from . import registry
-        spec = registry.lookup(argv[2:])
+        spec = lookup(argv[2:])
         if spec is None:
             raise CommandError("ERR Invalid command specified")
         n = len(argv) - 2

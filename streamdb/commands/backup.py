@@ -10,8 +10,8 @@ STATUS is given as ``./STATUS``.
 from __future__ import annotations
 
 from ..protocol.reply import OK, CommandError, Map, Status
-from .context import Ctx
-from .registry import command, subcommand
+from ..dispatch.context import Ctx
+from ..dispatch.registry import command, subcommand
 
 
 def _backup(ctx: Ctx):

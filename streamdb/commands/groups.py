@@ -37,8 +37,8 @@ from ..protocol import encode_reply
 from ..protocol.reply import NULL_ARRAY, OK, CommandError, Status
 from .args import (eq, parse_int, parse_range_bound, parse_stream_id,
                    parse_strict_stream_id, parse_strict_stream_ids)
-from .context import BlockRequest, Ctx, syntax_error
-from .registry import command, subcommand
+from ..dispatch.context import BlockRequest, Ctx, syntax_error
+from ..dispatch.registry import command, subcommand
 from .streams import (DEL_DELETED, XREAD_BLOCKED_DEFAULT_COUNT, ReadArgs, ReadBudget,
                       _stream_key_positions, delete_with_policy, parse_ids_block,
                       parse_policy_ids, parse_read_args, xread_reply)

@@ -27,8 +27,8 @@ from ..engine.groups import ENTRIES_READ_INVALID
 from ..engine.lag import group_lag
 from ..protocol.reply import CommandError, Map, Status
 from .args import parse_int
-from .context import Ctx
-from .registry import command, subcommand
+from ..dispatch.context import Ctx
+from ..dispatch.registry import command, subcommand
 
 FULL_DEFAULT_COUNT = 10
 

@@ -12,8 +12,8 @@ import re
 from ..engine import Stream, type_name
 from ..protocol.reply import OK, CommandError, Status
 from .args import eq, parse_int
-from .context import WRONGTYPE, Ctx, syntax_error
-from .registry import command
+from ..dispatch.context import WRONGTYPE, Ctx, syntax_error
+from ..dispatch.registry import command
 
 # ---------------------------------------------------------------------------
 # Key space

@@ -14,8 +14,8 @@ from . import backup
 from ..protocol.reply import OK, CommandError, Status
 from ..protocol.request import encode_request
 from .args import parse_int
-from .context import Ctx, syntax_error
-from .registry import command
+from ..dispatch.context import Ctx, syntax_error
+from ..dispatch.registry import command
 
 CHECKSUM_ERROR = "ERR DUMP payload version or checksum are wrong"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from ..protocol.reply import OK, CommandError, Status
 from ..replication.primary import local_fsynced
 from .args import parse_int, parse_positive
-from .context import Ctx
-from .registry import command
+from ..dispatch.context import Ctx
+from ..dispatch.registry import command
 
 WAIT_ON_REPLICA = ("ERR WAIT cannot be used with replica instances. Please also note that since "
                    "Redis 4.0 if a replica is configured to be writable (which is not the default) "

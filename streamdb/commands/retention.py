@@ -26,9 +26,9 @@ from ..engine.retention import RetentionPolicy
 from ..engine.stream import Stream
 from ..protocol.reply import OK, CommandError, Map, Status
 from .args import parse_int
-from .context import Ctx, syntax_error
+from ..dispatch.context import Ctx, syntax_error
 from .docs import DOCS, _doc
-from .registry import command, subcommand
+from ..dispatch.registry import command, subcommand
 from .streams import TrimArgs, acked_bound, trim_effect
 
 __all__ = ["Retention", "install"]

@@ -13,8 +13,8 @@ from ..engine import Stream
 from ..protocol.reply import NULL_ARRAY, OK, PONG, CommandError, Map, Raw, Status
 from ..security.enforce import login, reset_to_default
 from .args import parse_int
-from .context import Ctx, syntax_error
-from .registry import command, subcommand
+from ..dispatch.context import Ctx, syntax_error
+from ..dispatch.registry import command, subcommand
 
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 

@@ -3,6 +3,6 @@
 # methods without look-ups.  Only cimports: the module's own classes need no
 # declaration here.
 
-from streamdb.commands.context cimport Ctx
+from streamdb.dispatch.context cimport Ctx
 from streamdb.engine.stream cimport Stream
 from streamdb.engine.ids cimport format_id

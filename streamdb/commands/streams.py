@@ -20,8 +20,8 @@ from ..engine.stream import Stream   # streams.pxd cimports Stream and format_id
 from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map, encode_reply
 from .args import (eq, invalid_id_error, parse_int, parse_range_bound,
                    parse_strict_stream_id, parse_strict_stream_ids)
-from .context import BlockRequest, Ctx, syntax_error
-from .registry import command
+from ..dispatch.context import BlockRequest, Ctx, syntax_error
+from ..dispatch.registry import command
 
 # ---------------------------------------------------------------------------
 # Shared helpers: entry replies, trimming arguments, effects of a trim

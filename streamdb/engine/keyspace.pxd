@@ -1,5 +1,5 @@
 # The compiled form of keyspace.py: a Database's and the Keyspace's attributes as
-# C fields, so that compiled callers that cimport this (commands/context.py's key
+# C fields, so that compiled callers that cimport this (dispatch/context.py's key
 # look-ups, server/core.py's dispatch) read them without look-ups.  Every
 # attribute any module sets is here (a compiled Database has no __dict__).
 

@@ -3,7 +3,7 @@
 Values are ``Stream`` objects or ``bytes`` (the string type, used for consumer
 checkpoints and to make WRONGTYPE real).  Expiry *decisions* need the current
 time, which callers pass in; deleting an expired key is the caller's job too,
-because it must also be propagated as a DEL (see commands/context.py).
+because it must also be propagated as a DEL (see dispatch/context.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def type_name(value) -> bytes:
 
 
 # Compiled, a cclass whose attributes are C fields (keyspace.pxd): every key
-# look-up of a command (commands/context.py's Ctx.lookup) and every effect
+# look-up of a command (dispatch/context.py's Ctx.lookup) and every effect
 # (server/core.py's _emit) reads them, and the generic attribute look-ups into
 # the plain class measured ~500 instructions of an XADD request (callgrind).
 @cython.cclass

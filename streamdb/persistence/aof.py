@@ -66,14 +66,14 @@ import time
 import zlib
 
 from .. import log
-from ..protocol import ProtocolError, RequestParser, encode_commands, encode_reply
+from ..protocol import ProtocolError, RequestParser, encode_command, encode_commands, last_select
 from .files import fsync_dir, replace_file
 from .child import (NotStarted, describe_exit, describe_failure, fork_reporting_child,
                     read_failure_reason, reap)
 from .prealloc import Preallocator
 
-__all__ = ["Aof", "AofCorruption", "AofError", "AofRotationError", "Manifest", "encode_command", "frame_size",
-           "last_select", "read_segment", "FRAME_HEADER_MAX", "state_commands", "write_base",
+__all__ = ["Aof", "AofCorruption", "AofError", "AofRotationError", "Manifest", "frame_size",
+           "read_segment", "FRAME_HEADER_MAX", "state_commands", "write_base",
            "content_end", "segment_logical_size", "copy_segment", "DEFAULT_PREALLOCATE"]
 
 SEGMENT_MAGIC = b"#SDBAOF 1\r\n"
@@ -111,21 +111,6 @@ class AofCorruption(AofError):
         super().__init__(message)
         self.scan = scan
         self.offset = offset
-
-
-def encode_command(argv: list[bytes]) -> bytes:
-    """One command in RESP, an array of bulk strings: exactly what the reply encoder
-    makes of a list of bytes, so effects are encoded by the protocol's encoder (the
-    compiled one when it runs: every write's effects pass here)."""
-    return encode_reply(argv, False)
-
-
-def last_select(commands: list[list[bytes]]) -> int | None:
-    """The db the last SELECT among ``commands`` selects, or None if none does."""
-    for argv in reversed(commands):
-        if argv[0] == b"SELECT":
-            return int(argv[1])
-    return None
 
 
 def segment_seq(name: str) -> int:

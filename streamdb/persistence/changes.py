@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import cython
 
-from ..commands import registry
+from ..dispatch import registry
 
 __all__ = ["ChangedKeys"]
 

@@ -17,7 +17,7 @@ from .request import ProtocolError
 
 __all__ = ["ProtocolError", "RequestParser", "CommandError", "Double", "Map", "NULL_ARRAY",
            "RSet", "Status", "Verbatim", "encode_reply", "encode_commands", "OK", "QUEUED", "PONG",
-           "CORE", "CORE_REASON", "select_core"]
+           "CORE", "CORE_REASON", "select_core", "encode_command", "last_select"]
 
 COMPILED_MODULE = "streamdb.protocol._resp"
 
@@ -37,3 +37,20 @@ def select_core(pure: bool, module: str = COMPILED_MODULE):
 
 
 CORE, CORE_REASON, RequestParser, encode_reply, encode_commands = select_core(compiled.PURE)
+
+
+# Effects as commands: what the AOF writes and a primary sends its replicas.
+
+def encode_command(argv: list[bytes]) -> bytes:
+    """One command in RESP, an array of bulk strings: exactly what the reply encoder
+    makes of a list of bytes, so effects are encoded by this encoder (the
+    compiled one when it runs: every write's effects pass here)."""
+    return encode_reply(argv, False)
+
+
+def last_select(commands: list[list[bytes]]) -> int | None:
+    """The db the last SELECT among ``commands`` selects, or None if none does."""
+    for argv in reversed(commands):
+        if argv[0] == b"SELECT":
+            return int(argv[1])
+    return None

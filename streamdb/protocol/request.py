@@ -73,7 +73,7 @@ def _parse_ll(raw: bytes) -> int | None:
 def encode_request(*args) -> bytes:
     """A command as a client sends it: a RESP array of bulk strings (bytes as they are,
     anything else as its str() in UTF-8).  For tools and tests that speak RESP on raw
-    sockets; the server's own logs encode effects with ``persistence.aof.encode_command``."""
+    sockets; the server's own logs encode effects with ``protocol.encode_command``."""
     out = [b"*%d\r\n" % len(args)]
     for a in args:
         if type(a) is not bytes:

@@ -38,7 +38,8 @@ import signal
 import zlib
 
 from .. import log
-from ..persistence.aof import encode_command, state_commands
+from ..persistence.aof import state_commands
+from ..protocol import encode_command
 from ..persistence.child import fork_child
 from ..protocol import ProtocolError, RequestParser
 from ..protocol.reply import Raw

@@ -30,8 +30,8 @@ import time
 from collections import deque
 
 from .. import log
-from ..commands.context import BlockRequest
-from ..persistence.aof import encode_command, last_select
+from ..dispatch.context import BlockRequest
+from ..protocol import encode_command, last_select
 from ..protocol import encode_commands
 from ..protocol.reply import OK, CommandError, Raw
 from . import state

@@ -31,11 +31,9 @@ import time
 from collections import deque
 
 from .. import log
-from ..persistence.aof import encode_command
+from ..protocol import ProtocolError, RequestParser, encode_command
 from ..protocol.reply import CommandError
-from ..protocol import ProtocolError, RequestParser
-from ..server import tls
-from . import state
+from .. import tls
 from .fullsync import CHECKSUM_CAPA, PayloadAside, PayloadError
 
 __all__ = ["ReplicaSide", "ReplError"]

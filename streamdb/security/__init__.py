@@ -1,2 +1,3 @@
-"""Access control: users and ACL rules (acl.py), per-command ACL data (categories.py),
-protected mode (protected.py)."""
+"""Access control: users and ACL rules (acl.py), their enforcement per request
+(enforce.py), protected mode (protected.py).  The per-command ACL data is part of
+the command table (dispatch/categories.py)."""

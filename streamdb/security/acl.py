@@ -24,7 +24,8 @@ import os
 import re
 from collections import deque
 
-from .categories import ALL_CATEGORIES, KEY_ACCESS
+from ..dispatch import registry
+from ..dispatch.categories import ALL_CATEGORIES, KEY_ACCESS
 
 __all__ = ["Acl", "AclError", "User", "AclLog", "hash_password"]
 
@@ -46,7 +47,6 @@ def hash_password(password: bytes) -> str:
 
 def _all_specs() -> dict:
     """Every command and subcommand by full name ("xgroup|create")."""
-    from ..commands import registry      # the command modules import this one
     out = {}
     for name, spec in registry.COMMANDS.items():
         out[name] = spec

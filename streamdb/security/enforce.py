@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .. import log
 from ..protocol.reply import CommandError
-from ..server.client import client_info_line
+from ..dispatch.client import client_info_line
 from .acl import User
 
 __all__ = ["command_denied", "login", "log_auth_failure", "refresh_clients", "dryrun_denial"]

@@ -4,11 +4,11 @@
 
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
-from streamdb.commands.context cimport BlockRequest, Ctx, new_ctx
-from streamdb.commands.observe cimport Observer
-from streamdb.commands.registry cimport CommandSpec, lookup
+from streamdb.dispatch.context cimport BlockRequest, Ctx, new_ctx
+from streamdb.server.observer cimport Observer
+from streamdb.dispatch.registry cimport CommandSpec, lookup
 from streamdb.engine.keyspace cimport Database, Keyspace
-from streamdb.server.client cimport Client
+from streamdb.dispatch.client cimport Client
 
 cdef class CommandStats:
     cdef public long long calls, usec, rejected, failed

@@ -7,7 +7,7 @@ apply loop all drive the same object:
     execute(client, argv) -> reply | BLOCKED | DROP
         1. look the command up; the checks, written once: arity, subcommand, auth,
            ACL, -OOM, read-only replica, -LOADING, MULTI queueing, MISCONF
-        2. run the handler with a Ctx (commands/context.py)
+        2. run the handler with a Ctx (dispatch/context.py)
         3. hand the effects it recorded to ``_emit``: one path that
            invalidates WATCHed keys, marks keys ready for blocked clients,
            and passes the batch to every registered effect sink (AOF, replicas,
@@ -32,15 +32,15 @@ from typing import TYPE_CHECKING, Callable
 import cython
 
 from .. import log
-from ..commands.context import BlockRequest, Ctx, new_ctx
-from ..commands.observe import Observer
-from ..commands.registry import CommandSpec, lookup
+from ..dispatch.context import BlockRequest, Ctx, new_ctx
+from .observer import Observer
+from ..dispatch.registry import CommandSpec, lookup
 from ..config import Config
 from ..engine.keyspace import Database, Keyspace
 from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status
 from ..security.acl import Acl
 from ..security.enforce import command_denied, reset_to_default
-from .client import Client
+from ..dispatch.client import Client
 
 if TYPE_CHECKING:
     from ..commands.retention import Retention

@@ -26,7 +26,7 @@ from ..engine.groups import ENTRIES_READ_INVALID
 from ..engine.lag import group_lag
 from ..engine.nodecache import CACHE
 from ..engine.stream import Stream
-from .limits import rss_memory, used_memory
+from ..memory import rss_memory, used_memory
 
 __all__ = ["start_metrics", "render", "Exposition", "escape_label_value"]
 

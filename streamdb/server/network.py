@@ -21,8 +21,8 @@ import gc
 from .. import log
 from ..protocol import RequestParser, encode_reply
 from ..security import protected
-from . import tls
-from .client import client_info_line
+from .. import tls
+from ..dispatch.client import client_info_line
 from .core import Core
 from .lifecycle import close_in_forked_children
 from .limits import output_limit_reached

@@ -3,7 +3,7 @@
 # protocol/_resp.pxd) without look-ups.
 
 from streamdb.protocol._resp cimport RequestParser, encode_reply
-from streamdb.server.client cimport Client
+from streamdb.dispatch.client cimport Client
 from streamdb.server.core cimport Core, Stats
 
 cdef class RequestLoop:

@@ -20,7 +20,7 @@ import cython
 
 from .. import log
 from ..protocol import CommandError, ProtocolError, encode_reply
-from .client import Client
+from ..dispatch.client import Client
 from .core import BLOCKED, DROP, Core, Stats
 
 __all__ = ["RequestLoop", "READ_ON", "DROP_NOW", "CLOSE_AFTER_FLUSH", "QUERY_BUFFER_FULL"]

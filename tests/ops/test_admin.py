@@ -12,9 +12,9 @@ import pytest
 import redis
 
 from helpers import ROOT, ServerProcess
-from streamdb.tools.procs import free_port
+from streamdb.cli.procs import free_port
 
-ADMIN = [sys.executable, "-m", "streamdb.tools.admin"]
+ADMIN = [sys.executable, "-m", "streamdb.cli.admin"]
 
 
 def run_admin(port: int, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:

@@ -27,7 +27,7 @@ import redis
 
 from docblocks import run_block
 from helpers import ROOT, ServerProcess, wait_until
-from streamdb.tools.faults import FaultDisk, FaultSetupError, ForkLimit
+from streamdb.cli.faults import FaultDisk, FaultSetupError, ForkLimit
 
 GUIDE = "docs/OPERATIONS.md"
 DOC_BLOCKS = {"docs/OPERATIONS.md": {"persistence-status", "bgsave-after-fork-failure"}}

@@ -17,7 +17,7 @@ import redis
 
 from helpers import ROOT, ServerProcess
 from streamdb.server.lifecycle import LOCK_NAME
-from streamdb.tools.procs import free_port
+from streamdb.cli.procs import free_port
 
 BYE = "StreamDB is now ready to exit, bye bye..."
 

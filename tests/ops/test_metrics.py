@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from helpers import ServerProcess
-from streamdb.tools.procs import free_port
+from streamdb.cli.procs import free_port
 
 
 def parse_exposition(text: str) -> tuple[dict, dict]:

@@ -12,7 +12,7 @@ import redis
 
 from docblocks import run_block, start_block
 from helpers import ROOT, ServerProcess
-from streamdb.tools.procs import free_port, wait_until_ready
+from streamdb.cli.procs import free_port, wait_until_ready
 
 GUIDE = "docs/OPERATIONS.md"
 DOC_BLOCKS = {"docs/OPERATIONS.md": {"backup", "restore", "check", "repair", "replicate",

@@ -22,7 +22,7 @@ import redis
 from docblocks import block_command, block_env, rewrite_ports, runnable_blocks, shell_blocks
 from helpers import ServerProcess
 from test_operations_guide import fill_sensor_streams
-from streamdb.tools.procs import free_port, wait_until_ready
+from streamdb.cli.procs import free_port, wait_until_ready
 
 GUIDE = "docs/OPERATIONS.md"
 DOC_BLOCKS = {"docs/OPERATIONS.md": {"variables"}}

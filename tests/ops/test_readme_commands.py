@@ -14,7 +14,7 @@ import redis
 
 from docblocks import run_block, start_block
 from helpers import ServerProcess
-from streamdb.tools.procs import free_port, wait_until_ready
+from streamdb.cli.procs import free_port, wait_until_ready
 
 README = "README.md"
 DOC_BLOCKS = {"README.md": {"scripts", "tour", "durability", "crashtest", "check-files", "replica",

@@ -24,7 +24,7 @@ MANIFEST = "appendonly.aof.manifest"
 
 def _tool(*args: str) -> subprocess.CompletedProcess:
     """streamdb-check-aof, run as its console script does."""
-    return subprocess.run([sys.executable, "-m", "streamdb.tools.aofcheck", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "streamdb.cli.aofcheck", *args], capture_output=True,
                           text=True, timeout=120, cwd=ROOT)
 
 

@@ -22,9 +22,9 @@ import redis
 
 from docblocks import run_block, start_block
 from helpers import ROOT, ServerProcess
-from streamdb.tools.procs import free_port, wait_until_ready
+from streamdb.cli.procs import free_port, wait_until_ready
 
-ADMIN = [sys.executable, "-m", "streamdb.tools.admin"]
+ADMIN = [sys.executable, "-m", "streamdb.cli.admin"]
 GUIDE = "docs/OPERATIONS.md"
 PREFILL = 200
 # Docs blocks of docs/OPERATIONS.md this module runs.

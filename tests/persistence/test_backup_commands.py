@@ -20,7 +20,7 @@ from docblocks import run_block
 from helpers import ROOT, ServerProcess, wait_until
 from resp_raw import RawClient
 
-ADMIN = [sys.executable, "-m", "streamdb.tools.admin"]
+ADMIN = [sys.executable, "-m", "streamdb.cli.admin"]
 GUIDE = "docs/OPERATIONS.md"
 # Docs blocks of docs/OPERATIONS.md this module runs.
 DOC_BLOCKS = {"docs/OPERATIONS.md": {"backup-window"}}

@@ -20,7 +20,7 @@ import redis
 
 from docblocks import run_block
 from helpers import ROOT, ServerProcess, wait_until
-from streamdb.tools.procs import free_port
+from streamdb.cli.procs import free_port
 
 CACHE = "64kb"
 CACHE_BYTES = 64 * 1024

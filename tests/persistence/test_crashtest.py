@@ -20,13 +20,13 @@ import redis
 
 from docblocks import run_block
 from helpers import ServerProcess
-from streamdb.tools.crashtest import (AOF_AT_KILL, STREAM, Check, Ledger, PowerCut, RoundResult,
+from streamdb.cli.crashtest import (AOF_AT_KILL, STREAM, Check, Ledger, PowerCut, RoundResult,
                                      _trace_losses, judge)
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = "docs/OPERATIONS.md"
 DOC_BLOCKS = {"docs/OPERATIONS.md": {"crashtest-faults"}}
-CRASHTEST = [sys.executable, "-m", "streamdb.tools.crashtest"]
+CRASHTEST = [sys.executable, "-m", "streamdb.cli.crashtest"]
 
 
 def _run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 from helpers import ROOT, wait_until
-from streamdb.tools.procs import free_port
+from streamdb.cli.procs import free_port
 
 PARENT = textwrap.dedent("""
     import socket, sys, time

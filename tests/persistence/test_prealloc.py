@@ -411,15 +411,15 @@ def test_check_aof_on_a_crashed_servers_preallocated_segment(tmp_path):
         r.xadd("s", {"i": i}, id=f"{i + 1}-1")
     seg = _kill9_with_zeros(srv)
     zeros = seg.stat().st_size - segment_logical_size(seg)
-    ok = _tool("streamdb.tools.aofcheck", str(d / "appendonlydir"))
+    ok = _tool("streamdb.cli.aofcheck", str(d / "appendonlydir"))
     assert ok.returncode == 0 and "AOF is valid" in ok.stdout, ok.stdout
     assert f"preallocated_zeros={zeros}" in ok.stdout and "frames=30" in ok.stdout
     torn_bytes = encode_frame(encode_request(b"XADD", b"s", b"31-1", b"i", b"x"))[:-4]
     at = _write_at_logical_end(seg, torn_bytes)
-    torn = _tool("streamdb.tools.aofcheck", str(d / "appendonlydir"))
+    torn = _tool("streamdb.cli.aofcheck", str(d / "appendonlydir"))
     assert torn.returncode == 1 and f"torn tail (truncated frame at offset {at})" in torn.stdout
     size = seg.stat().st_size
-    fixed = _tool("streamdb.tools.aofcheck", str(d / "appendonlydir"), "--fix", stdin="y\n")
+    fixed = _tool("streamdb.cli.aofcheck", str(d / "appendonlydir"), "--fix", stdin="y\n")
     assert fixed.returncode == 0, fixed.stdout
     assert f"from {size} to {at} bytes, dropping its last {size - at} bytes " \
            f"({zeros - len(torn_bytes)} of them preallocated zeros)" in fixed.stdout
@@ -449,9 +449,9 @@ def test_backup_of_a_preallocated_segment_and_restore_from_a_crashed_servers_seg
         if entry["path"].endswith(".aof"):
             p = backup / entry["path"]
             assert p.stat().st_size == entry["size"] == segment_logical_size(p)     # no zeros copied
-    verified = _tool("streamdb.tools.admin", "verify-backup", str(backup))
+    verified = _tool("streamdb.cli.admin", "verify-backup", str(backup))
     assert verified.returncode == 0 and "backup OK" in verified.stdout, verified.stderr
-    out = _tool("streamdb.tools.admin", "restore", str(backup), str(restored),
+    out = _tool("streamdb.cli.admin", "restore", str(backup), str(restored),
                 "--aof-from", str(d / "appendonlydir"))
     assert out.returncode == 0, out.stderr
     copy = restored / "appendonlydir" / seg.name

@@ -176,7 +176,7 @@ def test_damaged_redis_payloads_get_redis_errors(both):
 
 def run_admin(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "streamdb.tools.admin", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "streamdb.cli.admin", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -309,7 +309,7 @@ def test_migrate_from_streamdb_to_redis(both, redis_server):
 
 
 def _closed_port() -> int:
-    from streamdb.tools.procs import free_port
+    from streamdb.cli.procs import free_port
     return free_port()
 
 

@@ -60,7 +60,7 @@ def _start_refused(d: Path, *args: str) -> ServerProcess:
 
 
 def _snapshot_tool(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streamdb.tools.snapinspect", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "streamdb.cli.snapinspect", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 

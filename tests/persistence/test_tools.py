@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _tool(module: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     """Run an operator tool as its console script does (its module's main)."""
-    return subprocess.run([sys.executable, "-m", f"streamdb.tools.{module}", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", f"streamdb.cli.{module}", *args], capture_output=True,
                           text=True, input=stdin, timeout=120, cwd=ROOT)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from streamdb.tools.procs import free_port
+from streamdb.cli.procs import free_port
 
 
 class LinkProxy:

@@ -21,7 +21,8 @@ import redis
 from helpers import ServerProcess, aof_frames
 from linkproxy import LinkProxy
 import streamdb.commands  # noqa: F401  (the package's import order: commands before replication)
-from streamdb.persistence.aof import encode_command, frame_size, segment_seq, split_commands
+from streamdb.persistence.aof import frame_size, segment_seq, split_commands
+from streamdb.protocol import encode_command
 from streamdb.replication.fullsync import CHECKSUM_CAPA, MARK_LEN, PayloadAside, PayloadError
 from test_replication import client, info, link_up, populate, wait_synced, wait_until
 from test_replication_faults import bulk_xadd

@@ -188,7 +188,7 @@ def test_wait_counts_replicas_and_role(pair):
 
 def test_compare_tool_reports_equal(pair):
     p, r = pair
-    out = subprocess.run([sys.executable, "-m", "streamdb.tools.compare_replica",
+    out = subprocess.run([sys.executable, "-m", "streamdb.cli.compare_replica",
                           "--primary", f"127.0.0.1:{p.port}", "--replica", f"127.0.0.1:{r.port}"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -199,7 +199,7 @@ def test_compare_tool_says_at_once_that_a_primary_is_not_a_replica(pair):
     """Given a server that follows nobody (one just promoted, say), the tool says so and
     exits 2 at once instead of waiting --timeout for it to catch up."""
     p, _ = pair
-    out = subprocess.run([sys.executable, "-m", "streamdb.tools.compare_replica", "--timeout", "60",
+    out = subprocess.run([sys.executable, "-m", "streamdb.cli.compare_replica", "--timeout", "60",
                           "--primary", f"127.0.0.1:{p.port}", "--replica", f"127.0.0.1:{p.port}"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 2

@@ -17,7 +17,7 @@ import redis
 
 from helpers import ServerProcess
 from linkproxy import LinkProxy
-from streamdb.tools.compare_replica import all_group_detail
+from streamdb.cli.compare_replica import all_group_detail
 from test_replication import client, info, link_up, populate, replica_of, wait_synced, wait_until
 
 

@@ -24,7 +24,7 @@ import pytest
 import redis
 
 from helpers import ROOT, ServerProcess
-from streamdb.tools.procs import free_port
+from streamdb.cli.procs import free_port
 
 RSS_BOUND_KB = 200 * 1024
 HUGE_ARRAY = b"\xdd\x80\x00\x00\x00"        # msgpack array32 declaring 2^31 elements

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 
-from streamdb.tools.loadtest import Conn, Result, Workload, run_workload, verify
+from streamdb.cli.loadtest import Conn, Result, Workload, run_workload, verify
 
 
 def test_short_load_run_verifies(fresh_server):

@@ -19,7 +19,7 @@ import redis
 from docblocks import run_block
 from helpers import ROOT, ServerProcess, wait_until
 from resp_raw import RawClient
-from streamdb.tools.procs import free_port
+from streamdb.cli.procs import free_port
 
 NODE = 10           # stream-node-max-entries in these tests
 DOC_BLOCKS = {"docs/OPERATIONS.md": {"retention"}}

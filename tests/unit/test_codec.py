@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from streamdb.commands.server import digest_keyspace
 from streamdb.persistence import codec
-from streamdb.persistence.aof import last_select, state_commands
+from streamdb.persistence.aof import state_commands
+from streamdb.protocol import last_select
 from streamdb.protocol.reply import OK
 from streamdb.protocol.request import RequestParser
 from streamdb.server.core import Core

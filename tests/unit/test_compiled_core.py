@@ -332,7 +332,7 @@ def test_too_deep_a_reply_raises_recursion_error_not_a_crash():
 def test_effects_encode_as_requests(commands):
     """The AOF and replicas get effects encoded by the reply encoder (an array of bulk
     strings): byte for byte the request form a client sends."""
-    from streamdb.persistence.aof import encode_command, encode_commands
+    from streamdb.protocol import encode_command, encode_commands
     for argv in commands:
         assert encode_command(argv) == encode_request(*argv)
     assert encode_commands(commands) == b"".join(encode_request(*a) for a in commands)

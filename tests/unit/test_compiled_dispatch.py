@@ -1,5 +1,5 @@
-"""The compiled dispatch (server/core.py, commands/registry.py, the per-command
-hook of commands/observe.py and the cclasses they type) held equal to its source.
+"""The compiled dispatch (server/core.py, dispatch/registry.py, the per-command
+hook of server/observer.py and the cclasses they type) held equal to its source.
 
 ``compiled.load_source`` runs a pure-mode module from its ``.py`` beside the
 built one; Hypothesis drives both with the same random input: command names and
@@ -16,28 +16,19 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from streamdb import compiled
-from streamdb.commands import observe as observe_module, registry
-from streamdb.commands.observe import Observer
+import streamdb.commands  # noqa: F401  (fills the command table)
+from streamdb.dispatch import registry
+from streamdb.server import observer as observer_module
+from streamdb.server.observer import Observer
 from streamdb.config import Config
 from streamdb.protocol import encode_reply
 from streamdb.server import core as core_module
 
-SOURCE_REGISTRY = compiled.load_source("streamdb.commands.registry")
+SOURCE_REGISTRY = compiled.load_source("streamdb.dispatch.registry")
 SOURCE_CORE = compiled.load_source("streamdb.server.core")
 
 
-def _load_source_observe():
-    """observe.py from its source; its @command registrations would replace the
-    table's (compiled) handlers, so the table is put back as it was."""
-    table = dict(registry.COMMANDS)
-    try:
-        return compiled.load_source("streamdb.commands.observe")
-    finally:
-        registry.COMMANDS.clear()
-        registry.COMMANDS.update(table)
-
-
-SOURCE_OBSERVE = _load_source_observe()
+SOURCE_OBSERVE = compiled.load_source("streamdb.server.observer")
 
 NAMES = sorted(registry.COMMANDS)
 
@@ -159,14 +150,13 @@ def test_a_duration_is_counted_in_the_bucket_around_it(elapsed_ns):
     for observer_class in (Observer, SOURCE_OBSERVE.Observer):
         histograms, _, _, _ = _observe(observer_class, {"latency-tracking": True},
                                        [("ping", [b"PING"], elapsed_ns)])
-        [(lower, n)] = observe_module.histogram_buckets(histograms["ping"])
-        bits = elapsed_ns.bit_length() - observe_module._HIST_BITS
+        [(lower, n)] = observer_module.histogram_buckets(histograms["ping"])
+        bits = elapsed_ns.bit_length() - observer_module._HIST_BITS
         assert n == 1 and lower == (elapsed_ns >> bits << bits if bits > 0 else elapsed_ns)
-        assert lower <= elapsed_ns <= observe_module._bucket_upper_ns(lower)
+        assert lower <= elapsed_ns <= observer_module.bucket_upper_ns(lower)
 
 
 def test_the_source_modules_really_are_the_source():
     assert not compiled.is_compiled(SOURCE_CORE)
     assert not compiled.is_compiled(SOURCE_REGISTRY)
     assert not compiled.is_compiled(SOURCE_OBSERVE)
-    assert registry.COMMANDS["slowlog"].handler.__module__ == "streamdb.commands.observe"

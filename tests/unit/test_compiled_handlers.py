@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamdb import compiled
-from streamdb.commands import registry
+import streamdb.commands  # noqa: F401  (fills the command table)
+from streamdb.dispatch import registry
 from streamdb.commands.groups import new_delivery_effects, xclaim_effect
 from streamdb.commands.server import digest_keyspace
 from streamdb.engine import ConsumerGroup

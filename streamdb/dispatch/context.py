@@ -17,7 +17,7 @@ import cython
 from ..engine import Stream
 from ..engine.keyspace import Database
 from ..protocol.reply import CommandError
-from ..server.client import Client
+from .client import Client
 
 __all__ = ["Ctx", "BlockRequest", "WRONGTYPE", "syntax_error"]
 

@@ -1,6 +1,6 @@
 """What the command flags do not say about ACL categories and key access.
 
-The command table (commands/registry.py) derives most of a command's ACL
+The command table (dispatch/registry.py) derives most of a command's ACL
 categories from its flags (write -> @write, readonly -> @read, admin ->
 @admin @dangerous, fast/slow, blocking) and its group (@stream).  These tables
 add the rest, as Redis 7.0's command table has it (checked against

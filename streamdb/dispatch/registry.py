@@ -14,7 +14,7 @@ from typing import Callable
 
 import cython
 
-from ..security.categories import category_override, extra_categories
+from .categories import category_override, extra_categories
 
 __all__ = ["CommandSpec", "COMMANDS", "command", "subcommand", "lookup"]
 
@@ -64,7 +64,7 @@ COMMANDS: dict[str, CommandSpec] = {}
 
 
 def _categories(flags: frozenset[str], group: str, name: str) -> tuple[str, ...]:
-    """ACL categories: what the flags imply plus security/categories.py's per-command list."""
+    """ACL categories: what the flags imply plus dispatch/categories.py's per-command list."""
     override = category_override(name)
     if override is not None:
         return override

@@ -3,7 +3,7 @@
 # look-ups.  Every attribute any handler sets is here (a compiled Ctx has no __dict__).
 
 from streamdb.engine.keyspace cimport Database
-from streamdb.server.client cimport Client
+from streamdb.dispatch.client cimport Client
 
 cdef class BlockRequest:
     cdef public object keys, timeout_ms, serve, timeout_reply, command, next_wake

@@ -1,8 +1,8 @@
-# The compiled form of observe.py's Observer: its state as C fields and the
+# The compiled form of observer.py's Observer: its state as C fields and the
 # per-command hook as a C call from the compiled dispatch (server/core.py
 # cimports this).  Every attribute any module sets is here (no __dict__).
 
-from streamdb.commands.registry cimport CommandSpec
+from streamdb.dispatch.registry cimport CommandSpec
 
 cdef class Observer:
     cdef public object core, slowlog, latency, monitors, startup_memory, rate_samples
