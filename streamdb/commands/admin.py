@@ -470,7 +470,7 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
     m = memory_numbers(core)
     used, rss, peak = m["used"], m["rss"], m["peak"]
     total_system = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    # Redis's fields and order (used_memory is the allocators' count, see server/limits.py).
+    # Redis's fields and order (used_memory is the allocators' count, see memory.py).
     sections["memory"] = [
         ("used_memory", used), ("used_memory_human", _human(used)),
         ("used_memory_rss", rss), ("used_memory_rss_human", _human(rss)),
