@@ -221,8 +221,7 @@ BLOCK_VALUES = [b"1", b"5", b"-1", b"x", b"9223372036854775808", b"1.5"]
 
 
 def command_choices() -> list[tuple[bytes, ...]]:
-    import streamdb.server.core  # noqa: F401  (imports every command module)
-    from streamdb.dispatch.registry import COMMANDS
+    from streamdb.commands import COMMANDS    # (importing the package fills the table)
     out = []
     for name, spec in sorted(COMMANDS.items()):
         if name in EXCLUDED:
