@@ -67,7 +67,7 @@ import zlib
 
 from .. import log
 from ..protocol import ProtocolError, RequestParser, encode_command, encode_commands, last_select
-from .files import fsync_dir, replace_file
+from ..files import fsync_dir, replace_file, replacing
 from .child import (NotStarted, describe_exit, describe_failure, fork_reporting_child,
                     read_failure_reason, reap)
 from .prealloc import Preallocator
@@ -1457,9 +1457,9 @@ def value_commands(key: bytes, value, expire_at_ms: int | None):
 
 
 def write_base(path: str, keyspace, snapshot_form: bool = True) -> None:
-    """Write a base segment holding the whole state (tmp file, fsync, rename);
+    """Write a base segment holding the whole state (aside, fsync, rename, fsync dir);
     ``snapshot_form`` as in ``state_commands``."""
-    with open(path + ".tmp", "wb") as f:
+    with replacing(path) as f:
         f.write(SEGMENT_MAGIC)
         body: list[bytes] = []
         size = 0
@@ -1471,7 +1471,4 @@ def write_base(path: str, keyspace, snapshot_form: bool = True) -> None:
                 body, size = [], 0
         if body:
             f.write(encode_frame(b"".join(body)))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
     fsync_dir(os.path.dirname(path) or ".")
