@@ -83,7 +83,6 @@ class Aof:
     def __init__(self, core, dirpath: str, basename: str = "appendonly.aof",
                  fsync: str = "everysec", load_truncated: bool = True,
                  preallocate: int = DEFAULT_PREALLOCATE) -> None:
-        self.core = core
         self.directory = AofDirectory(dirpath, basename)
         self.loader = AofLoader(core, self.directory, load_truncated)
         self.writer = AofWriter(core, self.directory, fsync, preallocate)
