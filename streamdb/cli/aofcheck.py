@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from ..persistence.aof import (SEGMENT_MAGIC, SEGMENT_NAME, AofCorruption, AofError, Manifest, SegmentScan,
                                read_segment, segment_logical_size, segment_seq, split_commands)
-from ..persistence.files import fsync_dir
+from ..files import fsync_dir
 from .progress import Progress
 
 

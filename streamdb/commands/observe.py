@@ -18,6 +18,7 @@ from ..config import DIRECTIVES
 from ..dispatch.context import Ctx, syntax_error
 from ..dispatch.registry import command, subcommand
 from ..engine import Stream
+from ..files import fsync_dir, replace_file
 from ..memory import aof_buffer, replicas_output, rss_memory, used_memory
 from ..protocol.reply import OK, CommandError, Map, Verbatim
 from .args import parse_int
@@ -580,27 +581,6 @@ def rewrite_config_file(config) -> None:
             out.append(REWRITE_MARKER)
         out += added
     text = "\n".join(out) + "\n"
-    directory = os.path.dirname(os.path.abspath(path))
-    import tempfile      # here, not at start-up (~3 ms of import)
-    fd, tmp = tempfile.mkstemp(prefix=".streamdb-rewrite-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-        except OSError:
-            pass
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    # The rewritten file keeps the permissions the operator gave it.
+    replace_file(path, text.encode("utf-8"), mode=os.stat(path).st_mode & 0o7777)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))

@@ -1,6 +1,6 @@
 """Persistence commands: DUMP RESTORE MIGRATE BGREWRITEAOF, and the AOF's INFO and DEBUG hooks.
 
-The AOF object (persistence/aof.py) is attached by __main__ as ``core.aof``;
+The AOF object (persistence/aof/) is attached by __main__ as ``core.aof``;
 without it (``appendonly no``) these commands report that persistence is off.
 """
 

@@ -41,7 +41,7 @@ import lmdb
 
 from .. import __version__, log
 from .aof import Aof, AofError, Manifest, copy_segment, read_segment, segment_seq
-from .files import fsync_dir, replace_file
+from ..files import fsync_dir, replace_file
 from .child import describe_exit, fork_reporting_child, read_failure_reason, reap
 from .snapshot import MAP_SIZE, SnapshotError, load_snapshot, snapshot_info
 

@@ -49,7 +49,7 @@ from .. import log
 from ..engine import Stream
 from ..engine.nodecache import CACHE
 from .aof import AofRotationError
-from .files import fsync_dir
+from ..files import fsync_dir
 from .changes import ChangedKeys
 from .child import (NotStarted, describe_exit, describe_failure, fork_reporting_child,
                     read_failure_reason, reap)

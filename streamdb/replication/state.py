@@ -28,7 +28,7 @@ import time
 from typing import NamedTuple
 
 from .. import log
-from ..persistence.files import replace_file
+from ..files import replace_file
 
 __all__ = ["SavedState", "STATE_FILE", "state_path", "load", "StateWriter", "remove", "aof_position"]
 

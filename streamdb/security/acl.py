@@ -26,6 +26,7 @@ from collections import deque
 
 from ..dispatch import registry
 from ..dispatch.categories import ALL_CATEGORIES, KEY_ACCESS
+from ..files import fsync_dir, replace_file
 
 __all__ = ["Acl", "AclError", "User", "AclLog", "hash_password"]
 
@@ -435,27 +436,11 @@ class Acl:
         self.users = self.parse_file(path)
 
     def save_file(self, path: str) -> None:
-        """Write ACL LIST to ``path`` atomically: a temporary file, fsync, rename, fsync dir."""
-        tmp = f"{path}.tmp-{os.getpid()}"
+        """Write ACL LIST to ``path`` atomically: a temporary file, fsync, rename, fsync dir.
+        The file holds password hashes: only its owner may read it (0600)."""
         data = "".join(line + "\n" for line in self.listing()).encode("utf-8", "surrogateescape")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.replace(tmp, path)
-        except OSError:
-            os.unlink(tmp)
-            raise
-        dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        replace_file(path, data, mode=0o600)
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 def generate_password(bits: int = 256) -> str:

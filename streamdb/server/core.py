@@ -191,7 +191,7 @@ class Core:
         self.run_id = "0" * 40               # INFO run_id; __main__ draws a random one
         self.last_save_time = self.start_time   # LASTSAVE; the Snapshotter's last save (seconds)
         self.peak_memory = 0                 # INFO / MEMORY STATS: highest used_memory seen
-        # The MISCONF error writes get while the AOF cannot write (set and cleared by aof.py),
+        # The MISCONF error writes get while the AOF cannot write (set and cleared by aof/writer.py),
         # and while background saves fail (snapshot.py: stop-writes-on-bgsave-error).
         self.write_refusal: str | None = None
         self.save_refusal: str | None = None

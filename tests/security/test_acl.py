@@ -382,7 +382,8 @@ def test_aclfile_load_save(tmp_path):
         assert admin.execute_command("ACL", "SAVE") == b"OK"
         saved = aclfile.read_text().splitlines()
         assert saved == [line.decode() for line in admin.execute_command("ACL", "LIST")]
-        assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+        assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]     # (the file aside)
+        assert aclfile.stat().st_mode & 0o7777 == 0o600     # (password hashes: the owner's only)
         # A bad line: nothing changes, and the error names the file and line.
         aclfile.write_text(f"user alice on #{HASH} ~orders:* +@read\nuser carol on +nosuch\n")
         with pytest.raises(redis.ResponseError) as e:
