@@ -405,7 +405,7 @@ def backup_summary(core) -> dict[str, object]:
 
 
 def cmd_verify_backup(_r, args, console: Console) -> int:
-    from .. import commands, log  # noqa: F401  (commands fills the table the AOF's replay runs through)
+    from .. import log
     from ..persistence.backup import BackupError, verify_backup
     from ..server.core import Core
     log.configure("warning")

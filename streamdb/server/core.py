@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Callable
 
 import cython
 
+from .. import commands  # noqa: F401  (the command modules fill the table execute dispatches through)
 from .. import log
 from ..dispatch.context import BlockRequest, Ctx, new_ctx
 from .observer import Observer
