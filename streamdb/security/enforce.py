@@ -37,6 +37,11 @@ def command_denied(core, client, user: User, spec, argv: list[bytes],
     if key is not None:
         _log(core, client, "key", context, key.decode("utf-8", "surrogateescape"), user.name)
         return CommandError("NOPERM No permissions to access a key")
+    channel = user.denied_channel(spec, argv)
+    if channel is not None:
+        _log(core, client, "channel", context, channel.decode("utf-8", "surrogateescape"),
+             user.name)
+        return CommandError("NOPERM No permissions to access a channel")
     return None
 
 
@@ -48,6 +53,10 @@ def dryrun_denial(user: User, spec, argv: list[bytes]) -> str | None:
     if key is not None:
         return (f"User {user.name} has no permissions to access the "
                 f"'{key.decode('utf-8', 'surrogateescape')}' key")
+    channel = user.denied_channel(spec, argv)
+    if channel is not None:
+        return (f"User {user.name} has no permissions to access the "
+                f"'{channel.decode('utf-8', 'surrogateescape')}' channel")
     return None
 
 
