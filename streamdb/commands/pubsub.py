@@ -18,7 +18,7 @@ from ..dispatch.context import Ctx
 from ..dispatch.pubsub import CHANNELS, PATTERNS, SHARD_CHANNELS
 from ..dispatch.registry import command, subcommand
 from ..protocol import encode_reply
-from ..protocol.reply import CommandError, Push, Raw
+from ..protocol.reply import CommandError, Push, Raw, Status
 
 __all__: list[str] = []
 
@@ -167,21 +167,25 @@ def pubsub_shardnumsub(ctx: Ctx, argv):
     return _listeners(ctx, SHARD_CHANNELS, argv[2:])
 
 
+_PUBSUB_HELP = (
+    "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CHANNELS [<pattern>]",
+    "    Return the currently active channels matching a <pattern> (default: '*').",
+    "NUMPAT",
+    "    Return number of subscriptions to patterns.",
+    "NUMSUB [<channel> ...]",
+    "    Return the number of subscribers for the specified channels, excluding",
+    "    pattern subscriptions(default: no channels).",
+    "SHARDCHANNELS [<pattern>]",
+    "    Return the currently active shard level channels matching a <pattern> (default: '*').",
+    "SHARDNUMSUB [<shardchannel> ...]",
+    "    Return the number of subscribers for the specified shard level channel(s)",
+    "HELP",
+    "    Prints this help.",
+)
+
+
 @subcommand("pubsub", "help", 2, "loading stale", since="6.2.0")
 def pubsub_help(ctx: Ctx, argv):
     """PUBSUB HELP"""
-    return [b"PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-            b"CHANNELS [<pattern>]",
-            b"    Return the currently active channels matching a <pattern> (default: '*').",
-            b"NUMPAT",
-            b"    Return number of subscriptions to patterns.",
-            b"NUMSUB [<channel> ...]",
-            b"    Return the number of subscribers for the specified channels, excluding",
-            b"    pattern subscriptions(default: no channels).",
-            b"SHARDCHANNELS [<pattern>]",
-            b"    Return the currently active shard level channels matching a <pattern> "
-            b"(default: '*').",
-            b"SHARDNUMSUB [<shardchannel> ...]",
-            b"    Return the number of subscribers for the specified shard level channel(s)",
-            b"HELP",
-            b"    Prints this help."]
+    return [Status(line) for line in _PUBSUB_HELP]
