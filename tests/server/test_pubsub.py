@@ -14,7 +14,10 @@ import pytest
 import redis
 
 from differential.resp import Err, Null, RawClient, Status
+from docblocks import run_block
 from helpers import ServerProcess, wait_until
+
+DOC_BLOCKS = {"README.md": {"pubsub"}}
 
 SUBSCRIBED_MODE = ("ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / "
                    "QUIT / RESET are allowed in this context")
@@ -67,6 +70,11 @@ def test_sentinel_hello_exchange_with_redis_py(server):
                what="the closed subscriber's subscription to go")
     assert pub.publish("__sentinel__:hello", b"nobody") == 0
     pub.close()
+
+
+def test_the_readme_pubsub_block(server, tmp_path):
+    out = run_block("README.md", "pubsub", cwd=tmp_path, ports={6379: server.port})
+    assert out.splitlines() == ["1", "subscribe", "news", "1", "message", "news", "hello"]
 
 
 def test_resp3_subscriber_gets_pushes_with_redis_py(server):
@@ -204,7 +212,7 @@ def test_pubsub_output_buffer_limit_drops_a_slow_subscriber(tmp_path):
 
 def test_pubsub_help_and_errors(raw):
     c = raw()
-    assert c.call("PUBSUB", "HELP")[0] == b"PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
+    assert c.call("PUBSUB", "HELP")[0] == Status("PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:")
     assert c.call("PUBSUB", "nope") == Err("ERR unknown subcommand 'nope'. Try PUBSUB HELP.")
     assert c.call("PUBSUB", "NUMPAT", "x") == Err("ERR wrong number of arguments for 'pubsub|numpat' command")
     assert c.call("PUBLISH", "a") == Err("ERR wrong number of arguments for 'publish' command")
