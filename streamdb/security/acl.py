@@ -284,12 +284,17 @@ class User:
         where = CHANNEL_ARGS.get(spec.name)
         if where is None:
             return None
-        first, last, literal = where
+        first, last, is_pattern = where
         for name in argv[first:len(argv) if last < 0 else last + 1]:
-            if not any(name == allowed if literal else glob_match(allowed, name)
-                       for allowed in self.channels):
+            if not self.may_use_channel(name, is_pattern):
                 return name
         return None
+
+    def may_use_channel(self, name: bytes, is_pattern: bool) -> bool:
+        """Whether this user may subscribe to (or publish to) channel ``name``, or
+        subscribe to pattern ``name`` if ``is_pattern``."""
+        return self.allchannels or any(name == allowed if is_pattern else glob_match(allowed, name)
+                                       for allowed in self.channels)
 
 
 def _replay(all_commands: bool, rules: list[str], specs: dict) -> set[str]:

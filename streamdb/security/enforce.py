@@ -100,3 +100,15 @@ def refresh_clients(core) -> None:
                 client.close()
             continue
         client.acl_check = None if user.unrestricted else user
+        if client.pubsub is not None and _lost_a_subscription(user, client):
+            # Redis drops such a client rather than leave it listening where it may not.
+            log.log(log.VERBOSE, f"Closing client id={client.id}: its user may no longer "
+                                 "use a channel it subscribes to")
+            if client.close is not None:
+                client.close()
+
+
+def _lost_a_subscription(user: User, client) -> bool:
+    channels, patterns, shard_channels = client.pubsub.kinds
+    return not (all(user.may_use_channel(name, False) for name in (*channels, *shard_channels))
+                and all(user.may_use_channel(name, True) for name in patterns))

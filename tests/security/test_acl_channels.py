@@ -74,3 +74,16 @@ def test_a_denied_subscribe_in_multi_aborts_the_transaction(admin, fresh_server)
     entry = dict(zip(*[iter(admin.call("ACL", "LOG", "1")[0])] * 2))
     assert (entry[b"reason"], entry[b"context"]) == (b"channel", b"multi")
     tx.close()
+
+
+def test_a_subscriber_whose_channel_is_revoked_is_closed(admin, fresh_server):
+    admin.call("ACL", "SETUSER", "sub", "on", ">pw", "+@all", "&news.*", "&alerts")
+    listener, other = _login(fresh_server.port, "sub"), _login(fresh_server.port, "sub")
+    assert listener.call("PSUBSCRIBE", "news.*") == [b"psubscribe", b"news.*", 1]
+    assert other.call("SUBSCRIBE", "alerts") == [b"subscribe", b"alerts", 1]
+    # news.* stays allowed: nobody is closed by an unrelated change.
+    assert admin.call("ACL", "SETUSER", "sub", "resetchannels", "&news.*") == Status("OK")
+    assert listener.call("PING") == [b"pong", b""]
+    with pytest.raises(ConnectionError):
+        other.call("PING")
+    listener.close()
