@@ -66,40 +66,26 @@ def _unsubscribe(ctx: Ctx, kind: int, names: list[bytes]) -> Raw:
     return _in_a_row(ctx, replies)
 
 
-@command("subscribe", -2, _SUBSCRIBING, group="pubsub", since="2.0.0")
-def subscribe(ctx: Ctx, argv):
-    """SUBSCRIBE channel [channel ...]"""
-    return _subscribe(ctx, CHANNELS, argv[1:])
+def _register_pair(kind: int, name: str, argument: str, since: str) -> None:
+    """Register NAME (e.g. PSUBSCRIBE) for the subscriptions of ``kind`` and its UN-form."""
+    unname = name.replace("subscribe", "unsubscribe")
+
+    def subscribe_handler(ctx: Ctx, argv):
+        return _subscribe(ctx, kind, argv[1:])
+
+    def unsubscribe_handler(ctx: Ctx, argv):
+        return _unsubscribe(ctx, kind, argv[1:])
+
+    # (the docstring's first line is the command's grammar: COMMAND DOCS)
+    subscribe_handler.__doc__ = f"{name.upper()} {argument} [{argument} ...]"
+    unsubscribe_handler.__doc__ = f"{unname.upper()} [{argument} [{argument} ...]]"
+    command(name, -2, _SUBSCRIBING, group="pubsub", since=since)(subscribe_handler)
+    command(unname, -1, _SUBSCRIBING, group="pubsub", since=since)(unsubscribe_handler)
 
 
-@command("unsubscribe", -1, _SUBSCRIBING, group="pubsub", since="2.0.0")
-def unsubscribe(ctx: Ctx, argv):
-    """UNSUBSCRIBE [channel [channel ...]]"""
-    return _unsubscribe(ctx, CHANNELS, argv[1:])
-
-
-@command("psubscribe", -2, _SUBSCRIBING, group="pubsub", since="2.0.0")
-def psubscribe(ctx: Ctx, argv):
-    """PSUBSCRIBE pattern [pattern ...]"""
-    return _subscribe(ctx, PATTERNS, argv[1:])
-
-
-@command("punsubscribe", -1, _SUBSCRIBING, group="pubsub", since="2.0.0")
-def punsubscribe(ctx: Ctx, argv):
-    """PUNSUBSCRIBE [pattern [pattern ...]]"""
-    return _unsubscribe(ctx, PATTERNS, argv[1:])
-
-
-@command("ssubscribe", -2, _SUBSCRIBING, group="pubsub", since="7.0.0")
-def ssubscribe(ctx: Ctx, argv):
-    """SSUBSCRIBE shardchannel [shardchannel ...]"""
-    return _subscribe(ctx, SHARD_CHANNELS, argv[1:])
-
-
-@command("sunsubscribe", -1, _SUBSCRIBING, group="pubsub", since="7.0.0")
-def sunsubscribe(ctx: Ctx, argv):
-    """SUNSUBSCRIBE [shardchannel [shardchannel ...]]"""
-    return _unsubscribe(ctx, SHARD_CHANNELS, argv[1:])
+_register_pair(CHANNELS, "subscribe", "channel", "2.0.0")
+_register_pair(PATTERNS, "psubscribe", "pattern", "2.0.0")
+_register_pair(SHARD_CHANNELS, "ssubscribe", "shardchannel", "7.0.0")
 
 
 @command("publish", 3, _PUBLISHING, group="pubsub", since="2.0.0")
@@ -155,16 +141,16 @@ def pubsub_numpat(ctx: Ctx, argv):
     return ctx.core.pubsub.count(PATTERNS)
 
 
-@subcommand("pubsub", "shardchannels", -2, "pubsub loading stale", since="7.0.0")
-def pubsub_shardchannels(ctx: Ctx, argv):
-    """PUBSUB SHARDCHANNELS [pattern]"""
-    return ctx.core.pubsub.active(SHARD_CHANNELS, _at_most_one_pattern(argv))
-
-
 @subcommand("pubsub", "shardnumsub", -2, "pubsub loading stale", since="7.0.0")
 def pubsub_shardnumsub(ctx: Ctx, argv):
     """PUBSUB SHARDNUMSUB [shardchannel [shardchannel ...]]"""
     return _listeners(ctx, SHARD_CHANNELS, argv[2:])
+
+
+@subcommand("pubsub", "shardchannels", -2, "pubsub loading stale", since="7.0.0")
+def pubsub_shardchannels(ctx: Ctx, argv):
+    """PUBSUB SHARDCHANNELS [pattern]"""
+    return ctx.core.pubsub.active(SHARD_CHANNELS, _at_most_one_pattern(argv))
 
 
 _PUBSUB_HELP = (
