@@ -9,13 +9,15 @@ and the pubsub class of client-output-buffer-limit.
 from __future__ import annotations
 
 import socket
+import subprocess
 
 import pytest
 import redis
 
 from differential.resp import Err, Null, RawClient, Status
 from docblocks import run_block
-from helpers import ServerProcess, wait_until
+from helpers import RedisProcess, ServerProcess, wait_until
+from streamdb.cli.procs import free_port, wait_until_ready
 
 DOC_BLOCKS = {"README.md": {"pubsub"}}
 
@@ -217,3 +219,38 @@ def test_pubsub_help_and_errors(raw):
     assert c.call("PUBSUB", "NUMPAT", "x") == Err("ERR wrong number of arguments for 'pubsub|numpat' command")
     assert c.call("PUBLISH", "a") == Err("ERR wrong number of arguments for 'publish' command")
     assert c.call("SUBSCRIBE") == Err("ERR wrong number of arguments for 'subscribe' command")
+
+
+def test_a_real_sentinel_talks_to_the_server_over_pubsub(server, tmp_path):
+    """redis-server --sentinel monitoring StreamDB: its pubsub link subscribes to
+    __sentinel__:hello and stays up, and the hellos it PUBLISHes reach our subscriber."""
+    if not RedisProcess.available():
+        pytest.skip("redis-server is not installed (make test installs it)")
+    port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
+                    f"sentinel monitor mymaster 127.0.0.1 {server.port} 1\n")
+    listener = redis.Redis(port=server.port).pubsub()
+    listener.subscribe("__sentinel__:hello")
+    with open(tmp_path / "sentinel.log", "wb") as log:
+        sentinel = subprocess.Popen(["redis-server", str(conf), "--sentinel"], stdout=log,
+                                    stderr=subprocess.STDOUT)
+    try:
+        wait_until_ready(port, sentinel)
+        s = redis.Redis(port=port)
+        wait_until(lambda: _numsub(server.port, "__sentinel__:hello") == 2,
+                   what="Sentinel's pubsub link to subscribe")
+        sentinel_id = s.execute_command("SENTINEL", "MYID")
+
+        def hello():
+            m = listener.get_message(timeout=0.5)
+            return m if m and m["type"] == "message" and sentinel_id in m["data"] else None
+        msg = wait_until(hello, what="a hello published by Sentinel")
+        assert msg["data"].split(b",")[5:7] == [b"127.0.0.1", str(server.port).encode()]
+        master = s.execute_command("SENTINEL", "MASTER", "mymaster")
+        flags = (master if isinstance(master, dict) else dict(zip(master[::2], master[1::2])))[b"flags"]
+        assert flags == b"master"          # no "disconnected": both its links are up
+    finally:
+        sentinel.terminate()
+        sentinel.wait(timeout=10)
+        listener.close()
