@@ -251,3 +251,30 @@ def test_acl_channel_denials(connect, pair):
     ours, theirs = admin.both("ACL", "DRYRUN", "chan", "PUBLISH", "x", "m")
     assert theirs == b"This user has no permissions to access the 'x' channel"
     assert ours == b"User chan has no permissions to access the 'x' channel"
+
+
+def test_subscribe_queued_in_multi(connect):
+    c = connect()
+    c.call("MULTI")
+    c.call("SUBSCRIBE", "tx:a")
+    c.call("EXEC")
+    c.call("PING")              # subscribed now: RESP2's subscribed-mode form
+    c.call("GET", "tx:k")
+    c.call("UNSUBSCRIBE")
+
+
+def test_a_message_to_itself_inside_exec_comes_before_exec_reply_unlike_redis(connect):
+    """Redis writes a message for the client running EXEC into EXEC's reply as it goes,
+    between the array's elements (its length then counts commands, not elements);
+    StreamDB queues it before the EXEC reply, whole.  Pinned: docs/COMPATIBILITY.md."""
+    c = connect(resp3=True)
+    c.call("SUBSCRIBE", "tx:self")
+    c.call("MULTI")
+    c.call("PUBLISH", "tx:self", "m")
+    ours, theirs = c.clients
+    for cl in c.clients:
+        cl.sock.sendall(_encode(("EXEC",)))
+    assert theirs.read_reply() == [("push", [b"message", b"tx:self", b"m"])]   # then :1 alone
+    assert theirs.read_reply() == 1
+    assert ours.read_reply() == ("push", [b"message", b"tx:self", b"m"])
+    assert ours.read_reply() == [1]
