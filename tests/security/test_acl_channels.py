@@ -39,6 +39,9 @@ def test_a_new_user_has_no_channels_unless_acl_pubsub_default_says(admin, fresh_
     opened = _login(fresh_server.port, "open")
     assert opened.call("PUBLISH", "news", "x") == 0
     assert admin.call("ACL", "LIST")[0].endswith(b"~* &* +@all")
+    admin.call("ACL", "SETUSER", "plain", "reset")          # (reset starts from the default too)
+    getuser = admin.call("ACL", "GETUSER", "plain")
+    assert getuser[getuser.index(b"channels") + 1] == b"&*"
     plain.close()
     opened.close()
 
