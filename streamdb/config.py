@@ -241,6 +241,8 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("dir", "./data", _S, "Working directory for the AOF and snapshots."),
     _d("requirepass", "", _S, "Password of the default user (empty = no password)."),
     _d("aclfile", "", _S, "ACL file of users (Redis's format: user <name> <rules>...), loaded at start-up and by ACL LOAD, written by ACL SAVE.", False),
+    _d("acl-pubsub-default", "resetchannels", _parse_enum("allchannels", "resetchannels"),
+       "The channel permissions a new ACL user starts with: resetchannels (none, Redis 7's default) or allchannels."),
     _d("acllog-max-len", "128", _parse_int(0, 2**63 - 1), "Most entries the ACL LOG keeps."),
     _d("hz", "10", _parse_clamped(1, 500), "Frequency of background tasks (active expiry, timeouts); brought within 1-500 as Redis does."),
     _d("redis-version-compat", "8.10.0", _parse_version,

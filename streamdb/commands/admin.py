@@ -11,7 +11,8 @@ from ..config import ConfigError, directive
 from ..engine.nodecache import CACHE as NODE_CACHE
 from ..protocol.reply import OK, CommandError, Map, RSet, Status, Verbatim
 from ..security.enforce import refresh_clients
-from ..dispatch.client import client_info_line
+from ..dispatch.client import client_info_line, client_type
+from ..dispatch.pubsub import CHANNELS, PATTERNS, SHARD_CHANNELS
 from ..memory import METER, not_counted_for_maxmemory
 from .args import parse_int
 from ..dispatch.context import Ctx, syntax_error
@@ -64,6 +65,8 @@ def config_set(ctx: Ctx, argv):
     if "requirepass" in names:       # the default user's password, as in Redis
         ctx.core.acl.set_default_password(ctx.config["requirepass"])
         refresh_clients(ctx.core)
+    if "acl-pubsub-default" in names:
+        ctx.core.acl.pubsub_default = ctx.config["acl-pubsub-default"]
     changed = [directive(n).name for n, _ in pairs]
     for listener in ctx.core.config_listeners:
         listener(changed)
@@ -174,7 +177,7 @@ def client_list(ctx: Ctx, argv):
             if t not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
                 raise CommandError(f"ERR Unknown client type '{argv[i + 1].decode('utf-8', 'replace')}'")
             want = {b"slave": "replica"}.get(t, t.decode())
-            clients = [c for c in clients if c.kind == want]
+            clients = [c for c in clients if client_type(c) == want]
             i += 2
         elif lo == b"id" and i + 1 < len(argv):
             ids = set()
@@ -226,7 +229,7 @@ def client_kill(ctx: Ctx, argv):
         elif opt == b"user":
             filters.append(lambda c, v=val: c.user == v)
         elif opt == b"type":
-            filters.append(lambda c, v=val.lower().decode(): c.kind == {"slave": "replica"}.get(v, v))
+            filters.append(lambda c, v=val.lower().decode(): client_type(c) == {"slave": "replica"}.get(v, v))
         elif opt == b"skipme":
             if val.lower() == b"yes":
                 skipme = True
@@ -509,7 +512,9 @@ def info_sections(ctx: Ctx) -> dict[str, list[tuple[str, object]]]:
         ("client_query_buffer_limit_disconnections", st.query_buffer_limit_disconnections),
         ("client_output_buffer_limit_disconnections", st.output_buffer_limit_disconnections),
         ("evicted_keys", 0), ("keyspace_hits", st.keyspace_hits), ("keyspace_misses", st.keyspace_misses),
-        ("pubsub_channels", 0), ("pubsub_patterns", 0),
+        ("pubsub_channels", core.pubsub.count(CHANNELS)),
+        ("pubsub_patterns", core.pubsub.count(PATTERNS)),
+        ("pubsubshard_channels", core.pubsub.count(SHARD_CHANNELS)),
         ("total_error_replies", st.error_replies),
         ("total_reads_processed", st.reads_processed), ("total_writes_processed", st.writes_processed),
     ] + (core.replication.info_stats() if core.replication else []) \

@@ -24,6 +24,9 @@ def ping(ctx: Ctx, argv):
     """PING [message]"""
     if len(argv) > 2:
         raise CommandError("ERR wrong number of arguments for 'ping' command")
+    if ctx.client.pubsub is not None and ctx.client.resp == 2:
+        # RESP2's subscribed mode: a reply that reads like a message (Redis's form).
+        return [b"pong", b"" if len(argv) == 1 else argv[1]]
     return PONG if len(argv) == 1 else argv[1]
 
 
@@ -126,6 +129,7 @@ def reset(ctx: Ctx, argv):
     c.multi_queue = []
     c.multi_error = False
     ctx.core.unwatch_all(c)
+    ctx.core.pubsub.drop_client(c)
     c.db = 0
     c.resp = 2
     c.name = b""

@@ -10,7 +10,8 @@ add the rest, as Redis 7.0's command table has it (checked against
 
 from __future__ import annotations
 
-__all__ = ["ALL_CATEGORIES", "extra_categories", "category_override", "KEY_ACCESS"]
+__all__ = ["ALL_CATEGORIES", "extra_categories", "category_override", "KEY_ACCESS",
+           "CHANNEL_ARGS"]
 
 # ACL CAT with no argument, in Redis's order.
 ALL_CATEGORIES = ("keyspace", "read", "write", "set", "sortedset", "list", "hash", "string",
@@ -32,6 +33,8 @@ _add("@string", "decr decrby get incr incrby mget set")
 _add("@connection", "auth command echo hello ping quit reset select wait waitaof client")
 _add("@transaction", "discard exec multi unwatch watch")
 _add("@scripting", "function script")
+_add("@pubsub", "subscribe unsubscribe psubscribe punsubscribe ssubscribe sunsubscribe publish "
+                "spublish pubsub")
 _add("@dangerous", "flushall flushdb info keys restore")
 _add("@admin", "lastsave role")
 _add("@dangerous", "lastsave role")
@@ -42,6 +45,12 @@ _add("@dangerous", "lastsave role")
 _OVERRIDE = {name: ("@slow",) for name in ("xgroup", "xinfo", "client", "function", "script",
                                                  "object")}
 _OVERRIDE["xinfo|help"] = ("@stream", "@slow")
+# Redis lists @pubsub first; PUBSUB HELP is only @slow.
+_OVERRIDE.update({name: ("@pubsub", "@slow") for name in (
+    "subscribe unsubscribe psubscribe punsubscribe ssubscribe sunsubscribe pubsub|channels "
+    "pubsub|numsub pubsub|numpat pubsub|shardchannels pubsub|shardnumsub").split()})
+_OVERRIDE.update({"publish": ("@pubsub", "@fast"), "spublish": ("@pubsub", "@fast"),
+                  "pubsub": ("@slow",), "pubsub|help": ("@slow",)})
 
 
 def extra_categories(name: str) -> tuple[str, ...]:
@@ -65,4 +74,13 @@ KEY_ACCESS: dict[str, tuple[str, ...]] = {
     "decr": ("RW",), "decrby": ("RW",), "incr": ("RW",), "incrby": ("RW",), "set": ("RW",),
     "copy": ("R", "W"), "rename": ("RW", "W"), "renamenx": ("RW", "W"),
     "xreadgroup": ("R",),
+}
+
+# The arguments that name Pub/Sub channels, which ACL channel rules (&pattern) govern:
+# command -> (first, last (-1: the last argument), whether they are patterns).  A
+# pattern is allowed only when the user has that very pattern (Redis's rule);
+# unsubscribing needs no permission.
+CHANNEL_ARGS: dict[str, tuple[int, int, bool]] = {
+    "publish": (1, 1, False), "spublish": (1, 1, False),
+    "subscribe": (1, -1, False), "ssubscribe": (1, -1, False), "psubscribe": (1, -1, True),
 }

@@ -11,4 +11,4 @@ cdef class Client:
     cdef public str last_cmd, kind
     cdef public list multi_queue, watched
     cdef public object blocked, block_timer, wake_timer, deliver, close, lib_name, lib_ver, flags
-    cdef public object query_buffer, output_size, woff, aof_woff, acl_check
+    cdef public object query_buffer, output_size, woff, aof_woff, acl_check, pubsub

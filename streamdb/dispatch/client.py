@@ -7,7 +7,7 @@ from typing import Callable
 
 import cython
 
-__all__ = ["Client", "client_info_line"]
+__all__ = ["Client", "client_info_line", "client_type"]
 
 
 # Compiled, a cclass whose attributes are the C fields declared in client.pxd
@@ -20,7 +20,7 @@ class Client:
                  "multi_error", "watched", "dirty_cas", "blocked", "block_timer", "wake_timer",
                  "deliver", "close", "lib_name", "lib_ver", "flags", "kind",
                  "close_after_reply", "query_buffer", "output_size", "woff", "aof_woff",
-                 "acl_check")
+                 "acl_check", "pubsub")
 
     def __init__(self, cid: int, now_ms: int, deliver: Callable | None = None,
                  addr: str = "", laddr: str = "") -> None:
@@ -58,6 +58,8 @@ class Client:
         self.aof_woff = 0            # the AOF mark of its last write (WAITAOF; Aof.fsynced)
         # The client's User when that user is restricted, else None (security/enforce.py).
         self.acl_check = None
+        # Its Pub/Sub subscriptions (dispatch/pubsub.py's Subscriptions), None while it has none.
+        self.pubsub = None
 
 
 _KIND_FLAGS = {"replica": "S", "master": "M"}
@@ -68,6 +70,8 @@ def _client_flags(core, c) -> str:
     flags = _KIND_FLAGS.get(c.kind, "")
     if c.id in core.observe.monitors:
         flags += "O"
+    if c.pubsub is not None:
+        flags += "P"
     if c.in_multi:
         flags += "x"
     if c.blocked is not None:
@@ -79,6 +83,17 @@ def _client_flags(core, c) -> str:
     return flags or "N"
 
 
+def client_type(c) -> str:
+    """Redis's client type (CLIENT LIST/KILL TYPE, the output-buffer limit classes):
+    its kind, but "pubsub" for a normal client with a subscription."""
+    return "pubsub" if c.pubsub is not None and c.kind == "normal" else c.kind
+
+
+def _subscription_counts(c) -> tuple[int, int, int]:
+    """CLIENT LIST's sub, psub and ssub: its channels, patterns, shard channels."""
+    return (0, 0, 0) if c.pubsub is None else tuple(len(names) for names in c.pubsub.kinds)
+
+
 def client_info_line(core, c) -> bytes:
     """Redis's CLIENT LIST line for client ``c``."""
     now = core.now_ms()
@@ -86,11 +101,12 @@ def client_info_line(core, c) -> bytes:
     # What we hold for the client: queued MULTI commands, unparsed input, pending output.
     multi_mem = sum(len(a) for argv in c.multi_queue for a in argv)
     cmd = c.last_cmd.replace("|", "|")
+    sub, psub, ssub = _subscription_counts(c)
     fields = [
         f"id={c.id}", f"addr={c.addr}", f"laddr={c.laddr}", "fd=8",
         f"name={c.name.decode('utf-8', 'replace')}", f"age={(now - c.created_ms) // 1000}",
-        f"idle={(now - c.last_ms) // 1000}", f"flags={flags}", f"db={c.db}", "sub=0", "psub=0",
-        "ssub=0", f"multi={len(c.multi_queue) if c.in_multi else -1}", f"qbuf={c.query_buffer}",
+        f"idle={(now - c.last_ms) // 1000}", f"flags={flags}", f"db={c.db}", f"sub={sub}", f"psub={psub}",
+        f"ssub={ssub}", f"multi={len(c.multi_queue) if c.in_multi else -1}", f"qbuf={c.query_buffer}",
         "qbuf-free=0", "argv-mem=0", f"multi-mem={multi_mem}", "rbs=0", "rbp=0", "obl=0", "oll=0",
         f"omem={c.output_size}", f"tot-mem={c.query_buffer + c.output_size + multi_mem}",
         "events=r", f"cmd={cmd}",

@@ -11,12 +11,12 @@ import importlib
 
 from .. import compiled
 from . import reply, request
-from .reply import (CommandError, Double, Map, NULL_ARRAY, RSet, Status, Verbatim,
+from .reply import (CommandError, Double, Map, NULL_ARRAY, Push, RSet, Status, Verbatim,
                     OK, QUEUED, PONG)
 from .request import ProtocolError
 
 __all__ = ["ProtocolError", "RequestParser", "CommandError", "Double", "Map", "NULL_ARRAY",
-           "RSet", "Status", "Verbatim", "encode_reply", "encode_commands", "OK", "QUEUED", "PONG",
+           "Push", "RSet", "Status", "Verbatim", "encode_reply", "encode_commands", "OK", "QUEUED", "PONG",
            "CORE", "CORE_REASON", "select_core", "encode_command", "last_select"]
 
 COMPILED_MODULE = "streamdb.protocol._resp"

@@ -31,7 +31,7 @@ cdef extern from "Python.h":
 from .request import ProtocolError
 from .request import INLINE_MAX_SIZE as _INLINE_MAX_SIZE, INT_MAX as _INT_MAX
 from .request import UNAUTH_MAX_ARGS as _UNAUTH_MAX_ARGS, UNAUTH_MAX_BULK as _UNAUTH_MAX_BULK
-from .reply import (CommandError, Double, Map, NULL_ARRAY, OK, Raw, RSet, Status, Verbatim,
+from .reply import (CommandError, Double, Map, NULL_ARRAY, OK, Push, Raw, RSet, Status, Verbatim,
                     _format_double)
 
 __all__ = ["RequestParser", "encode_reply"]
@@ -498,6 +498,9 @@ cdef int encode_into(Out* o, object value, bint resp3) except -1:
         return put(o, b"_\r\n", 3) if resp3 else put(o, b"*-1\r\n", 5)
     if t is RSet:
         put_line(o, 126 if resp3 else 42, len(value))
+        return encode_items(o, value, resp3)
+    if t is Push:
+        put_line(o, 62 if resp3 else 42, len(value))
         return encode_items(o, value, resp3)
     if t is Double:
         raw = _format_double(value)

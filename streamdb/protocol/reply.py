@@ -15,6 +15,7 @@ Status                 ``+``               ``+``
 CommandError           ``-``               ``-``
 Map                    flat ``*`` array    ``%`` map
 RSet                   ``*`` array         ``~`` set
+Push                   ``*`` array         ``>`` push
 Double                 ``$`` bulk          ``,`` double
 Verbatim               ``$`` bulk          ``=`` verbatim (txt)
 Raw                    as is               as is
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["CommandError", "Status", "Map", "RSet", "Double", "Verbatim", "Raw", "NULL_ARRAY",
+__all__ = ["CommandError", "Status", "Map", "RSet", "Push", "Double", "Verbatim", "Raw", "NULL_ARRAY",
            "OK", "QUEUED", "PONG", "encode_reply", "encode_commands"]
 
 
@@ -60,6 +61,12 @@ class Map(list):
 
 class RSet(list):
     """A RESP3 set (an array under RESP2)."""
+    __slots__ = ()
+
+
+class Push(list):
+    """A RESP3 push (``>``): what a server sends unasked, Pub/Sub's messages and
+    (un)subscribe confirmations; an array under RESP2."""
     __slots__ = ()
 
 
@@ -164,6 +171,10 @@ def _encode(value, resp3: bool, out: list) -> None:
         out.append(b"_\r\n" if resp3 else b"*-1\r\n")
     elif t is RSet:
         out.append((b"~%d\r\n" if resp3 else b"*%d\r\n") % len(value))
+        for item in value:
+            _encode(item, resp3, out)
+    elif t is Push:
+        out.append((b">%d\r\n" if resp3 else b"*%d\r\n") % len(value))
         for item in value:
             _encode(item, resp3, out)
     elif t is Double:

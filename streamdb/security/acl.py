@@ -4,8 +4,9 @@ The model is Redis 7's (one root selector per user, no extra selectors):
 
 * a user is ``on``/``off``, has SHA-256 password hashes or ``nopass``,
   key patterns with read/write permissions (``~p``, ``%R~p``, ``%W~p``),
-  channel patterns (kept and shown; StreamDB has no pub/sub to enforce them on)
-  and command rules;
+  channel patterns (``&p``, ``allchannels``; a new user starts with
+  ``acl-pubsub-default``, Redis 7's ``resetchannels`` unless configured) checked
+  on the channels Pub/Sub commands name, and command rules;
 * command rules are kept as Redis keeps them, an ordered list such as
   ``+@read -xrange +xgroup|create`` after a base of ``+@all`` or ``-@all``: a
   rule replaces an earlier rule for the same command or category and is only
@@ -25,7 +26,8 @@ import re
 from collections import deque
 
 from ..dispatch import registry
-from ..dispatch.categories import ALL_CATEGORIES, KEY_ACCESS
+from ..dispatch.categories import ALL_CATEGORIES, CHANNEL_ARGS, KEY_ACCESS
+from ..dispatch.glob import glob_match
 from ..files import fsync_dir, replace_file
 
 __all__ = ["Acl", "AclError", "User", "AclLog", "hash_password"]
@@ -88,8 +90,8 @@ class User:
 
     @property
     def unrestricted(self) -> bool:
-        """May run every command on every key: the dispatch skips the check."""
-        return self.all_commands and not self.command_rules and self.allkeys
+        """May run every command on every key and channel: the dispatch skips the check."""
+        return self.all_commands and not self.command_rules and self.allkeys and self.allchannels
 
     # -- applying rules ---------------------------------------------------------------
 
@@ -273,6 +275,28 @@ class User:
                 return key
         return None
 
+    def denied_channel(self, spec, argv: list[bytes]) -> bytes | None:
+        """The first channel (or pattern) argument this user may not use, or None.
+
+        A channel is allowed when one of the user's patterns matches it; a pattern
+        (PSUBSCRIBE's) only when the user has that very pattern, as in Redis."""
+        if self.allchannels:
+            return None
+        where = CHANNEL_ARGS.get(spec.name)
+        if where is None:
+            return None
+        first, last, is_pattern = where
+        for name in argv[first:len(argv) if last < 0 else last + 1]:
+            if not self.may_use_channel(name, is_pattern):
+                return name
+        return None
+
+    def may_use_channel(self, name: bytes, is_pattern: bool) -> bool:
+        """Whether this user may subscribe to (or publish to) channel ``name``, or
+        subscribe to pattern ``name`` if ``is_pattern``."""
+        return self.allchannels or any(name == allowed if is_pattern else glob_match(allowed, name)
+                                       for allowed in self.channels)
+
 
 def _replay(all_commands: bool, rules: list[str], specs: dict) -> set[str]:
     allowed = set(specs) if all_commands else set()
@@ -361,9 +385,11 @@ class AclLog:
 
 
 class Acl:
-    def __init__(self, requirepass: str = "") -> None:
+    def __init__(self, requirepass: str = "", pubsub_default: str = "resetchannels") -> None:
         self.users: dict[str, User] = {"default": default_user()}
         self.log = AclLog()
+        # acl-pubsub-default: the channel rule a new user (and "reset") starts from.
+        self.pubsub_default = pubsub_default
         if requirepass:
             self.set_default_password(requirepass)
 
@@ -381,12 +407,14 @@ class Acl:
         current = self.users.get(name)
         user = copy.deepcopy(current) if current is not None else User(name)
         if current is None:
-            user.apply("resetchannels")      # acl-pubsub-default resetchannels (Redis 7)
+            user.apply(self.pubsub_default)
         for rule in rules:
             try:
                 user.apply(rule)
             except AclError as e:
                 raise AclError(f"Error in ACL SETUSER modifier '{rule}': {e}") from None
+            if rule.lower() == "reset":
+                user.apply(self.pubsub_default)
         self.users[name] = user
 
     def authenticate(self, name: bytes, password: bytes) -> User | None:
@@ -419,7 +447,7 @@ class Acl:
                 errors.append(f"{path}:{lineno}: Duplicate user '{name}' found")
                 continue
             user = User(name)
-            user.apply("resetchannels")
+            user.apply(self.pubsub_default)
             try:
                 for rule in words[2:]:
                     user.apply(rule)

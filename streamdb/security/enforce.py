@@ -37,6 +37,11 @@ def command_denied(core, client, user: User, spec, argv: list[bytes],
     if key is not None:
         _log(core, client, "key", context, key.decode("utf-8", "surrogateescape"), user.name)
         return CommandError("NOPERM No permissions to access a key")
+    channel = user.denied_channel(spec, argv)
+    if channel is not None:
+        _log(core, client, "channel", context, channel.decode("utf-8", "surrogateescape"),
+             user.name)
+        return CommandError("NOPERM No permissions to access a channel")
     return None
 
 
@@ -48,6 +53,10 @@ def dryrun_denial(user: User, spec, argv: list[bytes]) -> str | None:
     if key is not None:
         return (f"User {user.name} has no permissions to access the "
                 f"'{key.decode('utf-8', 'surrogateescape')}' key")
+    channel = user.denied_channel(spec, argv)
+    if channel is not None:
+        return (f"User {user.name} has no permissions to access the "
+                f"'{channel.decode('utf-8', 'surrogateescape')}' channel")
     return None
 
 
@@ -91,3 +100,15 @@ def refresh_clients(core) -> None:
                 client.close()
             continue
         client.acl_check = None if user.unrestricted else user
+        if client.pubsub is not None and _lost_a_subscription(user, client):
+            # Redis drops such a client rather than leave it listening where it may not.
+            log.log(log.VERBOSE, f"Closing client id={client.id}: its user may no longer "
+                                 "use a channel it subscribes to")
+            if client.close is not None:
+                client.close()
+
+
+def _lost_a_subscription(user: User, client) -> bool:
+    channels, patterns, shard_channels = client.pubsub.kinds
+    return not (all(user.may_use_channel(name, False) for name in (*channels, *shard_channels))
+                and all(user.may_use_channel(name, True) for name in patterns))

@@ -42,6 +42,7 @@ from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status
 from ..security.acl import Acl
 from ..security.enforce import command_denied, reset_to_default
 from ..dispatch.client import Client
+from ..dispatch.pubsub import PubSub, subscribed_mode_refusal
 
 if TYPE_CHECKING:
     from ..commands.retention import Retention
@@ -184,6 +185,8 @@ class Core:
         self.aof: Aof | None = None                      # Persistence.load, once the snapshot is in
         self.replication: Replication | None = None      # replication.install
         self.retention: Retention | None = None          # commands/retention.install
+        # Who subscribes to which Pub/Sub channel (commands/pubsub.py; no persistence).
+        self.pubsub = PubSub()
         # Hooks of commands/persistence.py for commands defined elsewhere (set by its install).
         self.info_persistence: Callable[[], list[tuple[str, object]]] | None = None  # INFO persistence
         self.debug_subcommands: dict[str, Callable] = {}   # DEBUG RELOAD, LOADAOF, AOF-INJECT-*
@@ -209,7 +212,7 @@ class Core:
         # own, e.g. expiry): the replication sink records its offset for WAIT.
         self.current_client: Client | None = None
         # Users and the ACL LOG; the default user's password is requirepass.
-        self.acl = Acl(self.config["requirepass"])
+        self.acl = Acl(self.config["requirepass"], self.config["acl-pubsub-default"])
         # SLOWLOG, LATENCY, MONITOR and latencystats, fed once per command by _call.
         self.observe = Observer(self)
         # _call's last command, its counters and the table they are in.
@@ -240,6 +243,7 @@ class Core:
         if client.blocked is not None:
             self.unblock(client, None)
         self.unwatch_all(client)
+        self.pubsub.drop_client(client)
         self.clients.pop(client.id, None)
 
     # -- dispatch -------------------------------------------------------------
@@ -325,6 +329,13 @@ class Core:
             return self._error(CommandError(
                 "READONLY You can't write against a read only replica."), spec.name,
                 rejected=True)
+        # RESP2's subscribed mode: Redis checks it here, after READONLY, before LOADING.
+        if client.pubsub is not None:
+            refusal = subscribed_mode_refusal(client, spec)
+            if refusal is not None:
+                if client.in_multi:
+                    client.multi_error = True
+                return self._error(refusal, spec.name, rejected=True)
         # Redis checks loading here too: after the client's own errors, before queueing.
         if self.loading and client.kind not in _REPLAY_KINDS and not _allowed_while_loading(spec):
             if client.in_multi:

@@ -36,6 +36,7 @@ import time
 
 from .. import log
 from ..engine.nodecache import CACHE
+from ..dispatch.client import client_type
 from ..memory import METER, not_counted_for_maxmemory, used_memory
 
 __all__ = ["Limits", "output_limit_reached", "pending_output"]
@@ -45,7 +46,9 @@ NEVER = 1 << 62
 
 
 def output_class(client) -> str:
-    return "replica" if client.kind == "replica" else "normal"
+    """The client-output-buffer-limit class of ``client`` (as Redis's getClientType)."""
+    kind = client_type(client)
+    return kind if kind in ("replica", "pubsub") else "normal"
 
 
 def pending_output(conn) -> int:

@@ -282,6 +282,7 @@ reply_value = st.recursive(leaf, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.lists(inner, max_size=4).map(tuple),
     st.lists(st.tuples(inner, inner), max_size=3).map(reply.Map),
     st.lists(inner, max_size=4).map(reply.RSet),
+    st.lists(inner, max_size=4).map(reply.Push),
 ), max_leaves=12)
 
 
@@ -304,6 +305,7 @@ def test_replies_encode_to_the_same_bytes(value, resp3):
     -2**63, 2**63 - 1, 2**63, -2**63 - 1, 0, -1, math.inf, -math.inf, 1e17, 0.1,
     reply.Map([(b"a", [reply.RSet([1]), None])]), reply.CommandError("ERR a\r\nb"),
     [b"x" * 100_000] * 3, [[[[]]]],
+    reply.Push([b"message", b"ch", b"hi"]), reply.Push([b"unsubscribe", None, 0]), reply.Push([]),
 ])
 def test_edge_replies_encode_alike(value):
     for resp3 in (False, True):

@@ -1,0 +1,137 @@
+"""Pub/Sub's state: who listens to which channel, pattern and shard channel.
+
+One ``PubSub`` per server (``core.pubsub``) maps each channel, pattern and shard
+channel to its subscribers in the order they subscribed; each subscribed client
+holds the same names (``client.pubsub``, a ``Subscriptions``; None while it has
+none, which is what the dispatch tests for RESP2's subscribed mode).  The two
+sides change together, here only.  The commands are commands/pubsub.py.
+
+A message goes to each subscriber through ``client.deliver`` (the path a blocked
+client's reply takes: queued on its connection, written at the end of the turn),
+as a Push: a RESP3 push, an array under RESP2.  Channel subscribers get it
+first, then pattern subscribers, each pattern in the order it was first
+subscribed; a client subscribed both ways gets it once per way, as in Redis.
+"""
+
+from __future__ import annotations
+
+from ..protocol.reply import CommandError, Push
+from .glob import glob_match
+
+__all__ = ["PubSub", "Subscriptions", "CHANNELS", "PATTERNS", "SHARD_CHANNELS",
+           "subscribed_mode_refusal"]
+
+# The three kinds of subscription: their index in Subscriptions.kinds and PubSub.kinds.
+CHANNELS, PATTERNS, SHARD_CHANNELS = 0, 1, 2
+
+# What a client subscribed under RESP2 may still run (Redis's processCommand).
+_SUBSCRIBED_MODE_COMMANDS = frozenset((
+    "subscribe", "ssubscribe", "psubscribe", "unsubscribe", "sunsubscribe", "punsubscribe",
+    "ping", "quit", "reset"))
+
+
+def subscribed_mode_refusal(client, spec) -> CommandError | None:
+    """The error for running ``spec`` while ``client`` is in RESP2's subscribed mode
+    (it has a subscription and speaks RESP2: its connection only carries messages
+    and (un)subscriptions then), or None when the command may run."""
+    if client.pubsub is None or client.resp != 2 or spec.name.split("|", 1)[0] in \
+            _SUBSCRIBED_MODE_COMMANDS:
+        return None
+    return CommandError(f"ERR Can't execute '{spec.name}': only (P|S)SUBSCRIBE / "
+                        "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context")
+
+
+class Subscriptions:
+    """One client's channels, patterns and shard channels (each an insertion-ordered dict)."""
+
+    __slots__ = ("kinds",)
+
+    def __init__(self) -> None:
+        self.kinds: tuple[dict, dict, dict] = ({}, {}, {})
+
+    def count(self, kind: int) -> int:
+        """The count a (un)subscribe confirmation reports, as Redis's: channels and
+        patterns together for those kinds, shard channels on their own."""
+        if kind == SHARD_CHANNELS:
+            return len(self.kinds[SHARD_CHANNELS])
+        return len(self.kinds[CHANNELS]) + len(self.kinds[PATTERNS])
+
+    def total(self) -> int:
+        return sum(len(names) for names in self.kinds)
+
+
+class PubSub:
+    """The server's subscriptions: name -> {client: None} per kind."""
+
+    def __init__(self) -> None:
+        self.kinds: tuple[dict, dict, dict] = ({}, {}, {})
+
+    def subscribe(self, client, kind: int, name: bytes) -> None:
+        """Subscribe ``client`` to ``name`` (nothing changes if it already is)."""
+        subs = client.pubsub
+        if subs is None:
+            subs = client.pubsub = Subscriptions()
+        if name in subs.kinds[kind]:
+            return
+        subs.kinds[kind][name] = None
+        self.kinds[kind].setdefault(name, {})[client] = None
+
+    def unsubscribe(self, client, kind: int, name: bytes) -> None:
+        """Drop ``client``'s subscription to ``name`` if it has one; a client left with
+        none leaves subscribed mode."""
+        subs = client.pubsub
+        if subs is None or name not in subs.kinds[kind]:
+            return
+        del subs.kinds[kind][name]
+        listeners = self.kinds[kind][name]
+        del listeners[client]
+        if not listeners:
+            del self.kinds[kind][name]
+        if not subs.total():
+            client.pubsub = None
+
+    def names_of(self, client, kind: int) -> list[bytes]:
+        """``client``'s subscriptions of ``kind``, in the order it made them."""
+        return [] if client.pubsub is None else list(client.pubsub.kinds[kind])
+
+    def drop_client(self, client) -> None:
+        """Every subscription of ``client`` goes, unannounced (RESET, a closed connection)."""
+        if client.pubsub is None:
+            return
+        for kind in (CHANNELS, PATTERNS, SHARD_CHANNELS):
+            for name in self.names_of(client, kind):
+                self.unsubscribe(client, kind, name)
+
+    def publish(self, channel: bytes, message: bytes, shard: bool = False) -> int:
+        """Send ``message`` to the subscribers of ``channel`` (a shard channel's if
+        ``shard``: those only, no pattern applies); the number of deliveries."""
+        if shard:
+            return _send(self.kinds[SHARD_CHANNELS].get(channel),
+                         Push([b"smessage", channel, message]))
+        sent = _send(self.kinds[CHANNELS].get(channel), Push([b"message", channel, message]))
+        for pattern, listeners in self.kinds[PATTERNS].items():
+            if glob_match(pattern, channel):
+                sent += _send(listeners, Push([b"pmessage", pattern, channel, message]))
+        return sent
+
+    def active(self, kind: int, pattern: bytes | None) -> list[bytes]:
+        """PUBSUB CHANNELS / SHARDCHANNELS: the names of ``kind`` with a subscriber
+        that match ``pattern`` (every one if None)."""
+        return [name for name in self.kinds[kind] if pattern is None or glob_match(pattern, name)]
+
+    def listeners(self, kind: int, name: bytes) -> int:
+        """How many clients subscribe to ``name`` (PUBSUB NUMSUB / SHARDNUMSUB)."""
+        return len(self.kinds[kind].get(name, ()))
+
+    def count(self, kind: int) -> int:
+        """How many distinct names of ``kind`` have a subscriber (INFO, PUBSUB NUMPAT)."""
+        return len(self.kinds[kind])
+
+
+def _send(listeners: dict | None, message: Push) -> int:
+    if not listeners:
+        return 0
+    for client in listeners:
+        if client.deliver is not None:      # (a bare core's clients have no connection)
+            client.deliver(message)
+    return len(listeners)
