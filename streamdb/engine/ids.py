@@ -4,6 +4,12 @@ An ID is one Python int: ``ms << 64 | seq``.  Comparisons, ``bisect`` and dict
 lookups on it all run at C speed; the ``<ms>-<seq>`` text form exists only at
 the protocol edge (``parse_*`` on the way in, ``format_id`` on the way out).
 
+Two parsers, as Redis has: ``parse_id`` reads one ID argument the way the command
+takes it (``strict`` refuses ``-`` and ``+``, ``allow_seq_star`` takes XADD's
+``<ms>-*``), and ``parse_interval_id`` reads a range bound (XRANGE, XPENDING,
+XAUTOCLAIM), where ``(`` makes it exclusive.  commands/args.py turns their
+InvalidID into Redis's error text.
+
 Compiled in Cython's pure mode (streamdb/compiled.py).  The two conversions every
 reply and every XACK id goes through, ``format_id`` and parse_id's usual
 ``<ms>-<seq>`` form, have a C form as well (``_format_id_c``, ``_plain_id_c``:
@@ -29,7 +35,7 @@ PAST_MAX_ID = MAX_ID + 1
 
 __all__ = [
     "U64", "MIN_ID", "MAX_ID", "PAST_MAX_ID", "InvalidID", "make_id", "id_ms", "id_seq",
-    "format_id", "parse_u64", "parse_id", "parse_strict_id", "parse_interval_id",
+    "format_id", "parse_u64", "parse_id", "parse_interval_id",
 ]
 
 
@@ -202,10 +208,6 @@ def _plain_id_c(text: bytes):
         return None
     high: object = ms
     return (high << 64) | seq
-
-
-def parse_strict_id(text: bytes, missing_seq: int = 0) -> int:
-    return parse_id(text, missing_seq, strict=True)[0]
 
 
 def parse_interval_id(text: bytes, missing_seq: int) -> tuple[int, bool]:

@@ -463,8 +463,6 @@ def test_id_parsing_agrees_with_the_source(text, missing_seq, strict, star):
     assert outcome(lambda: fast.parse_u64(text)) == outcome(lambda: spec.parse_u64(text))
     assert outcome(lambda: fast.parse_id(text, missing_seq, strict=strict, allow_seq_star=star)) \
         == outcome(lambda: spec.parse_id(text, missing_seq, strict=strict, allow_seq_star=star))
-    assert outcome(lambda: fast.parse_strict_id(text, missing_seq)) \
-        == outcome(lambda: spec.parse_strict_id(text, missing_seq))
     assert outcome(lambda: fast.parse_interval_id(text, missing_seq)) \
         == outcome(lambda: spec.parse_interval_id(text, missing_seq))
 
