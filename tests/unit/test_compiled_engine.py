@@ -480,7 +480,7 @@ def test_id_formatting_agrees_with_the_source(ms, seq):
 
 @pytest.mark.parametrize("sid", [0, 1, 2**64, 2**128 - 1, 2**128, 2**200, -1, -(2**64), True])
 def test_id_formatting_edges_agree_with_the_source(sid):
-    """The compiled range test (sign and bit count of the int) sends exactly the ids
+    """The compiled range test (the C conversion of the high half) sends exactly the ids
     outside 0..2**128-1, and anything not an int, to the source's formatting."""
     fast, spec = both("streamdb.engine.ids")
     assert fast.format_id(sid) == spec.format_id(sid) == b"%d-%d" % (sid >> 64, sid & (2**64 - 1))
