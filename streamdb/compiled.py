@@ -36,6 +36,8 @@ COMPILED_SOURCES = (
     "streamdb/engine/sortedids.py",
     "streamdb/engine/groups.py",
     "streamdb/engine/keyspace.py",
+    # (the handlers' COUNT, keyword and id parsing: interpreted, an XADD/XREADGROUP/
+    # XACK/XRANGE mix measured 44.4k -> 45.6k instructions a request, callgrind)
     "streamdb/commands/args.py",
     "streamdb/commands/streams.py",
     "streamdb/commands/groups.py",

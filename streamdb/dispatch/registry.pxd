@@ -1,5 +1,8 @@
-# The compiled form of registry.py: CommandSpec's attributes as C fields and the
-# look-up as a C call, for the compiled dispatch (server/core.py cimports this).
+# The compiled form of registry.py: CommandSpec's and the CommandTable's attributes
+# as C fields and the look-up as a C call, for the compiled dispatch (server/core.py
+# cimports this).
+
+cimport cython
 
 cdef class CommandSpec:
     cdef public str name, group, grammar, since
@@ -9,8 +12,13 @@ cdef class CommandSpec:
     cdef public dict subcommands
     cdef readonly bint is_write
 
-cdef dict _BY_RAW
-cdef bytes _last_raw
-cdef CommandSpec _last_spec
+@cython.final
+cdef class CommandTable:
+    cdef dict _commands, _by_raw
+    cdef readonly object view
+    cdef bytes _last_raw
+    cdef CommandSpec _last_spec
+
+    cdef CommandSpec find(self, argv)
 
 cpdef CommandSpec lookup(argv)

@@ -10,13 +10,14 @@ Arity follows Redis: positive = exact argc, negative = at least -arity.
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Callable
 
 import cython
 
 from .categories import category_override, extra_categories
 
-__all__ = ["CommandSpec", "COMMANDS", "command", "subcommand", "lookup"]
+__all__ = ["CommandSpec", "CommandTable", "TABLE", "COMMANDS", "command", "subcommand", "lookup"]
 
 
 # Compiled, a cclass whose attributes are the C fields declared in registry.pxd
@@ -60,7 +61,67 @@ class CommandSpec:
         return [argv[i] for i in self.key_positions(argv)]
 
 
-COMMANDS: dict[str, CommandSpec] = {}
+@cython.final
+@cython.cclass
+class CommandTable:
+    """The commands by name, and the memos ``lookup`` keeps of them.
+
+    The memos are derived from the table, so they live on it and every change goes
+    through its methods, which forget them: COMMANDS, what everyone else reads, is a
+    read-only view of it, so neither a registration nor a test that installs another
+    table can leave a memo answering with a spec the table no longer holds."""
+
+    def __init__(self) -> None:
+        self._commands = {}                         # name -> CommandSpec
+        self.view = MappingProxyType(self._commands)
+        self._forget()
+
+    def _forget(self) -> None:
+        # argv[0] exactly as clients send it ("XADD", "xadd") -> spec: saves a decode
+        # and a lower() per request.  Bounded (odd casings are not kept past the bound).
+        self._by_raw = {}
+        # The last name found and its spec, in front of _by_raw: a client's pipeline is
+        # mostly runs of one command, and comparing the parser's fresh bytes with the
+        # last name (a length test and a memcmp) costs less than hashing them for the
+        # dict (siphash, the probe, the compare): ~350 instructions of an XADD request
+        # (callgrind, XADD -P16).
+        self._last_raw = b""
+        self._last_spec = None
+
+    def add(self, spec: CommandSpec) -> None:
+        self._commands[spec.name] = spec
+        self._forget()
+
+    def replace(self, specs: dict) -> None:
+        """Make ``specs`` (name -> spec) the whole table (tests install another one)."""
+        self._commands.clear()
+        self._commands.update(specs)
+        self._forget()
+
+    @cython.cfunc
+    def find(self, argv) -> CommandSpec:
+        """``lookup`` (a C call when compiled)."""
+        try:
+            raw = argv[0]
+            exact: cython.bint = type(raw) is bytes
+            if exact and self._last_spec is not None and raw == self._last_raw:
+                return self._last_spec
+            spec = self._by_raw.get(raw)
+            if spec is not None:
+                if exact:
+                    self._last_raw, self._last_spec = raw, spec
+                return spec
+            spec = self._commands.get(raw.decode("latin-1").lower())
+        except (AttributeError, IndexError, TypeError):
+            return None
+        if spec is not None and len(self._by_raw) < _BY_RAW_MAX and type(raw) is bytes:
+            self._by_raw[raw] = spec
+        return spec
+
+
+_BY_RAW_MAX = 2048
+TABLE = CommandTable()
+COMMANDS = TABLE.view       # name -> CommandSpec, read-only (TABLE.add, TABLE.replace)
 
 
 def _categories(flags: frozenset[str], group: str, name: str) -> tuple[str, ...]:
@@ -101,8 +162,7 @@ def command(name: str, arity: int, flags: str = "", keys: tuple[int, int, int] =
                            last_key=keys[1], key_step=keys[2], handler=fn, group=group,
                            grammar=_grammar(fn), since=since, key_finder=key_finder,
                            acl_categories=categories or _categories(fl, group, name))
-        COMMANDS[name] = spec
-        table_changed()
+        TABLE.add(spec)
         return fn
     return register
 
@@ -122,44 +182,7 @@ def subcommand(parent: str, name: str, arity: int, flags: str = "",
     return register
 
 
-# argv[0] exactly as clients send it ("XADD", "xadd") -> spec: saves a decode
-# and a lower() per request.  Bounded (odd casings are not cached past the
-# bound) and cleared whenever the table changes.
-_BY_RAW = {}   # bytes -> CommandSpec
-_BY_RAW_MAX = 2048
-# The last name found and its spec, in front of _BY_RAW: a client's pipeline is mostly
-# runs of one command, and comparing the parser's fresh bytes with the last name (a
-# length test and a memcmp) costs less than hashing them for the dict (siphash, the
-# probe, the compare): ~350 instructions of an XADD request (callgrind, XADD -P16).
-_last_raw = b""
-_last_spec = None
-
-
-def table_changed() -> None:
-    """Forget the cached look-ups: COMMANDS was changed (a registration, or a test that
-    installs another table)."""
-    global _last_raw, _last_spec
-    _BY_RAW.clear()
-    _last_raw = b""
-    _last_spec = None
-
-
 def lookup(argv) -> CommandSpec | None:
     """The spec of the command named by argv[0] (not resolving subcommands)."""
-    global _last_raw, _last_spec
-    try:
-        raw = argv[0]
-        exact: cython.bint = type(raw) is bytes
-        if exact and _last_spec is not None and raw == _last_raw:
-            return _last_spec
-        spec = _BY_RAW.get(raw)
-        if spec is not None:
-            if exact:
-                _last_raw, _last_spec = raw, spec
-            return spec
-        spec = COMMANDS.get(raw.decode("latin-1").lower())
-    except (AttributeError, IndexError, TypeError):
-        return None
-    if spec is not None and len(_BY_RAW) < _BY_RAW_MAX and type(raw) is bytes:
-        _BY_RAW[raw] = spec
-    return spec
+    table: CommandTable = TABLE
+    return table.find(argv)

@@ -4,6 +4,12 @@ An ID is one Python int: ``ms << 64 | seq``.  Comparisons, ``bisect`` and dict
 lookups on it all run at C speed; the ``<ms>-<seq>`` text form exists only at
 the protocol edge (``parse_*`` on the way in, ``format_id`` on the way out).
 
+Two parsers, as Redis has: ``parse_id`` reads one ID argument the way the command
+takes it (``strict`` refuses ``-`` and ``+``, ``allow_seq_star`` takes XADD's
+``<ms>-*``), and ``parse_interval_id`` reads a range bound (XRANGE, XPENDING,
+XAUTOCLAIM), where ``(`` makes it exclusive.  commands/args.py turns their
+InvalidID into Redis's error text.
+
 Compiled in Cython's pure mode (streamdb/compiled.py).  The two conversions every
 reply and every XACK id goes through, ``format_id`` and parse_id's usual
 ``<ms>-<seq>`` form, have a C form as well (``_format_id_c``, ``_plain_id_c``:
@@ -29,7 +35,7 @@ PAST_MAX_ID = MAX_ID + 1
 
 __all__ = [
     "U64", "MIN_ID", "MAX_ID", "PAST_MAX_ID", "InvalidID", "make_id", "id_ms", "id_seq",
-    "format_id", "parse_u64", "parse_id", "parse_strict_id", "parse_interval_id",
+    "format_id", "parse_u64", "parse_id", "parse_interval_id",
 ]
 
 
@@ -51,13 +57,10 @@ def id_seq(sid: int) -> int:
 
 @cython.ccall
 def format_id(sid) -> bytes:
-    # Compiled, an int in range is tested and split with C calls on the int itself
-    # (sign, bit count, low 64 bits): two rich comparisons with MIN_ID and MAX_ID
-    # and the int made by ``& SEQ_MASK`` measured ~400 of ~1.1k instructions per id
-    # (callgrind, XADD's reply).
-    if cython.compiled and type(sid) is int and _PyLong_Sign(sid) >= 0 \
-            and _PyLong_NumBits(sid) <= 128:
-        return _format_id_c(sid)
+    if cython.compiled and type(sid) is int:
+        text = _format_id_c(sid)
+        if text is not None:
+            return text
     return b"%d-%d" % (sid >> 64, sid & SEQ_MASK)
 
 
@@ -76,12 +79,22 @@ def _put_digits(buf: cython.p_char, end: cython.Py_ssize_t,
 
 @cython.cfunc
 def _format_id_c(sid) -> bytes:
-    """format_id of an id in range, formatted in a C buffer (compiled form only)."""
+    """format_id formatted in a C buffer (compiled form only); None when ``sid`` is
+    not an id (below 0 or from 2**128 on: the source's text then)."""
+    # The range test is the conversion of the high half, which formatting needs
+    # anyway: Cython's C conversion refuses a negative or too large int.  Cheaper
+    # than testing first (two rich comparisons with MIN_ID and MAX_ID and the int
+    # made by ``& SEQ_MASK`` measured ~400 of ~1.1k instructions per id, callgrind).
+    ms: cython.ulonglong
+    try:
+        ms = sid >> 64
+    except OverflowError:
+        return None
     buf = cython.declare(cython.char[42])   # two 20-digit halves and the dash
     start: cython.Py_ssize_t = _put_digits(buf, 42, PyLong_AsUnsignedLongLongMask(sid))
     start -= 1
     buf[start] = 45                         # '-'
-    start = _put_digits(buf, start, PyLong_AsUnsignedLongLongMask(sid >> 64))
+    start = _put_digits(buf, start, ms)
     return buf[start:42]
 
 
@@ -202,10 +215,6 @@ def _plain_id_c(text: bytes):
         return None
     high: object = ms
     return (high << 64) | seq
-
-
-def parse_strict_id(text: bytes, missing_seq: int = 0) -> int:
-    return parse_id(text, missing_seq, strict=True)[0]
 
 
 def parse_interval_id(text: bytes, missing_seq: int) -> tuple[int, bool]:

@@ -11,14 +11,6 @@ from libc.stdlib cimport realloc
 from libc.string cimport memcmp, memcpy
 
 
-cdef extern from "Python.h":
-    # An int from n bytes (nodes_from_headers: an id from its 16 big-endian bytes).
-    object _PyLong_FromByteArray(const unsigned char* bytes, size_t n, int little_endian,
-                                 int is_signed)
-    # Sign and bit count of an int (encode_node's C writer checks an id's range).
-    int _PyLong_Sign(object v)
-    size_t _PyLong_NumBits(object v) except? <size_t>-1
-
 @cython.final
 cdef class _Decoded:
     cdef list ids, master, rows, entries

@@ -425,7 +425,7 @@ def _write_node(first, base_ms: cython.ulonglong, master: list, ids: list,
     if not consecutive:
         for i in range(n):
             sid = ids[i]
-            if type(sid) is not int or _PyLong_Sign(sid) < 0 or _PyLong_NumBits(sid) > 128:
+            if type(sid) is not int or sid < 0 or sid > MAX_ID:
                 return None
     global _scratch, _scratch_size
     grown: cython.p_uchar
@@ -582,8 +582,7 @@ def nodes_from_headers(raw: bytes, where) -> tuple:
         rec: cython.p_uchar
         for i in range(count):
             rec = p + i * size
-            node = _sealed_node(_PyLong_FromByteArray(rec, 16, 0, 0),
-                                _PyLong_FromByteArray(rec + 16, 16, 0, 0),
+            node = _sealed_node(_id_at(rec), _id_at(rec + 16),
                                 _be32(rec + 32), _be32(rec + 36), _be32(rec + 40))
             _place_node(node, i, rec[44] == HEADER_APART and i != last_n, where,
                         nodes, firsts, rest)
@@ -614,6 +613,19 @@ def _be32(p: cython.p_uchar) -> cython.uint:
     """A big-endian 32-bit number at ``p`` (compiled form only)."""
     return (cython.cast(cython.uint, p[0]) << 24) | (cython.cast(cython.uint, p[1]) << 16) \
         | (cython.cast(cython.uint, p[2]) << 8) | p[3]
+
+
+@cython.cfunc
+def _id_at(p: cython.p_uchar):
+    """The id stored as 16 big-endian bytes at ``p`` (compiled form only)."""
+    ms: cython.ulonglong = 0
+    seq: cython.ulonglong = 0
+    i: cython.int
+    for i in range(8):
+        ms = (ms << 8) | p[i]
+        seq = (seq << 8) | p[8 + i]
+    high: object = ms
+    return (high << 64) | seq
 
 
 @cython.cfunc

@@ -16,7 +16,6 @@ pipelined requests wait in its parser, as in Redis.
 from __future__ import annotations
 
 import asyncio
-import gc
 
 from .. import log
 from ..protocol import RequestParser, encode_reply
@@ -92,14 +91,6 @@ class Connection(asyncio.Protocol):
         client is blocked, and for good once it is to be closed."""
         if self.closing:
             return
-        # No cyclic GC until the end of the turn: a turn's parsed requests are
-        # thousands of lists that all die then; a young collection in the middle
-        # of the turn would walk them and promote them for older passes to walk
-        # again.  The collection that is due runs after the turn (_end_of_turn),
-        # on survivors only.  (Recovery keeps the GC off itself while loading.)
-        gc_held = not self.core.loading
-        if gc_held:
-            gc.disable()
         action = self.requests.serve(data)
         if action == QUERY_BUFFER_FULL:
             log.log(log.WARNING, f"Closing client that reached max query buffer length: id={self.client.id} addr={self.client.addr}")
@@ -113,9 +104,6 @@ class Connection(asyncio.Protocol):
                 self.closing = True
             if self.out or self.closing:
                 self.server.schedule_flush(self)
-        # (server._flush_scheduled is turn_pending(), read without a call: per read)
-        if gc_held and not self.server._flush_scheduled:
-            gc.enable()     # nothing ends this turn (a partial request): no reason to wait
 
     # asyncio's callback for a read is process itself: one Python call per read.
     data_received = process
@@ -209,8 +197,6 @@ class Server:
             self.loop.call_soon(self._end_of_turn)
 
     def _end_of_turn(self) -> None:
-        if not self.core.loading:
-            gc.enable()                      # the turn's requests are gone (see data_received)
         self._flush_scheduled = False
         durable = True
         for hook in self.before_reply_hooks:

@@ -13,6 +13,7 @@ are the source and the tests still hold.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from streamdb import compiled
@@ -48,7 +49,7 @@ argvs = st.one_of(
 @settings(max_examples=1000, deadline=None)
 @given(argvs)
 def test_lookup_finds_the_same_spec_as_the_source(argv):
-    SOURCE_REGISTRY.COMMANDS.update(registry.COMMANDS)
+    SOURCE_REGISTRY.TABLE.replace(dict(registry.COMMANDS))
     assert registry.lookup(argv) is SOURCE_REGISTRY.lookup(argv)
 
 
@@ -57,14 +58,32 @@ def test_lookup_finds_the_same_spec_as_the_source(argv):
 def test_runs_of_lookups_find_the_same_specs_as_the_source(runs):
     """A pipeline's runs of one name (the look-up keeps the last name found), the
     table changed between some of them: every look-up as the source's."""
-    SOURCE_REGISTRY.COMMANDS.update(registry.COMMANDS)
+    SOURCE_REGISTRY.TABLE.replace(dict(registry.COMMANDS))
     for argv, repeat, changed in runs:
         if changed:
-            registry.table_changed()
+            registry.TABLE.replace(dict(registry.COMMANDS))
         for _ in range(repeat):
             assert registry.lookup(argv) is SOURCE_REGISTRY.lookup(argv)
             assert registry.lookup([bytes(argv[0])] if argv and isinstance(argv[0], bytes)
                                    else argv) is SOURCE_REGISTRY.lookup(argv)
+
+
+def test_a_replaced_table_leaves_no_memo_behind():
+    """The look-up's memos (the last name, the names as sent) belong to the table:
+    once XADD is gone from it, no memo still finds XADD; COMMANDS, a view, cannot be
+    changed behind the table's back."""
+    whole = dict(registry.COMMANDS)
+    xadd = [b"XADD", b"s", b"*", b"f", b"v"]
+    try:
+        assert registry.lookup(xadd) is whole["xadd"]
+        assert registry.lookup([b"xAdd"]) is whole["xadd"]
+        registry.TABLE.replace({name: spec for name, spec in whole.items() if name != "xadd"})
+        assert registry.lookup(xadd) is None and registry.lookup([b"xAdd"]) is None
+        with pytest.raises(TypeError):
+            registry.COMMANDS["xadd"] = whole["xadd"]
+    finally:
+        registry.TABLE.replace(whole)
+    assert registry.lookup(xadd) is whole["xadd"]
 
 
 @settings(max_examples=1000, deadline=None)

@@ -41,12 +41,10 @@ def _table() -> dict:
 
 
 def _install(table: dict) -> None:
-    registry.COMMANDS.clear()
-    for name, (spec, subs) in table.items():
+    for spec, subs in table.values():
         spec.subcommands.clear()
         spec.subcommands.update(subs)
-        registry.COMMANDS[name] = spec
-    registry.table_changed()
+    registry.TABLE.replace({name: spec for name, (spec, _) in table.items()})
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from streamdb.engine.ids import (MAX_ID, MIN_ID, U64, InvalidID, format_id,
                                  id_ms, id_seq, make_id, parse_id, parse_interval_id,
-                                 parse_strict_id, parse_u64)
+                                 parse_u64)
 
 LLONG_MIN, LLONG_MAX = -(2**63), 2**63 - 1
 C_SPACE = b" \t\n\v\f\r"
@@ -100,7 +100,7 @@ def test_format_and_parse_round_trip(ms, seq):
     text = format_id(sid)
     assert text == b"%d-%d" % (ms, seq)
     assert parse_id(text) == (sid, True)
-    assert parse_strict_id(text) == sid
+    assert parse_id(text, strict=True) == (sid, True)
     assert parse_interval_id(text, 0) == (sid, False)
     if sid < MAX_ID:
         assert parse_interval_id(b"(" + text, 0) == (sid, True)
@@ -117,7 +117,7 @@ def test_special_ids():
     assert parse_id(b"+") == (MAX_ID, True)
     for strict_only in (b"-", b"+"):
         with pytest.raises(InvalidID):
-            parse_strict_id(strict_only)
+            parse_id(strict_only, strict=True)
     assert format_id(MAX_ID) == b"18446744073709551615-18446744073709551615"
 
 
