@@ -1,0 +1,140 @@
+"""High availability: Redis's own Sentinel fails StreamDB nodes over (issue 29).
+
+A real Sentinel (Debian's redis-sentinel, or `redis-server --sentinel`, the same
+binary) monitors real StreamDB processes on loopback; the primary dies by kill -9.
+What Sentinel needs of a node: INFO replication as Redis writes it, a Pub/Sub link
+that stays up (without it every replica flaps +sdown/-sdown and the failover ends in
+-failover-abort-no-good-slave), and its MULTI; REPLICAOF; CONFIG REWRITE; CLIENT KILL
+TYPE normal; CLIENT KILL TYPE pubsub; EXEC transaction.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import redis
+import redis.sentinel
+
+from helpers import ServerProcess, wait_until
+from streamdb.cli.procs import free_port, wait_until_ready
+
+# Sentinel's own clock: a primary silent for a second is down, and a second failover
+# of the same primary may start after 10 s.
+SENTINEL_TIMING = ("sentinel down-after-milliseconds mymaster 1000\n"
+                   "sentinel failover-timeout mymaster 10000\n")
+FAILOVER_WAIT = 30.0      # seconds: detection (1 s) + election + promotion, with room
+
+
+def sentinel_command() -> list[str]:
+    """How to start a Sentinel on this machine, or skip the test saying why."""
+    if shutil.which("redis-sentinel"):
+        return ["redis-sentinel"]
+    if shutil.which("redis-server"):
+        return ["redis-server", "--sentinel"]
+    pytest.skip("Redis Sentinel is not installed (make test installs redis-sentinel)")
+
+
+class Sentinel:
+    """One Sentinel process watching ``mymaster`` at ``primary_port`` with quorum 1."""
+
+    def __init__(self, workdir: Path, primary_port: int) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.conf = workdir / "sentinel.conf"
+        self.conf.write_text(f"port {self.port}\nbind 127.0.0.1\ndir {workdir}\nloglevel verbose\n"
+                             f"sentinel monitor mymaster 127.0.0.1 {primary_port} 1\n"
+                             + SENTINEL_TIMING)
+        self.log_path = workdir / "sentinel.log"
+
+    def __enter__(self) -> "Sentinel":
+        program, *flags = sentinel_command()
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen([program, str(self.conf), *flags], stdout=log,
+                                         stderr=subprocess.STDOUT)
+        wait_until_ready(self.port, self.proc)
+        self.client = redis.Redis(port=self.port, decode_responses=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.client.close()
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+    def primary_port(self) -> int:
+        return int(self.client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")[1])
+
+    def replica_ports(self, flags_without: str = "s_down") -> set[int]:
+        """The replicas Sentinel knows of and sees up."""
+        return {int(r["port"]) for r in self.client.sentinel_slaves("mymaster")
+                if flags_without not in r["flags"]}
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def replica_of(tmp_path: Path, name: str, primary: ServerProcess, *args: str) -> ServerProcess:
+    return ServerProcess(tmp_path / name, "--replicaof", f"127.0.0.1 {primary.port}", *args)
+
+
+def role(port: int) -> str:
+    return redis.Redis(port=port, decode_responses=True).execute_command("ROLE")[0]
+
+
+def write_until_accepted(client: redis.Redis, value: str) -> str:
+    """XADD through a Sentinel-managed client, retrying while the failover settles."""
+    def attempt():
+        try:
+            return client.xadd("events", {"v": value})
+        except (redis.ConnectionError, redis.ReadOnlyError, redis.sentinel.MasterNotFoundError):
+            return None
+    return wait_until(attempt, timeout=FAILOVER_WAIT, what=f"a write of {value} to be accepted")
+
+
+@contextmanager
+def failed_over(tmp_path: Path):
+    """A primary, its replica and a Sentinel; kill -9 of the primary once Sentinel knows
+    the replica, and the failover awaited. Yields (killed primary, new primary, Sentinel,
+    redis-py's master_for client, the entry written before the kill)."""
+    with ServerProcess(tmp_path / "primary") as primary, \
+            replica_of(tmp_path, "replica", primary) as replica, \
+            Sentinel(tmp_path, primary.port) as sentinel:
+        wait_until(lambda: sentinel.replica_ports() == {replica.port},
+                   what="Sentinel to discover the replica through the primary's INFO")
+        client = redis.sentinel.Sentinel([("127.0.0.1", sentinel.port)],
+                                         socket_timeout=2).master_for("mymaster", socket_timeout=2)
+        before = client.xadd("events", {"v": "before"})
+        wait_until(lambda: redis.Redis(port=replica.port).xlen("events") == 1,
+                   what="the replica to receive the first entry")
+        primary.kill9()
+        wait_until(lambda: sentinel.primary_port() == replica.port, timeout=FAILOVER_WAIT,
+                   what="Sentinel to switch mymaster to the replica")
+        yield primary, replica, sentinel, client, before
+
+
+def test_sentinel_promotes_the_replica_after_kill9_and_clients_follow(tmp_path):
+    """kill -9 of the primary: Sentinel promotes the replica (ROLE says master, Sentinel
+    names it) and redis-py's master_for writes before and after."""
+    with failed_over(tmp_path) as (_, replica, sentinel, client, before):
+        assert "+promoted-slave" in sentinel.log() and "failover-abort" not in sentinel.log()
+        assert role(replica.port) == "master"
+        after = write_until_accepted(client, "after")
+        assert [e[0] for e in client.xrange("events")] == [before, after]
+
+
+@pytest.mark.soak        # Sentinel waits 8 s of a wrong role before it reconfigures a node
+def test_sentinel_turns_the_restarted_old_primary_into_a_replica(tmp_path):
+    """The old primary, restarted after the failover, is told by Sentinel to follow the
+    new primary, and converges on its data (DEBUG DIGEST), including what was written
+    after the failover."""
+    with failed_over(tmp_path) as (primary, replica, _, client, _):
+        write_until_accepted(client, "after")
+        with ServerProcess(primary.data_dir, port=primary.port) as old:
+            wait_until(lambda: role(old.port) == "slave", timeout=FAILOVER_WAIT,
+                       what="Sentinel to turn the restarted old primary into a replica")
+            digest = redis.Redis(port=replica.port).execute_command("DEBUG", "DIGEST")
+            wait_until(lambda: redis.Redis(port=old.port).execute_command("DEBUG", "DIGEST") == digest,
+                       what="the old primary to converge on the new primary's data")
