@@ -44,6 +44,8 @@ __all__ = ["Replication", "ReplicaLink", "new_replid", "local_fsynced", "WAIT_KE
 # durable further) signals it, so the core's blocked-client machinery (FIFO,
 # unblock on disconnect) serves them too.
 WAIT_KEY = b"\x00streamdb:wait"
+# Redis's reply to a write on a primary with too few good replicas (min-replicas-*).
+NOREPLICAS = "NOREPLICAS Not enough good replicas to write."
 PING_CMD = encode_command([b"PING"])
 GETACK_CMD = encode_command([b"REPLCONF", b"GETACK", b"*"])
 
@@ -301,6 +303,8 @@ class Replication:
                     except ValueError:
                         return Raw(b"")
                     link.ack_time = time.monotonic()
+                    if self.core.replicas_refusal is not None:
+                        self.refresh_good_replicas()
                     if link.held is not None and link.transfer is not None and link.transfer.done:
                         link.go_online()
                     if off > link.ack_offset:
@@ -474,6 +478,31 @@ class Replication:
             else:
                 self.waiters.pop(client.id, None)
 
+    # -- min-replicas-to-write ----------------------------------------------------------
+
+    def good_replicas(self) -> int:
+        """Replicas online whose last REPLCONF ACK is at most min-replicas-max-lag whole
+        seconds old (Redis's repl_good_slaves_count)."""
+        core = self.core
+        now = time.monotonic()
+        max_lag = core.config["min-replicas-max-lag"]
+        return sum(1 for l in self.links.values() if l.ack_offset >= 0
+                   and l.client.id in core.clients and int(now - l.ack_time) <= max_lag)
+
+    def min_replicas_enforced(self) -> bool:
+        """Whether min-replicas-* refuses writes here: a primary with both set (Redis)."""
+        cfg = self.core.config
+        return not self.core.is_replica and bool(cfg["min-replicas-to-write"]) \
+            and bool(cfg["min-replicas-max-lag"])
+
+    def refresh_good_replicas(self, changed: list[str] | None = None) -> None:
+        """Set ``core.replicas_refusal`` (NOREPLICAS for writes) while fewer than
+        min-replicas-to-write replicas are good.  Runs on every cron tick (lags grow),
+        every ACK, a role change and CONFIG SET (a config listener: ``changed``)."""
+        short = self.min_replicas_enforced() and \
+            self.good_replicas() < self.core.config["min-replicas-to-write"]
+        self.core.replicas_refusal = NOREPLICAS if short else None
+
     # -- periodic work ----------------------------------------------------------------
 
     def cron(self) -> None:
@@ -498,6 +527,7 @@ class Replication:
             self.last_ping = now
             self._feed(PING_CMD)
         self.flush()
+        self.refresh_good_replicas()
         if self.replica is not None:
             self.replica.cron()
         elif not core.is_replica and self.core.config["appendonly"]:
@@ -517,6 +547,8 @@ class Replication:
         now = time.monotonic()
         live = [l for l in self.links.values() if l.client.id in core.clients]
         fields.append(("connected_slaves", len(live)))
+        if self.min_replicas_enforced():
+            fields.append(("min_slaves_good_slaves", self.good_replicas()))
         for i, link in enumerate(live):
             state = "online" if link.ack_offset >= 0 else "send_bulk"
             fields.append((f"slave{i}", f"ip={link.ip},port={link.port},state={state},"

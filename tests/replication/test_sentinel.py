@@ -138,3 +138,30 @@ def test_sentinel_turns_the_restarted_old_primary_into_a_replica(tmp_path):
             digest = redis.Redis(port=replica.port).execute_command("DEBUG", "DIGEST")
             wait_until(lambda: redis.Redis(port=old.port).execute_command("DEBUG", "DIGEST") == digest,
                        what="the old primary to converge on the new primary's data")
+
+
+def test_min_replicas_to_write_refuses_writes_without_a_good_replica(tmp_path):
+    """min-replicas-to-write 1: writes get Redis's NOREPLICAS (a queued one is refused
+    when queued) while the only replica is gone, and are accepted again once it is
+    back; reads are always served."""
+    with ServerProcess(tmp_path / "primary", "--min-replicas-to-write", "1",
+                       "--min-replicas-max-lag", "10") as primary:
+        client = redis.Redis(port=primary.port, decode_responses=True)
+        with pytest.raises(redis.ResponseError, match="^NOREPLICAS Not enough good replicas to write.$"):
+            client.xadd("events", {"v": "alone"})
+        assert client.xlen("events") == 0
+        pipe = client.pipeline(transaction=True)
+        pipe.xadd("events", {"v": "queued"})
+        with pytest.raises(redis.ResponseError, match="caused error: NOREPLICAS"):
+            pipe.execute()
+        with replica_of(tmp_path, "replica", primary):
+            wait_until(lambda: client.info("replication").get("min_slaves_good_slaves") == 1,
+                       what="the replica to count as good")
+            client.xadd("events", {"v": "replicated"})
+        wait_until(lambda: client.info("replication")["min_slaves_good_slaves"] == 0,
+                   what="the primary to see its replica gone")
+        with pytest.raises(redis.ResponseError, match="Not enough good replicas"):
+            client.xadd("events", {"v": "alone again"})
+        client.config_set("min-replicas-to-write", "0")
+        client.xadd("events", {"v": "unguarded"})
+        assert [e[1]["v"] for e in client.xrange("events")] == ["replicated", "unguarded"]
