@@ -309,6 +309,9 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("repl-timeout", "60", _parse_int(1, 2**31 - 1), "Seconds before a silent replication link is dropped."),
     _d("repl-ping-replica-period", "10", _parse_int(1, 2**31 - 1), "Seconds between the primary's PINGs to its replicas."),
     _d("replica-priority", "100", _parse_int(0, 2**31 - 1), "Reported as slave_priority: Redis Sentinel promotes the lowest first, never 0."),
+    _d("replica-announce-ip", "", _S, "Address a replica tells its primary to list it under (INFO slaveN ip=, ROLE; what Sentinel connects to), for NAT or containers; empty = the connection's source address. Used from the next handshake."),
+    _d("replica-announce-port", "0", _parse_int(0, 65535), "Port a replica tells its primary to list it under (0 = its own port). Used from the next handshake."),
+    _d("replica-announced", "yes", _parse_bool, "INFO replica_announced: no asks Sentinel not to list this replica (it still follows and may be promoted).", True, _render_bool),
     _d("min-replicas-to-write", "0", _parse_int(0, 2**31 - 1), "A primary refuses writes (NOREPLICAS) while fewer replicas are good: online and acked within min-replicas-max-lag seconds (0 = off)."),
     _d("min-replicas-max-lag", "10", _parse_int(0, 2**31 - 1), "Seconds since its last REPLCONF ACK a good replica may be (0 = min-replicas-to-write off)."),
     # -- accepted for Redis tools and test harnesses (they CONFIG SET these); stored and

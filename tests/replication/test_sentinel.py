@@ -165,3 +165,37 @@ def test_min_replicas_to_write_refuses_writes_without_a_good_replica(tmp_path):
         client.config_set("min-replicas-to-write", "0")
         client.xadd("events", {"v": "unguarded"})
         assert [e[1]["v"] for e in client.xrange("events")] == ["replicated", "unguarded"]
+
+
+def test_a_replica_announces_the_address_and_priority_sentinel_uses(tmp_path):
+    """replica-announce-ip/port are what the primary lists (INFO slaveN, ROLE: where
+    Sentinel connects), and replica-priority is INFO slave_priority; both CONFIG SET-able."""
+    with ServerProcess(tmp_path / "primary") as primary, \
+            replica_of(tmp_path, "replica", primary, "--replica-announce-ip", "10.9.9.9",
+                       "--replica-announce-port", "7777", "--replica-priority", "0") as replica:
+        p = redis.Redis(port=primary.port, decode_responses=True)
+        wait_until(lambda: p.info("replication").get("connected_slaves") == 1,
+                   what="the replica to connect")
+        slave0 = p.info("replication")["slave0"]
+        assert (slave0["ip"], slave0["port"]) == ("10.9.9.9", 7777)
+        assert p.execute_command("ROLE")[2][0][:2] == ["10.9.9.9", "7777"]
+        r = redis.Redis(port=replica.port, decode_responses=True)
+        assert r.info("replication")["slave_priority"] == 0
+        r.config_set("replica-priority", "7")
+        assert r.info("replication")["slave_priority"] == 7
+        assert r.config_get("replica-announce-*") == {"replica-announce-ip": "10.9.9.9",
+                                                      "replica-announce-port": "7777"}
+
+
+def test_sentinel_never_promotes_a_replica_of_priority_0(tmp_path):
+    """Two replicas, one with replica-priority 0: Sentinel promotes the other one."""
+    with ServerProcess(tmp_path / "primary") as primary, \
+            replica_of(tmp_path, "never", primary, "--replica-priority", "0") as never, \
+            replica_of(tmp_path, "chosen", primary) as chosen, \
+            Sentinel(tmp_path, primary.port) as sentinel:
+        wait_until(lambda: sentinel.replica_ports() == {never.port, chosen.port},
+                   what="Sentinel to discover both replicas")
+        primary.kill9()
+        wait_until(lambda: sentinel.primary_port() == chosen.port, timeout=FAILOVER_WAIT,
+                   what="Sentinel to promote the replica of priority 100")
+        assert role(never.port) == "slave"
