@@ -11,6 +11,7 @@ TYPE normal; CLIENT KILL TYPE pubsub; EXEC transaction.
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 import redis
 import redis.sentinel
 
+from differential.resp import Err, RawClient, Status
 from helpers import ServerProcess, wait_until
 from streamdb.cli.procs import free_port, wait_until_ready
 
@@ -199,3 +201,44 @@ def test_sentinel_never_promotes_a_replica_of_priority_0(tmp_path):
         wait_until(lambda: sentinel.primary_port() == chosen.port, timeout=FAILOVER_WAIT,
                    what="Sentinel to promote the replica of priority 100")
         assert role(never.port) == "slave"
+
+
+FAILOVER_TRANSACTION = (["MULTI"], ["CONFIG", "REWRITE"], ["CLIENT", "KILL", "TYPE", "normal"],
+                        ["CLIENT", "KILL", "TYPE", "pubsub"], ["EXEC"])
+
+
+def sentinel_transaction(port: int, replicaof: list[str]) -> list:
+    """What Sentinel sends to reconfigure a node (sentinelSendSlaveOf): one MULTI with
+    REPLICAOF, CONFIG REWRITE, CLIENT KILL TYPE normal and pubsub; EXEC's replies."""
+    c = RawClient(port)
+    try:
+        replies = c.pipeline([FAILOVER_TRANSACTION[0], ["REPLICAOF", *replicaof],
+                              *FAILOVER_TRANSACTION[1:]])
+        assert c.call("PING") == Status("PONG")     # CLIENT KILL spared the sender
+        return replies[-1]
+    finally:
+        c.close()
+
+
+def test_the_failover_transaction_rewrites_the_config_file_and_spares_its_sender(tmp_path):
+    """Sentinel's transaction on a server started with a config file: REPLICAOF takes
+    effect, CONFIG REWRITE writes the new role into the file (a restart keeps it), CLIENT
+    KILL drops the other normal clients but not Sentinel's own connection; without a
+    config file CONFIG REWRITE fails inside EXEC with Redis's error, the rest still runs."""
+    with ServerProcess(tmp_path / "primary") as primary:
+        conf = tmp_path / "replica.conf"
+        conf.write_text(f"# operator's comment\nreplicaof 127.0.0.1 {primary.port}\n")
+        with ServerProcess(tmp_path / "replica", config=str(conf)) as replica:
+            other = socket.create_connection(("127.0.0.1", replica.port), timeout=5)
+            assert sentinel_transaction(replica.port, ["NO", "ONE"]) == ["OK", "OK", 1, 0]
+            assert other.recv(1) == b""              # the other normal client was killed
+            assert role(replica.port) == "master"
+            assert "replicaof" not in conf.read_text().replace('replicaof ""', "")
+            assert conf.read_text().startswith("# operator's comment\n")
+            assert sentinel_transaction(replica.port, ["127.0.0.1", str(primary.port)])[:2] == \
+                ["OK", "OK"]
+            assert f"replicaof 127.0.0.1 {primary.port}" in conf.read_text()
+        # No config file: Redis's error for CONFIG REWRITE, the other commands run.
+        replies = sentinel_transaction(primary.port, ["NO", "ONE"])
+        assert replies == [Status("OK"), Err("ERR The server is running without a config file"),
+                           0, 0]
