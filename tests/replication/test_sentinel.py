@@ -10,6 +10,7 @@ TYPE normal; CLIENT KILL TYPE pubsub; EXEC transaction.
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import subprocess
@@ -21,7 +22,7 @@ import redis
 import redis.sentinel
 
 from differential.resp import Err, RawClient, Status
-from helpers import ServerProcess, wait_until
+from helpers import ROOT, ServerProcess, wait_until
 from streamdb.cli.procs import free_port, wait_until_ready
 
 # Sentinel's own clock: a primary silent for a second is down, and a second failover
@@ -242,3 +243,46 @@ def test_the_failover_transaction_rewrites_the_config_file_and_spares_its_sender
         replies = sentinel_transaction(primary.port, ["NO", "ONE"])
         assert replies == [Status("OK"), Err("ERR The server is running without a config file"),
                            0, 0]
+
+
+def documented_sentinel_conf() -> str:
+    """The sentinel.conf of docs/OPERATIONS.md "High availability with Redis Sentinel"."""
+    guide = (ROOT / "docs" / "OPERATIONS.md").read_text()
+    section = guide.split("## High availability with Redis Sentinel", 1)[1]
+    return re.search(r"^```conf\n(# sentinel.conf\n.*?)^```", section, re.M | re.S).group(1)
+
+
+def test_the_guides_sentinel_conf_fails_over_with_three_sentinels(tmp_path):
+    """Three Sentinels, each on the guide's file as written (only its ports moved to free
+    ones), fail the primary over to its replica after kill -9, with quorum 2."""
+    sentinel_command()
+    with ServerProcess(tmp_path / "primary") as primary, \
+            replica_of(tmp_path, "replica", primary) as replica:
+        sentinels = []
+        try:
+            for i in range(3):
+                workdir = tmp_path / f"sentinel{i}"
+                workdir.mkdir()
+                port = free_port()
+                conf = re.sub(r"(?<!\d)26379(?!\d)", str(port), documented_sentinel_conf())
+                (workdir / "sentinel.conf").write_text(
+                    re.sub(r"(?<!\d)6379(?!\d)", str(primary.port), conf))
+                program, *flags = sentinel_command()
+                sentinels.append(subprocess.Popen([program, "sentinel.conf", *flags], cwd=workdir,
+                                                  stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+                wait_until_ready(port, sentinels[-1])
+                sentinels[-1].client = redis.Redis(port=port, decode_responses=True)
+            wait_until(lambda: all(len(s.client.sentinel_sentinels("streamdb")) == 2
+                                   and len(s.client.sentinel_slaves("streamdb")) == 1
+                                   for s in sentinels),
+                       what="the Sentinels to find each other and the replica")
+            primary.kill9()
+            for s in sentinels:
+                wait_until(lambda: s.client.sentinel_get_master_addr_by_name("streamdb")[1]
+                           == replica.port, timeout=FAILOVER_WAIT,
+                           what="every Sentinel to name the promoted replica")
+            assert role(replica.port) == "master"
+        finally:
+            for proc in sentinels:
+                proc.terminate()
+                proc.wait(timeout=10)
