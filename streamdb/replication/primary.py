@@ -119,6 +119,9 @@ class Replication:
         self.handshakes: dict[int, dict] = {}    # client id -> REPLCONF info before PSYNC
         self.waiters: dict[int, tuple] = {}      # client id -> (client, req, target, numreplicas)
         self.getack_wanted = False
+        # What the last refresh_good_replicas counted: INFO min_slaves_good_slaves says
+        # the number the NOREPLICAS check uses, as Redis's repl_good_slaves_count.
+        self.good_replica_count = 0
         self.last_ping = time.monotonic()
         self.sync_full = 0
         self.sync_partial_ok = 0
@@ -303,13 +306,13 @@ class Replication:
                     except ValueError:
                         return Raw(b"")
                     link.ack_time = time.monotonic()
-                    if self.core.replicas_refusal is not None:
-                        self.refresh_good_replicas()
                     if link.held is not None and link.transfer is not None and link.transfer.done:
                         link.go_online()
                     if off > link.ack_offset:
                         link.ack_offset = off
                         self._signal_waiters()
+                    if self.core.replicas_refusal is not None:     # a good replica more?
+                        self.refresh_good_replicas()
                     # REPLCONF ACK <offset> FACK <aofoffset> (Redis >= 7.2 replicas)
                     if i + 3 < len(argv) and argv[i + 2].lower() == b"fack":
                         try:
@@ -355,6 +358,7 @@ class Replication:
             data = self.backlog_from(pos)
             link.ack_offset = pos
             self.links[client.id] = link
+            self.refresh_good_replicas()      # online at once: it may allow writes again
             self.sync_partial_ok += 1
             log.log(log.NOTICE, f"Partial resynchronization request from {name} accepted. Sending "
                                 f"{len(data)} bytes of backlog starting from offset {psync_offset}.")
@@ -489,18 +493,19 @@ class Replication:
         return sum(1 for l in self.links.values() if l.ack_offset >= 0
                    and l.client.id in core.clients and int(now - l.ack_time) <= max_lag)
 
-    def min_replicas_enforced(self) -> bool:
-        """Whether min-replicas-* refuses writes here: a primary with both set (Redis)."""
+    def min_replicas_configured(self) -> bool:
+        """Both min-replicas-* set (Redis then shows INFO min_slaves_good_slaves; only a
+        primary refuses writes for them)."""
         cfg = self.core.config
-        return not self.core.is_replica and bool(cfg["min-replicas-to-write"]) \
-            and bool(cfg["min-replicas-max-lag"])
+        return bool(cfg["min-replicas-to-write"]) and bool(cfg["min-replicas-max-lag"])
 
     def refresh_good_replicas(self, changed: list[str] | None = None) -> None:
         """Set ``core.replicas_refusal`` (NOREPLICAS for writes) while fewer than
         min-replicas-to-write replicas are good.  Runs on every cron tick (lags grow),
         every ACK, a role change and CONFIG SET (a config listener: ``changed``)."""
-        short = self.min_replicas_enforced() and \
-            self.good_replicas() < self.core.config["min-replicas-to-write"]
+        self.good_replica_count = self.good_replicas()
+        short = not self.core.is_replica and self.min_replicas_configured() and \
+            self.good_replica_count < self.core.config["min-replicas-to-write"]
         self.core.replicas_refusal = NOREPLICAS if short else None
 
     # -- periodic work ----------------------------------------------------------------
@@ -547,8 +552,8 @@ class Replication:
         now = time.monotonic()
         live = [l for l in self.links.values() if l.client.id in core.clients]
         fields.append(("connected_slaves", len(live)))
-        if self.min_replicas_enforced():
-            fields.append(("min_slaves_good_slaves", self.good_replicas()))
+        if self.min_replicas_configured():
+            fields.append(("min_slaves_good_slaves", self.good_replica_count))
         for i, link in enumerate(live):
             state = "online" if link.ack_offset >= 0 else "send_bulk"
             fields.append((f"slave{i}", f"ip={link.ip},port={link.port},state={state},"

@@ -78,7 +78,9 @@ class ReplicaSide:
         self.cached_aof_pos: tuple[str, int] | None = None   # from the state file
         self.read_offset = repl.offset
         self.last_io = time.monotonic()
-        self.down_since = time.monotonic()
+        # When the link to the primary was lost; None until one was up (INFO then says
+        # -1, as Redis: Sentinel skips a replica whose link has been down too long).
+        self.down_since: float | None = None
         self.sync_total = 0
         self.sync_read = 0
         self.task: asyncio.Task | None = None
@@ -461,7 +463,8 @@ class ReplicaSide:
                        ("master_sync_read_bytes", self.sync_read),
                        ("master_sync_left_bytes", self.sync_total - self.sync_read)]
         if not up:
-            fields.append(("master_link_down_since_seconds", int(now - self.down_since)))
+            fields.append(("master_link_down_since_seconds",
+                           -1 if self.down_since is None else int(now - self.down_since)))
         fields += [("slave_priority", self.core.config["replica-priority"]),
                    ("slave_read_only", int(self.core.config["replica-read-only"])),
                    ("replica_announced", int(self.core.config["replica-announced"]))]

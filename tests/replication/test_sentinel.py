@@ -190,6 +190,14 @@ def test_a_replica_announces_the_address_and_priority_sentinel_uses(tmp_path):
                                                       "replica-announce-port": "7777"}
 
 
+def test_a_replica_that_never_reached_its_primary_reports_its_link_down_since_minus_1(tmp_path):
+    """As Redis: -1, not the seconds since start-up, which Sentinel would take for a link
+    down too long to promote the replica."""
+    with ServerProcess(tmp_path / "replica", "--replicaof", f"127.0.0.1 {free_port()}") as replica:
+        info = redis.Redis(port=replica.port).info("replication")
+        assert (info["master_link_status"], info["master_link_down_since_seconds"]) == ("down", -1)
+
+
 def test_sentinel_never_promotes_a_replica_of_priority_0(tmp_path):
     """Two replicas, one with replica-priority 0: Sentinel promotes the other one."""
     with ServerProcess(tmp_path / "primary") as primary, \
