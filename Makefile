@@ -15,7 +15,7 @@ TEST_STAMP := $(VENV)/.installed-test
 BUILD_INPUTS := pyproject.toml $(wildcard setup.py streamdb/compiled.py streamdb/*/*.pyx streamdb/*/*.pxd) \
                 $(shell sed -n 's/^ *"\(streamdb\/.*\.py\)",$$/\1/p' streamdb/compiled.py)
 
-.PHONY: run test soak deps test-deps redis-server java node-clients spark-deps bench clean
+.PHONY: run test soak deps test-deps redis-server redis-sentinel java node-clients spark-deps bench clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -52,6 +52,14 @@ redis-server:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools >/dev/null; }
 
+# The high-availability tests run Debian's Redis Sentinel against StreamDB nodes
+# (tests/replication/test_sentinel.py; they skip without it).
+redis-sentinel:
+	@command -v redis-sentinel >/dev/null 2>&1 || { \
+	  echo "installing redis-sentinel from Debian's packages"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-sentinel >/dev/null; }
+
 # (deps byte-compiles the package: see above.)
 run: deps
 	$(VPY) -m streamdb streamdb.conf
@@ -83,7 +91,7 @@ spark-deps: deps java
 # STREAMDB_PURE=1 make test runs the tests on the plain Python core instead of
 # the compiled one (the server processes the tests start inherit it);
 # STREAMDB_TEST_STREAM_CACHE=64kb make test runs them with that stream cache.
-test: test-deps redis-server node-clients java
+test: test-deps redis-server redis-sentinel node-clients java
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
 
 # Long crash/soak loops, bounded by STREAMDB_SOAK_SECONDS (CI runs a short one).

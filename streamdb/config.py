@@ -308,7 +308,12 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("repl-backlog-size", "1048576", _parse_mem(16384), "Replication backlog size in bytes."),
     _d("repl-timeout", "60", _parse_int(1, 2**31 - 1), "Seconds before a silent replication link is dropped."),
     _d("repl-ping-replica-period", "10", _parse_int(1, 2**31 - 1), "Seconds between the primary's PINGs to its replicas."),
-    _d("replica-priority", "100", _parse_int(0, 2**31 - 1), "Reported as slave_priority (no failover logic uses it)."),
+    _d("replica-priority", "100", _parse_int(0, 2**31 - 1), "Reported as slave_priority: Redis Sentinel promotes the lowest first, never 0."),
+    _d("replica-announce-ip", "", _S, "Address a replica tells its primary to list it under (INFO slaveN ip=, ROLE; what Sentinel connects to), for NAT or containers; empty = the connection's source address. Used from the next handshake."),
+    _d("replica-announce-port", "0", _parse_int(0, 65535), "Port a replica tells its primary to list it under (0 = its own port). Used from the next handshake."),
+    _d("replica-announced", "yes", _parse_bool, "INFO replica_announced: no asks Sentinel not to list this replica (it still follows and may be promoted).", True, _render_bool),
+    _d("min-replicas-to-write", "0", _parse_int(0, 2**31 - 1), "A primary refuses writes (NOREPLICAS) while fewer replicas are good: online and acked within min-replicas-max-lag seconds (0 = off)."),
+    _d("min-replicas-max-lag", "10", _parse_int(0, 2**31 - 1), "Seconds since its last REPLCONF ACK a good replica may be (0 = min-replicas-to-write off)."),
     # -- accepted for Redis tools and test harnesses (they CONFIG SET these); stored and
     #    returned by CONFIG GET, with no effect on StreamDB unless the doc says otherwise
     *(_d(name, default, parse, "No effect in StreamDB: " + why, mutable, render)
@@ -355,8 +360,6 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
         ("repl-diskless-load", "disabled", _parse_enum("disabled", "on-empty-db", "swapdb"), "a replica receives a full sync into a file and loads it once complete (as disabled).", True, str),
         ("replica-serve-stale-data", "yes", _parse_bool, "a replica serves its data while its link is down or a full sync arrives (as yes).", True, _render_bool),
         ("replica-ignore-maxmemory", "yes", _parse_bool, "nothing is evicted.", True, _render_bool),
-        ("min-replicas-to-write", "0", _parse_int(0, 2**31 - 1), "writes are not refused for missing replicas.", True, str),
-        ("min-replicas-max-lag", "10", _parse_int(0, 2**31 - 1), "writes are not refused for missing replicas.", True, str),
         ("maxmemory-samples", "5", _parse_int(1, 64), "nothing is evicted.", True, str),
         ("maxmemory-eviction-tenacity", "10", _parse_int(0, 100), "nothing is evicted.", True, str),
         ("lfu-log-factor", "10", _parse_int(0, 2**31 - 1), "nothing is evicted.", True, str),

@@ -34,6 +34,7 @@ def install(core, server) -> Replication:
     core.replication = repl
     server.before_reply_hooks.append(repl.flush)
     server.cron_hooks.append(repl.cron)
+    core.config_listeners.append(repl.refresh_good_replicas)
     try:
         target = parse_replicaof(core.config["replicaof"])
     except ValueError as e:
@@ -45,6 +46,7 @@ def install(core, server) -> Replication:
         core.is_replica = True
         log.set_role("S")
         repl.replica = ReplicaSide(repl, target[0], target[1])
+    repl.refresh_good_replicas()      # min-replicas-to-write from the first write on
     return repl
 
 
@@ -108,6 +110,14 @@ def _unblock_writers(core) -> None:
             core.unblock(c, err)
 
 
+def _follow_in_config(core, target: str) -> None:
+    """The replicaof directive follows REPLICAOF, as Redis's does: CONFIG GET shows whom
+    the server follows, and CONFIG REWRITE (in Sentinel's failover transaction) writes
+    it, so a restart keeps the role Sentinel gave (a promoted replica does not come back
+    following the dead primary)."""
+    core.config.values["replicaof"] = target
+
+
 def become_replica(repl: Replication, host: str, port: int, who: str = ""):
     core = repl.core
     side = repl.replica
@@ -129,6 +139,8 @@ def become_replica(repl: Replication, host: str, port: int, who: str = ""):
     _unblock_writers(core)
     repl.drop_links("this instance is turning into a replica")
     core.is_replica = True
+    _follow_in_config(core, f"{host} {port}")
+    repl.refresh_good_replicas()
     log.set_role("S")
     new = ReplicaSide(repl, host, port, has_cache=has_cache)
     new.client.db = db
@@ -148,6 +160,8 @@ def become_primary(repl: Replication, who: str = "") -> None:
         core.remove_client(side.client)
     repl.replica = None
     core.is_replica = False
+    _follow_in_config(core, "")
+    repl.refresh_good_replicas()
     log.set_role("M")
     repl.shift_replid()
     if not repl.backlog_active:

@@ -44,6 +44,8 @@ __all__ = ["Replication", "ReplicaLink", "new_replid", "local_fsynced", "WAIT_KE
 # durable further) signals it, so the core's blocked-client machinery (FIFO,
 # unblock on disconnect) serves them too.
 WAIT_KEY = b"\x00streamdb:wait"
+# Redis's reply to a write on a primary with too few good replicas (min-replicas-*).
+NOREPLICAS = "NOREPLICAS Not enough good replicas to write."
 PING_CMD = encode_command([b"PING"])
 GETACK_CMD = encode_command([b"REPLCONF", b"GETACK", b"*"])
 
@@ -117,6 +119,9 @@ class Replication:
         self.handshakes: dict[int, dict] = {}    # client id -> REPLCONF info before PSYNC
         self.waiters: dict[int, tuple] = {}      # client id -> (client, req, target, numreplicas)
         self.getack_wanted = False
+        # What the last refresh_good_replicas counted: INFO min_slaves_good_slaves says
+        # the number the NOREPLICAS check uses, as Redis's repl_good_slaves_count.
+        self.good_replica_count = 0
         self.last_ping = time.monotonic()
         self.sync_full = 0
         self.sync_partial_ok = 0
@@ -306,6 +311,8 @@ class Replication:
                     if off > link.ack_offset:
                         link.ack_offset = off
                         self._signal_waiters()
+                    if self.core.replicas_refusal is not None:     # a good replica more?
+                        self.refresh_good_replicas()
                     # REPLCONF ACK <offset> FACK <aofoffset> (Redis >= 7.2 replicas)
                     if i + 3 < len(argv) and argv[i + 2].lower() == b"fack":
                         try:
@@ -351,6 +358,7 @@ class Replication:
             data = self.backlog_from(pos)
             link.ack_offset = pos
             self.links[client.id] = link
+            self.refresh_good_replicas()      # online at once: it may allow writes again
             self.sync_partial_ok += 1
             log.log(log.NOTICE, f"Partial resynchronization request from {name} accepted. Sending "
                                 f"{len(data)} bytes of backlog starting from offset {psync_offset}.")
@@ -474,6 +482,32 @@ class Replication:
             else:
                 self.waiters.pop(client.id, None)
 
+    # -- min-replicas-to-write ----------------------------------------------------------
+
+    def good_replicas(self) -> int:
+        """Replicas online whose last REPLCONF ACK is at most min-replicas-max-lag whole
+        seconds old (Redis's repl_good_slaves_count)."""
+        core = self.core
+        now = time.monotonic()
+        max_lag = core.config["min-replicas-max-lag"]
+        return sum(1 for l in self.links.values() if l.ack_offset >= 0
+                   and l.client.id in core.clients and int(now - l.ack_time) <= max_lag)
+
+    def min_replicas_configured(self) -> bool:
+        """Both min-replicas-* set (Redis then shows INFO min_slaves_good_slaves; only a
+        primary refuses writes for them)."""
+        cfg = self.core.config
+        return bool(cfg["min-replicas-to-write"]) and bool(cfg["min-replicas-max-lag"])
+
+    def refresh_good_replicas(self, changed: list[str] | None = None) -> None:
+        """Set ``core.replicas_refusal`` (NOREPLICAS for writes) while fewer than
+        min-replicas-to-write replicas are good.  Runs on every cron tick (lags grow),
+        every ACK, a role change and CONFIG SET (a config listener: ``changed``)."""
+        self.good_replica_count = self.good_replicas()
+        short = not self.core.is_replica and self.min_replicas_configured() and \
+            self.good_replica_count < self.core.config["min-replicas-to-write"]
+        self.core.replicas_refusal = NOREPLICAS if short else None
+
     # -- periodic work ----------------------------------------------------------------
 
     def cron(self) -> None:
@@ -498,6 +532,7 @@ class Replication:
             self.last_ping = now
             self._feed(PING_CMD)
         self.flush()
+        self.refresh_good_replicas()
         if self.replica is not None:
             self.replica.cron()
         elif not core.is_replica and self.core.config["appendonly"]:
@@ -517,6 +552,8 @@ class Replication:
         now = time.monotonic()
         live = [l for l in self.links.values() if l.client.id in core.clients]
         fields.append(("connected_slaves", len(live)))
+        if self.min_replicas_configured():
+            fields.append(("min_slaves_good_slaves", self.good_replica_count))
         for i, link in enumerate(live):
             state = "online" if link.ack_offset >= 0 else "send_bulk"
             fields.append((f"slave{i}", f"ip={link.ip},port={link.port},state={state},"

@@ -78,7 +78,9 @@ class ReplicaSide:
         self.cached_aof_pos: tuple[str, int] | None = None   # from the state file
         self.read_offset = repl.offset
         self.last_io = time.monotonic()
-        self.down_since = time.monotonic()
+        # When the link to the primary was lost; None until one was up (INFO then says
+        # -1, as Redis: Sentinel skips a replica whose link has been down too long).
+        self.down_since: float | None = None
         self.sync_total = 0
         self.sync_read = 0
         self.task: asyncio.Task | None = None
@@ -201,12 +203,17 @@ class ReplicaSide:
             r = await call(*args)
             if not r.startswith(b"+"):
                 raise ReplError(f"Unable to AUTH to MASTER: {r.decode('latin-1')}")
-        r = await call("REPLCONF", "listening-port",
-                       cfg["tls-port"] if cfg["tls-replication"] else cfg["port"])
+        r = await call("REPLCONF", "listening-port", cfg["replica-announce-port"] or
+                       (cfg["tls-port"] if cfg["tls-replication"] else cfg["port"]))
         if r.startswith((b"-NOAUTH", b"-NOPERM")):
             # Without this the handshake would go on to a baffling PSYNC failure.
             raise ReplError(f"MASTER refused the replication handshake: {r.decode('latin-1')} "
                             f"(check masteruser/masterauth)")
+        if cfg["replica-announce-ip"]:
+            r = await call("REPLCONF", "ip-address", cfg["replica-announce-ip"])
+            if r.startswith(b"-"):       # an older primary: it lists our source address
+                log.log(log.WARNING, "(Non critical) Master does not understand REPLCONF "
+                                     f"ip-address: {r.decode('latin-1').strip()}")
         await call("REPLCONF", "capa", "eof", "capa", "psync2", "capa", CHECKSUM_CAPA)
         repl = self.repl
         if self.has_cache:
@@ -456,10 +463,11 @@ class ReplicaSide:
                        ("master_sync_read_bytes", self.sync_read),
                        ("master_sync_left_bytes", self.sync_total - self.sync_read)]
         if not up:
-            fields.append(("master_link_down_since_seconds", int(now - self.down_since)))
+            fields.append(("master_link_down_since_seconds",
+                           -1 if self.down_since is None else int(now - self.down_since)))
         fields += [("slave_priority", self.core.config["replica-priority"]),
                    ("slave_read_only", int(self.core.config["replica-read-only"])),
-                   ("replica_announced", 1)]
+                   ("replica_announced", int(self.core.config["replica-announced"]))]
         return fields
 
     def role(self) -> list:

@@ -22,7 +22,7 @@ cdef class Stats:
 
 cdef class Core:
     cdef dict __dict__
-    cdef public object config, clock, write_refusal, save_refusal, current_client
+    cdef public object config, clock, write_refusal, save_refusal, replicas_refusal, current_client
     cdef public Keyspace keyspace
     cdef public Observer observe
     cdef public Stats stats

@@ -199,6 +199,9 @@ class Core:
         # and while background saves fail (snapshot.py: stop-writes-on-bgsave-error).
         self.write_refusal: str | None = None
         self.save_refusal: str | None = None
+        # NOREPLICAS while a primary has fewer good replicas than min-replicas-to-write
+        # (kept by replication/primary.py refresh_good_replicas).
+        self.replicas_refusal: str | None = None
         # SHUTDOWN SAVE (True) / NOSAVE (False); None: as configured (read by __main__).
         self.shutdown_save: bool | None = None
         self.active_expire_disabled = False  # DEBUG SET-ACTIVE-EXPIRE 0: the cron deletes no expired key
@@ -329,6 +332,12 @@ class Core:
             return self._error(CommandError(
                 "READONLY You can't write against a read only replica."), spec.name,
                 rejected=True)
+        # min-replicas-to-write (primary only, so never together with READONLY): Redis
+        # refuses before queueing, so a queued write makes EXEC answer EXECABORT.
+        if self.replicas_refusal is not None and spec.is_write and client.kind == "normal":
+            if client.in_multi:
+                client.multi_error = True
+            return self._error(CommandError(self.replicas_refusal), spec.name, rejected=True)
         # RESP2's subscribed mode: Redis checks it here, after READONLY, before LOADING.
         if client.pubsub is not None:
             refusal = subscribed_mode_refusal(client, spec)
