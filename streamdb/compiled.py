@@ -35,6 +35,7 @@ COMPILED_SOURCES = (
     "streamdb/engine/stream.py",
     "streamdb/engine/sortedids.py",
     "streamdb/engine/groups.py",
+    "streamdb/engine/policies.py",
     "streamdb/engine/keyspace.py",
     "streamdb/commands/args.py",
     "streamdb/commands/streams.py",

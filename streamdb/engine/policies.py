@@ -13,7 +13,8 @@ An approximate or limited trim's outcome depends on the node layout, which an AO
 replay or a replica need not share: ``apply_trim`` also gives the exact trim that
 removes the same entries from any layout, the form the handlers propagate.
 
-Pure: no context, no clock, no protocol errors.
+Pure: no context, no clock, no protocol errors.  Compiled in Cython's pure mode
+(streamdb/compiled.py): XADD with MAXLEN or MINID runs ``apply_trim`` per request.
 """
 
 from __future__ import annotations
@@ -45,12 +46,7 @@ class TrimArgs:
     turned an absent LIMIT of an approximate trim into the server's default).
     """
 
-    strategy: object        # MAXLEN, MINID, or None (no trim asked for)
-    maxlen: object
-    minid: object
-    approx: cython.bint
-    limit: object
-    policy: bytes
+    # Its fields (C struct fields when compiled) are declared in policies.pxd.
 
     def __init__(self) -> None:
         self.strategy = None
