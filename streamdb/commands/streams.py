@@ -43,6 +43,7 @@ def entry_size(sid: int, fv: list) -> int:
     return len(encode_reply(entry_reply(sid, fv), False))
 
 
+@cython.cfunc
 def _new_trim() -> TrimArgs:
     """A TrimArgs for parse_trim_option to fill: no policy and no LIMIT given yet
     (None; settle_trim puts in the defaults)."""
@@ -52,6 +53,7 @@ def _new_trim() -> TrimArgs:
     return t
 
 
+@cython.cfunc
 @cython.locals(i=cython.Py_ssize_t, more=cython.Py_ssize_t, lo=bytes)
 def parse_trim_option(t: TrimArgs, argv: list[bytes], i: cython.Py_ssize_t) -> cython.Py_ssize_t:
     """If ``argv[i]`` starts a trim option (``MAXLEN|MINID [=|~] threshold``,
@@ -87,7 +89,8 @@ def parse_trim_option(t: TrimArgs, argv: list[bytes], i: cython.Py_ssize_t) -> c
     return i
 
 
-def settle_trim(ctx: Ctx, t: TrimArgs, xtrim: bool) -> TrimArgs | None:
+@cython.cfunc
+def settle_trim(ctx: Ctx, t: TrimArgs, xtrim: cython.bint) -> TrimArgs:
     """Check the trim options parse_trim_option gathered into ``t`` once the command's
     options are all read, and put in the defaults: ``t``, or None when XADD asked for
     no trim.  ``xtrim``: a trimming strategy is required."""
