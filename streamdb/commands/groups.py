@@ -33,15 +33,16 @@ from ..engine import MAX_ID, MIN_ID, Stream, format_id
 from ..engine.groups import (ENTRIES_READ_INVALID, MAX_DELIVERY_COUNT, Consumer,
                              ConsumerGroup, PendingEntry, next_delivery_count)
 from ..engine.lag import advance_entries_read_many, clamp_entries_read
+from ..engine.policies import DEL_DELETED, delete_with_policy
 from ..protocol import encode_reply
 from ..protocol.reply import NULL_ARRAY, OK, CommandError, Status
 from .args import (eq, parse_int, parse_range_bound, parse_stream_id,
                    parse_strict_stream_id, parse_strict_stream_ids)
 from ..dispatch.context import BlockRequest, Ctx, syntax_error
 from ..dispatch.registry import command, subcommand
-from .streams import (DEL_DELETED, XREAD_BLOCKED_DEFAULT_COUNT, ReadArgs, ReadBudget,
-                      _stream_key_positions, delete_with_policy, parse_ids_block,
-                      parse_policy_ids, parse_read_args, xread_reply)
+from .streams import (XREAD_BLOCKED_DEFAULT_COUNT, ReadArgs, ReadBudget,
+                      _stream_key_positions, parse_ids_block, parse_policy_ids,
+                      parse_read_args, xread_reply)
 
 __all__ = ["xclaim_effect", "new_delivery_effects", "setid_effect"]
 

@@ -22,6 +22,7 @@ from collections import deque
 from .. import log
 from ..config import ConfigError, parse_memory
 from ..engine.ids import PAST_MAX_ID
+from ..engine.policies import KEEPREF, acked_bound, exact_trim
 from ..engine.retention import RetentionPolicy
 from ..engine.stream import Stream
 from ..protocol.reply import OK, CommandError, Map, Status
@@ -29,7 +30,7 @@ from .args import parse_int
 from ..dispatch.context import Ctx, syntax_error
 from .docs import DOCS, _doc
 from ..dispatch.registry import command, subcommand
-from .streams import TrimArgs, acked_bound, trim_effect
+from .streams import trim_effect
 
 __all__ = ["Retention", "install"]
 
@@ -44,9 +45,6 @@ TALLY_NODES_PER_TICK = 16384
 # COMMAND DOCS "since" is a Redis version: the one this server reports (redis-version-compat's
 # default), so that clients gating on it see the command.
 _SINCE = "8.10.0"
-
-# A retention trim's effect carries no reference policy: KEEPREF, as XTRIM's default.
-_EXACT_TRIM = TrimArgs()
 
 
 def _settings(cfg) -> tuple[int, int, bool]:
@@ -127,7 +125,8 @@ class Retention:
         core = self.core
         core.dirty += removed
         core.current_client = None          # the server's own change, as an expiry's DEL
-        core._emit(dbi, [trim_effect(key, s, _EXACT_TRIM)])
+        # Its effect carries no reference policy: KEEPREF, as XTRIM's default.
+        core._emit(dbi, [trim_effect(key, exact_trim(s, KEEPREF))])
         log.log(log.VERBOSE, f"Retention removed {removed} entries ({n} nodes) of stream "
                              f"'{key.decode('utf-8', 'replace')}' in db {dbi}")
         return n

@@ -2,7 +2,8 @@
 
 Each command's grammar is in its docstring; argument checks happen in the
 order Redis makes them, so that a request with several problems gets the same
-error from us as from Redis.
+error from us as from Redis.  What a trim or a policy deletion removes is the
+engine's (engine/policies.py); here are their arguments, replies and effects.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import cython
 from ..engine import MAX_ID, MIN_ID
 from ..engine.idmp import (DURATION_MAX, DURATION_MIN, MAXSIZE_MAX, MAXSIZE_MIN,
                            IdmpState, auto_iid)
-from ..engine.ids import (PAST_MAX_ID, U64, InvalidID, format_id, id_ms, id_seq, make_id,
-                          parse_id)
+from ..engine.ids import U64, InvalidID, format_id, id_ms, id_seq, make_id, parse_id
+from ..engine.policies import (DEL_MISSING, KEEPREF, MAXLEN, REFERENCE_POLICIES, TrimArgs,
+                               apply_trim, delete_with_policy)
 from ..engine.stream import Stream   # streams.pxd cimports Stream and format_id from these modules
 from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map, encode_reply
 from .args import (eq, invalid_id_error, parse_int, parse_range_bound,
@@ -41,213 +43,89 @@ def entry_size(sid: int, fv: list) -> int:
     return len(encode_reply(entry_reply(sid, fv), False))
 
 
-TRIM_KEEPREF, TRIM_DELREF, TRIM_ACKED = b"keepref", b"delref", b"acked"
+@cython.cfunc
+def _new_trim() -> TrimArgs:
+    """A TrimArgs for parse_trim_option to fill: no policy and no LIMIT given yet
+    (None; settle_trim puts in the defaults)."""
+    t = TrimArgs()
+    t.policy = None
+    t.limit = None
+    return t
 
 
-@cython.cclass
-class TrimArgs:
-    """Parsed ``[NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT n]] [KEEPREF|DELREF|ACKED]``.
-
-    A C struct when compiled (XADD reads several fields per request); only this
-    module uses it, so the fields are private to the compiled form."""
-
-    strategy: object        # "maxlen", "minid" or None
-    maxlen: object
-    minid: object
-    approx: cython.bint
-    limit: object
-    limit_given: cython.bint
-    nomkstream: cython.bint
-    id_arg: object          # XADD: index of the ID argument
-    policy: bytes
-    id: object              # XADD: explicit ID (None for "*")
-    seq_given: cython.bint  # False for the "<ms>-*" form
-    idmp_pid: object        # XADD IDMP/IDMPAUTO producer id
-    idmp_iid: object        # XADD IDMP idempotent id (None for IDMPAUTO)
-    idmp_auto: cython.bint
-
-    def __init__(self) -> None:
-        self.strategy = None
-        self.maxlen = -1
-        self.minid = MIN_ID
-        self.approx = False
-        self.limit = 0
-        self.limit_given = False
-        self.nomkstream = False
-        self.id_arg = None
-        self.policy = TRIM_KEEPREF
-        self.id = None
-        self.seq_given = True
-        self.idmp_pid = None
-        self.idmp_iid = None
-        self.idmp_auto = False
-
-
-def parse_trim_args(ctx: Ctx, argv: list[bytes], xadd: bool) -> TrimArgs:
-    """Parse the options of XADD (up to and including the ID) or XTRIM."""
-    a: TrimArgs = TrimArgs()
-    i = 2
-    n = len(argv)
-    policy_given = False
-    while i < n:
-        more = n - 1 - i
-        opt = argv[i]
-        lo = opt.lower()
-        if xadd and opt == b"*":
-            a.id_arg = i
-            break
-        if (lo == b"maxlen" or lo == b"minid") and more:
-            if a.strategy is not None:
-                raise CommandError("ERR syntax error, MAXLEN and MINID options at the same time are not compatible")
-            nxt = argv[i + 1]
-            a.approx = more >= 2 and nxt == b"~"
-            if more >= 2 and (nxt == b"~" or nxt == b"="):
-                i += 1
-            if lo == b"maxlen":
-                a.maxlen = parse_int(argv[i + 1])
-                if a.maxlen < 0:
-                    raise CommandError("ERR The MAXLEN argument must be >= 0.")
-            else:
-                a.minid = parse_strict_stream_id(argv[i + 1])
-            i += 2
-            a.strategy = lo.decode()
-            continue
-        if lo == b"limit" and more:
-            a.limit = parse_int(argv[i + 1])
-            if a.limit < 0:
-                raise CommandError("ERR The LIMIT argument must be >= 0.")
-            a.limit_given = True
-            i += 2
-            continue
-        if lo in (TRIM_KEEPREF, TRIM_DELREF, TRIM_ACKED):
-            if policy_given:
-                raise syntax_error()
-            a.policy = lo
-            policy_given = True
+@cython.cfunc
+@cython.locals(i=cython.Py_ssize_t, more=cython.Py_ssize_t, lo=bytes)
+def parse_trim_option(t: TrimArgs, argv: list[bytes], i: cython.Py_ssize_t) -> cython.Py_ssize_t:
+    """If ``argv[i]`` starts a trim option (``MAXLEN|MINID [=|~] threshold``,
+    ``LIMIT count``, ``KEEPREF|DELREF|ACKED``), parse it into ``t`` (from _new_trim)
+    and return the index after it; else return ``i``."""
+    more = len(argv) - 1 - i
+    lo = argv[i].lower()
+    if (lo == b"maxlen" or lo == b"minid") and more:
+        if t.strategy is not None:
+            raise CommandError("ERR syntax error, MAXLEN and MINID options at the same time are not compatible")
+        nxt = argv[i + 1]
+        t.approx = more >= 2 and nxt == b"~"
+        if more >= 2 and (nxt == b"~" or nxt == b"="):
             i += 1
-            continue
-        if xadd and lo == b"nomkstream":
-            a.nomkstream = True
-            i += 1
-            continue
-        if xadd and ((lo == b"idmp" and more >= 2) or (lo == b"idmpauto" and more)):
-            if a.idmp_pid is not None:
-                raise CommandError("ERR IDMP/IDMPAUTO specified multiple times")
-            auto = lo == b"idmpauto"
-            pid = argv[i + 1]
-            if not pid:
-                raise CommandError("ERR IDMPAUTO requires a non-empty producer ID" if auto
-                                   else "ERR IDMP requires a non-empty producer ID")
-            if not auto and not argv[i + 2]:
-                raise CommandError("ERR IDMP requires a non-empty idempotent ID")
-            a.idmp_pid, a.idmp_auto = pid, auto
-            a.idmp_iid = None if auto else argv[i + 2]
-            i += 2 if auto else 3
-            continue
-        if xadd:
-            try:
-                a.id, a.seq_given = parse_id(opt, 0, strict=True, allow_seq_star=True)
-            except InvalidID:
-                raise invalid_id_error() from None
-            a.id_arg = i
-            if a.idmp_pid is not None:
-                raise CommandError("ERR IDMP/IDMPAUTO can be used only with auto-generated IDs")
-            break
-        raise syntax_error()
-    if a.limit and a.strategy is None:
+        if lo == b"maxlen":
+            t.maxlen = parse_int(argv[i + 1])
+            if t.maxlen < 0:
+                raise CommandError("ERR The MAXLEN argument must be >= 0.")
+        else:
+            t.minid = parse_strict_stream_id(argv[i + 1])
+        t.strategy = lo.decode()
+        return i + 2
+    if lo == b"limit" and more:
+        t.limit = parse_int(argv[i + 1])
+        if t.limit < 0:
+            raise CommandError("ERR The LIMIT argument must be >= 0.")
+        return i + 2
+    if lo in REFERENCE_POLICIES:
+        if t.policy is not None:
+            raise syntax_error()
+        t.policy = lo
+        return i + 1
+    return i
+
+
+@cython.cfunc
+def settle_trim(ctx: Ctx, t: TrimArgs, xtrim: cython.bint) -> TrimArgs:
+    """Check the trim options parse_trim_option gathered into ``t`` once the command's
+    options are all read, and put in the defaults: ``t``, or None when XADD asked for
+    no trim.  ``xtrim``: a trimming strategy is required."""
+    if t.limit and t.strategy is None:
         raise CommandError("ERR syntax error, LIMIT cannot be used without specifying a trimming strategy")
-    if not xadd and a.strategy is None:
-        raise CommandError("ERR syntax error, XTRIM must be called with a trimming strategy")
+    if t.strategy is None:
+        if xtrim:
+            raise CommandError("ERR syntax error, XTRIM must be called with a trimming strategy")
+        return None
+    if t.policy is None:
+        t.policy = KEEPREF
     if ctx.replaying:
-        a.limit = 0   # effects are exact already
-    elif a.limit_given:
-        if not a.approx:
+        t.limit = 0   # effects are exact already
+    elif t.limit is not None:
+        if not t.approx:
             raise CommandError("ERR syntax error, LIMIT cannot be used without the special ~ option")
-    elif a.approx:
-        a.limit = 100 * ctx.config["stream-node-max-entries"]
-        if a.limit <= 0 or a.limit > 1_000_000:
-            a.limit = 10000
+    elif t.approx:
+        t.limit = 100 * ctx.config["stream-node-max-entries"]
+        if t.limit <= 0 or t.limit > 1_000_000:
+            t.limit = 10000
     else:
-        a.limit = 0
-    return a
+        t.limit = 0
+    return t
 
 
-# What parse_trim_args returns for ``XADD key * ...`` (and, but for the id, for
-# ``XADD key <id> ...``); shared, never modified.
-_PLAIN_XADD = cython.declare(TrimArgs, TrimArgs())
-_PLAIN_XADD.id_arg = 2
-
-
-def acked_bound(s: Stream) -> int:
-    """The lowest id that some consumer group may still need (ACKED policy).
-
-    An entry is safe to delete when every group has read past it and none has
-    it pending.  Without groups everything is safe.
-    """
-    bound = PAST_MAX_ID
-    for g in (s.groups or {}).values():
-        b = g.last_id + 1
-        if g.pel:
-            b = min(b, g.pel.peekitem(0)[0])
-        bound = min(bound, b)
-    return bound
-
-
-def drop_references(s: Stream, ids) -> None:
-    """DELREF: remove ``ids`` from every group's PEL."""
-    if not s.groups:
-        return
-    for g in s.groups.values():
-        if g.pel:
-            for sid in ids:
-                g.ack(sid)
-
-
-def apply_trim(key: bytes, s: Stream, a: TrimArgs) -> tuple[int, list | None]:
-    """Trim ``s`` (at ``key``) per ``a``; returns the number of entries removed and,
-    when some were, the trim's effect.
-
-    ACKED keeps each entry some group still needs (``entry_referenced``), one by
-    one, as Redis's trim does: entries after one still pending may go, so what
-    it removes is not a leading run.  Its effect is the exact trim of every entry
-    not needed below the last one removed, ``XTRIM key MINID = <last + 1> ACKED``:
-    replayed on the same groups it removes the same entries, whatever the node
-    layout (approximation and LIMIT only decide where the trim stopped)."""
-    acked = a.policy == TRIM_ACKED and bool(s.groups)
-    referenced = None
-    if acked:
-        def referenced(sid):
-            return entry_referenced(s, sid)
-    removed: list | None = [] if (acked or (a.policy == TRIM_DELREF and s.groups)) else None
-    if a.strategy == "maxlen":
-        n = s.trim(maxlen=a.maxlen, approx=a.approx, limit=a.limit, referenced=referenced,
-                   removed=removed)
+def trim_effect(key: bytes, t: TrimArgs) -> list[bytes]:
+    """The command that propagates the exact trim ``t`` of ``key`` (apply_trim's or
+    exact_trim's): ``XTRIM key MAXLEN|MINID = threshold [DELREF|ACKED]``."""
+    if t.strategy == MAXLEN:
+        effect = [b"XTRIM", key, b"MAXLEN", b"=", b"%d" % t.maxlen]
     else:
-        n = s.trim(minid=a.minid, approx=a.approx, limit=a.limit, referenced=referenced,
-                   removed=removed)
-    if not n:
-        return 0, None
-    if acked:
-        last = max(removed)
-        if last == MAX_ID:       # nothing lies past it: every entry not needed went
-            return n, [b"XTRIM", key, b"MAXLEN", b"=", b"0", b"ACKED"]
-        return n, [b"XTRIM", key, b"MINID", b"=", format_id(last + 1), b"ACKED"]
-    if removed:
-        drop_references(s, removed)
-    return n, trim_effect(key, s, a)
-
-
-def trim_effect(key: bytes, s: Stream, a: TrimArgs) -> list[bytes]:
-    """The exact, deterministic form of a trim that removed a leading run of entries.
-
-    MINID = <first remaining id> removes exactly the entries the trim removed,
-    whatever strategy, approximation or limit the client used (an empty stream
-    becomes MAXLEN = 0).
-    """
-    policy = [b"DELREF"] if a.policy == TRIM_DELREF else []
-    if s.length:
-        return [b"XTRIM", key, b"MINID", b"=", format_id(s.first_id()), *policy]
-    return [b"XTRIM", key, b"MAXLEN", b"=", b"0", *policy]
+        effect = [b"XTRIM", key, b"MINID", b"=", format_id(t.minid)]
+    if t.policy != KEEPREF:
+        effect.append(t.policy.upper())
+    return effect
 
 
 # ---------------------------------------------------------------------------
@@ -265,6 +143,88 @@ def next_auto_id(last, now_ms):
     return last + 1
 
 
+@cython.cclass
+class XaddArgs:
+    """XADD's options up to and including the ID: ``[NOMKSTREAM]
+    [IDMPAUTO pid | IDMP pid iid] <*|id>`` and its trim (None without MAXLEN/MINID).
+
+    A C struct when compiled (XADD reads several fields per request); only this
+    module uses it, so the fields are private to the compiled form."""
+
+    nomkstream: cython.bint
+    id_arg: object          # index of the ID argument
+    id: object              # explicit ID (None for "*")
+    seq_given: cython.bint  # False for the "<ms>-*" form
+    idmp_pid: object        # IDMP/IDMPAUTO producer id
+    idmp_iid: object        # IDMP idempotent id (None for IDMPAUTO)
+    idmp_auto: cython.bint
+    trim: TrimArgs
+
+    def __init__(self) -> None:
+        self.nomkstream = False
+        self.id_arg = None
+        self.id = None
+        self.seq_given = True
+        self.idmp_pid = None
+        self.idmp_iid = None
+        self.idmp_auto = False
+        self.trim = None
+
+
+def parse_xadd_args(ctx: Ctx, argv: list[bytes]) -> XaddArgs:
+    """Parse XADD's options, its trim's among them, up to and including the ID."""
+    a: XaddArgs = XaddArgs()
+    t: TrimArgs = _new_trim()
+    i: cython.Py_ssize_t = 2
+    j: cython.Py_ssize_t
+    n: cython.Py_ssize_t = len(argv)
+    while i < n:
+        opt = argv[i]
+        if opt == b"*":
+            a.id_arg = i
+            break
+        j = parse_trim_option(t, argv, i)
+        if j != i:
+            i = j
+            continue
+        more = n - 1 - i
+        lo = opt.lower()
+        if lo == b"nomkstream":
+            a.nomkstream = True
+            i += 1
+            continue
+        if (lo == b"idmp" and more >= 2) or (lo == b"idmpauto" and more):
+            if a.idmp_pid is not None:
+                raise CommandError("ERR IDMP/IDMPAUTO specified multiple times")
+            auto = lo == b"idmpauto"
+            pid = argv[i + 1]
+            if not pid:
+                raise CommandError("ERR IDMPAUTO requires a non-empty producer ID" if auto
+                                   else "ERR IDMP requires a non-empty producer ID")
+            if not auto and not argv[i + 2]:
+                raise CommandError("ERR IDMP requires a non-empty idempotent ID")
+            a.idmp_pid, a.idmp_auto = pid, auto
+            a.idmp_iid = None if auto else argv[i + 2]
+            i += 2 if auto else 3
+            continue
+        try:
+            a.id, a.seq_given = parse_id(opt, 0, strict=True, allow_seq_star=True)
+        except InvalidID:
+            raise invalid_id_error() from None
+        a.id_arg = i
+        if a.idmp_pid is not None:
+            raise CommandError("ERR IDMP/IDMPAUTO can be used only with auto-generated IDs")
+        break
+    a.trim = settle_trim(ctx, t, xtrim=False)
+    return a
+
+
+# What parse_xadd_args returns for ``XADD key * ...`` (and, but for the id, for
+# ``XADD key <id> ...``); shared, never modified.
+_PLAIN_XADD = cython.declare(XaddArgs, XaddArgs())
+_PLAIN_XADD.id_arg = 2
+
+
 @command("xadd", -5, "write denyoom fast", keys=(1, 1, 1), group="stream", since="5.0.0")
 def xadd(ctx: Ctx, argv: list[bytes]):
     """XADD key [NOMKSTREAM] [KEEPREF|DELREF|ACKED] [IDMPAUTO pid | IDMP pid iid] [MAXLEN|MINID [=|~] threshold [LIMIT count]] <*|id> field value [field value ...]
@@ -276,8 +236,8 @@ def xadd(ctx: Ctx, argv: list[bytes]):
     # The common forms have no options and parse to the defaults: ``XADD key * f v ..``
     # and ``XADD key <id> f v ..`` (no option starts with a digit): the form of every
     # XADD effect, so of every one an AOF replay or a replica applies (a restart's
-    # 100k-command tail: parse_trim_args and its TrimArgs cost ~0.2 of ~1.15 us each).
-    a: TrimArgs
+    # 100k-command tail: parsing the options and their objects cost ~0.2 of ~1.15 us each).
+    a: XaddArgs
     sid = None
     seq_given: cython.bint = True
     arg2: bytes = argv[2]
@@ -290,7 +250,7 @@ def xadd(ctx: Ctx, argv: list[bytes]):
         except InvalidID:
             raise invalid_id_error() from None
     else:
-        a = parse_trim_args(ctx, argv, xadd=True)
+        a = parse_xadd_args(ctx, argv)
         sid, seq_given = a.id, a.seq_given
     idpos = a.id_arg
     if idpos is None:
@@ -349,10 +309,10 @@ def xadd(ctx: Ctx, argv: list[bytes]):
         ctx.propagate([b"XADD", key, reply, *fv])
     if idmp is not None:
         _idmp_record(ctx, s, key, idmp, sid)
-    if a.strategy is not None:
-        n, effect = apply_trim(key, s, a)
+    if a.trim is not None:
+        n, exact = apply_trim(s, a.trim)
         if n:
-            ctx.propagate(effect)
+            ctx.propagate(trim_effect(key, exact))
     return reply
 
 
@@ -363,7 +323,7 @@ def idmp_settings(cfg, s: Stream) -> tuple[int, int]:
     return s.idmp.effective(d, m) if s.idmp is not None else (d, m)
 
 
-def _idmp_check(ctx: Ctx, s: Stream, a: TrimArgs, fv: list[bytes]):
+def _idmp_check(ctx: Ctx, s: Stream, a: XaddArgs, fv: list[bytes]):
     """XADD IDMP/IDMPAUTO before adding: the original id (bytes) if this is a
     duplicate, else the (pid, iid) to record once the entry exists."""
     iid = auto_iid(fv) if a.idmp_auto else a.idmp_iid
@@ -393,13 +353,21 @@ def _idmp_record(ctx: Ctx, s: Stream, key: bytes, pid_iid: tuple[bytes, bytes], 
 @command("xtrim", -4, "write", keys=(1, 1, 1), group="stream", since="5.0.0")
 def xtrim(ctx: Ctx, argv: list[bytes]):
     """XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count] [KEEPREF|DELREF|ACKED]"""
-    a = parse_trim_args(ctx, argv, xadd=False)
+    t = _new_trim()
+    i: cython.Py_ssize_t = 2
+    j: cython.Py_ssize_t
+    while i < len(argv):
+        j = parse_trim_option(t, argv, i)
+        if j == i:
+            raise syntax_error()
+        i = j
+    settle_trim(ctx, t, xtrim=True)
     s = ctx.lookup_stream(argv[1])
     if s is None:
         return 0
-    n, effect = apply_trim(argv[1], s, a)
+    n, exact = apply_trim(s, t)
     if n:
-        ctx.propagate(effect, dirty=n)
+        ctx.propagate(trim_effect(argv[1], exact), dirty=n)
     return n
 
 
@@ -839,50 +807,8 @@ def xsetid(ctx: Ctx, argv: list[bytes]):
 
 
 # ---------------------------------------------------------------------------
-# Deletion policies: XDELEX (and the function XACKDEL shares)
+# XDELEX (and the argument parsers XACKDEL shares)
 # ---------------------------------------------------------------------------
-
-DEL_MISSING, DEL_DELETED, DEL_REFERENCED = -1, 1, 2
-
-
-def entry_referenced(s: Stream, sid: int) -> bool:
-    """ACKED: whether some consumer group still needs entry ``sid``.
-
-    It does when the entry is pending in a group's PEL, or when a group has not
-    read that far yet (its last-delivered id is below ``sid``).
-    """
-    for g in (s.groups or {}).values():
-        if g.last_id < sid or sid in g.pel:
-            return True
-    return False
-
-
-def delete_with_policy(s: Stream, ids, policy: bytes, changed: list | None = None) -> list[int]:
-    """Delete ``ids`` from ``s`` under KEEPREF/DELREF/ACKED; one code per id.
-
-    -1: no such entry; 1: deleted; 2: kept because still referenced (ACKED).
-    KEEPREF leaves PEL references alone (like XDEL); DELREF removes the
-    references of each id from every group, also for an id that is no longer
-    in the stream but still dangles in a PEL.  ``changed``, if given, collects
-    the ids whose deletion or reference removal changed something.
-    """
-    codes: list[int] = []
-    delref = policy == TRIM_DELREF and bool(s.groups)
-    for sid in ids:
-        if policy == TRIM_ACKED and s.get(sid) is not None and entry_referenced(s, sid):
-            codes.append(DEL_REFERENCED)
-            continue
-        deleted = s.delete(sid)
-        dropped = False
-        if delref:
-            for g in s.groups.values():
-                if g.ack(sid):
-                    dropped = True
-        codes.append(DEL_DELETED if deleted else DEL_MISSING)
-        if changed is not None and (deleted or dropped):
-            changed.append(sid)
-    return codes
-
 
 def parse_ids_block(argv: list[bytes], i: int, bad: str, mismatch: str,
                     most: int = (1 << 63) - 1) -> tuple[list[bytes], int]:
@@ -911,14 +837,14 @@ def parse_policy_ids(argv: list[bytes], pos: int) -> tuple[bytes, list[int]]:
             ids, i = parse_ids_block(argv, i + 1, "ERR Number of IDs must be a positive integer",
                                      "ERR The `numids` parameter must match the number of "
                                      "arguments")
-        elif policy is None and lo in (TRIM_KEEPREF, TRIM_DELREF, TRIM_ACKED):
+        elif policy is None and lo in REFERENCE_POLICIES:
             policy = lo
             i += 1
         else:
             raise syntax_error()
     if ids is None:
         raise CommandError("ERR IDS option is required")
-    return policy or TRIM_KEEPREF, parse_strict_stream_ids(ids)
+    return policy or KEEPREF, parse_strict_stream_ids(ids)
 
 
 @command("xdelex", -5, "write fast", keys=(1, 1, 1), group="stream", since="8.2.0")

@@ -1,6 +1,6 @@
 """Consumer groups: the group, its consumers and the pending entries list (PEL).
 
-Invariants (checked by tests/unit/test_groups.py):
+Invariants (checked by tests/unit/test_groups_unit.py, check_invariants):
 
 * every PendingEntry in ``group.pel`` is owned by exactly one consumer, and its
   id is in that consumer's ``pending`` set; a consumer's ``pending`` holds

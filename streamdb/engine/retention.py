@@ -3,10 +3,10 @@
 A stream's retention is by whole nodes, like ``~`` trimming: a node goes when
 its last entry is older than the maximum age (ids carry milliseconds), or while
 the stream's bytes exceed the maximum size; never the stream's last node (the
-one XADD appends to), and never past the bound the ACKED rule sets.  The
-decision is the primary's alone (it reaches the AOF and replicas as an exact
-``XTRIM key MINID = <id>``), so the time and the ACKED bound come in as
-arguments: nothing here reads a clock.
+one XADD appends to), and never past the bound the ACKED rule sets
+(engine/policies.py's ``acked_bound``).  The decision is the primary's alone
+(it reaches the AOF and replicas as an exact ``XTRIM key MINID = <id>``), so
+the time and the ACKED bound come in as arguments: nothing here reads a clock.
 
 The stream's bytes are the sum of its nodes' byte counts (what
 ``stream-node-max-bytes`` bounds).  Summing a 100M-entry stream's million

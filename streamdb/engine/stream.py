@@ -1,6 +1,7 @@
 """The stream data type: entries in nodes, plus the metadata Redis keeps.
 
-Layout (see docs/ARCHITECTURE.md, "Data structures"):
+Layout (docs/ARCHITECTURE.md: cold nodes under "Persistence", the GC under
+"Garbage collection"):
 
 * A stream is a list of nodes ordered by ID and a parallel list of each node's
   first ID, so that finding the node holding an ID is one ``bisect``.
@@ -904,7 +905,8 @@ class Stream:
         Exactly one of ``maxlen``/``minid``.  With ``approx`` only whole nodes go.
         ``limit`` (0 = none) caps the work in entries, counted per whole node as
         Redis does.  ``stop_id``: no node or entry from that id on is removed (a
-        retention bound).  ``referenced(sid)``, if given (the ACKED policy), says
+        retention bound).  ``referenced(sid)``, if given (the ACKED policy:
+        engine/policies.py's apply_trim), says
         which entries a consumer group still needs: they stay, each one, as in
         Redis 8.2+; a node the strategy lets go whole but that holds one of them
         loses its other entries one by one, approximate trim or not, and trimming

@@ -17,7 +17,7 @@ import redis
 import streamdb.commands  # noqa: F401  (fills the command table)
 from streamdb.commands import COMMANDS
 from streamdb.commands.server import digest_keyspace
-from streamdb.commands.streams import delete_with_policy
+from streamdb.engine.policies import delete_with_policy
 from streamdb.engine import ConsumerGroup
 from streamdb.server.core import Core
 

@@ -1,7 +1,8 @@
 """The compiled stream command handlers behave exactly as their sources.
 
-commands/args.py, streams.py and groups.py are pure-mode modules: the source is
-the specification, the extension module built from it must not differ.  Random
+commands/args.py, streams.py and groups.py are pure-mode modules, and so is
+engine/policies.py, whose trims and deletions only they run: the source is the
+specification, the extension module built from it must not differ.  Random
 workloads of stream and consumer group commands (options, odd ids, errors,
 MULTI/EXEC, blocking) run once through the command table as the build fills it
 and once through the handlers run from source; the replies, the effects and the
@@ -31,8 +32,8 @@ from streamdb.server.core import BLOCKED
 from test_groups_unit import Env, random_group_workload
 
 # In import order: each one's source must see the sources before it.
-HANDLER_MODULES = ("streamdb.commands.args", "streamdb.commands.streams",
-                   "streamdb.commands.groups")
+HANDLER_MODULES = ("streamdb.engine.policies", "streamdb.commands.args",
+                   "streamdb.commands.streams", "streamdb.commands.groups")
 
 
 def _table() -> dict:
