@@ -14,3 +14,4 @@ cdef bytes _last_raw
 cdef CommandSpec _last_spec
 
 cpdef CommandSpec lookup(argv)
+cpdef CommandSpec resolve(argv)

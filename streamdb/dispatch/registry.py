@@ -16,7 +16,7 @@ import cython
 
 from .categories import category_override, extra_categories
 
-__all__ = ["CommandSpec", "COMMANDS", "command", "subcommand", "lookup"]
+__all__ = ["CommandSpec", "COMMANDS", "command", "subcommand", "lookup", "resolve"]
 
 
 # Compiled, a cclass whose attributes are the C fields declared in registry.pxd
@@ -162,4 +162,15 @@ def lookup(argv) -> CommandSpec | None:
         return None
     if spec is not None and len(_BY_RAW) < _BY_RAW_MAX and type(raw) is bytes:
         _BY_RAW[raw] = spec
+    return spec
+
+
+def resolve(argv) -> CommandSpec | None:
+    """The spec that runs ``argv``: its subcommand's when argv[1] names one of the
+    command's subcommands (XGROUP CREATE: "xgroup|create"), else the command's own
+    (an unknown subcommand included: the caller decides whether that is an error);
+    None when argv[0] names no command.  The one place a subcommand is resolved."""
+    spec = lookup(argv)
+    if spec is not None and spec.subcommands and len(argv) > 1:
+        return spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
     return spec

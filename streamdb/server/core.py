@@ -34,7 +34,7 @@ import cython
 from .. import log
 from ..dispatch.context import BlockRequest, Ctx, new_ctx
 from .observer import Observer
-from ..dispatch.registry import CommandSpec, lookup
+from ..dispatch.registry import CommandSpec, lookup, resolve
 from ..config import Config
 from ..engine.keyspace import Database, Keyspace
 from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status
@@ -248,103 +248,63 @@ class Core:
     @cython.ccall
     def execute(self, client: Client, argv):
         """Run one request.  Returns the reply, BLOCKED (reply comes via client.deliver),
-        or DROP (close the connection now, without a reply)."""
+        or DROP (close the connection now, without a reply).  The checks run in
+        Redis's order (processCommand); a command they refuse gets its error from
+        ``_refuse``, an EXEC refused as a whole from ``_abort_exec``."""
         spec: CommandSpec = lookup(argv)
-        sspec: CommandSpec
+        leaf: CommandSpec
         started_ns: cython.longlong = _wall_clock_ns()
-        now: cython.longlong
-        if self.clock is _system_clock:
-            now = started_ns // 1_000_000      # self.now_ms() from the one clock read
-        else:
-            now = int(self.clock() * 1000)
+        now: cython.longlong = self._now_ms_at(started_ns)
         client.last_ms = now
         if spec is None:
             if argv[0].lower() in _CROSS_PROTOCOL_NAMES and client.kind not in _REPLAY_KINDS:
                 return self._cross_protocol_attack(now)
-            err = _unknown_command(argv)
-            if client.in_multi:
-                client.multi_error = True
-            return self._error(err, None)
-        name = spec.name
-        if (spec.arity > 0 and len(argv) != spec.arity) or len(argv) < -spec.arity:
-            if client.in_multi:
-                client.multi_error = True
-            return self._error(CommandError(
-                f"ERR wrong number of arguments for '{name}' command"), name, rejected=True)
+            return self._refuse(client, _unknown_command(argv), None)
+        name = spec.name       # the command's own (spec becomes its subcommand's below)
+        if _wrong_arity(spec, len(argv)):
+            return self._refuse(client, _arity_error(name), name)
         if spec.subcommands:
-            sub = argv[1].decode("latin-1").lower()
-            sspec = spec.subcommands.get(sub)
-            if sspec is None:
-                if client.in_multi:
-                    client.multi_error = True
-                return self._error(CommandError(
-                    f"ERR unknown subcommand '{_trunc(argv[1])}'. Try {name.upper()} HELP."),
-                    name, rejected=True)
-            if (sspec.arity > 0 and len(argv) != sspec.arity) or len(argv) < -sspec.arity:
-                if client.in_multi:
-                    client.multi_error = True
-                return self._error(CommandError(
-                    f"ERR wrong number of arguments for '{sspec.name}' command"),
-                    sspec.name, rejected=True)
-            spec = sspec
+            leaf = resolve(argv)
+            if leaf is spec:
+                return self._refuse(client, _unknown_subcommand(name, argv[1]), name)
+            if _wrong_arity(leaf, len(argv)):
+                return self._refuse(client, _arity_error(leaf.name), leaf.name)
+            spec = leaf
         if not client.authenticated and name not in _NO_AUTH_OK:
-            if client.in_multi:
-                client.multi_error = True
-            return self._error(CommandError("NOAUTH Authentication required."), spec.name,
-                               rejected=True)
+            return self._refuse(client, CommandError(_NOAUTH), spec.name)
         # ACLs: acl_check is None when the client's user may run anything (the hot path).
         if client.acl_check is not None:
             denied = command_denied(self, client, client.acl_check, spec, argv,
                                     "multi" if client.in_multi else "toplevel")
             if denied is not None:
-                if client.in_multi:
-                    client.multi_error = True
-                return self._error(denied, spec.name, rejected=True)
+                return self._refuse(client, denied, spec.name)
         # maxmemory: server/limits.py sets out_of_memory on each cron tick and here,
         # once the bytes read could have used up half the headroom it measured.
         if self.stats.net_input_bytes >= self.memory_recheck_input:
             self.memory_recheck()
         if self.out_of_memory and client.kind == "normal" and _refused_for_memory(spec, client):
             if name == "exec":
-                client.in_multi = False
-                client.multi_queue = []
-                self.unwatch_all(client)
-                return self._error(CommandError(
-                    "EXECABORT Transaction discarded because of: OOM " + OOM_MESSAGE), name,
-                    rejected=True)
-            if client.in_multi:
-                client.multi_error = True
-            return self._error(CommandError("OOM " + OOM_MESSAGE), spec.name, rejected=True)
+                return self._abort_exec(client, CommandError(_EXECABORT_OOM))
+            return self._refuse(client, CommandError(_OOM), spec.name)
         # Before MULTI queueing, as in Redis: a write queued on a replica flags the
         # transaction (EXEC then answers EXECABORT) instead of running at EXEC.
         if self.is_replica and spec.is_write and client.kind == "normal" \
                 and self.config["replica-read-only"]:
-            if client.in_multi:
-                client.multi_error = True
-            return self._error(CommandError(
-                "READONLY You can't write against a read only replica."), spec.name,
-                rejected=True)
+            return self._refuse(client, CommandError(_READONLY), spec.name)
         # Redis checks loading here too: after the client's own errors, before queueing.
         if self.loading and client.kind not in _REPLAY_KINDS and not _allowed_while_loading(spec):
-            if client.in_multi:
-                client.multi_error = True
-            return self._error(CommandError("LOADING Redis is loading the dataset in memory"),
-                               spec.name, rejected=True)
+            return self._refuse(client, CommandError(_LOADING), spec.name)
         if client.in_multi and name not in _MULTI_IMMEDIATE:
             if "no-multi" in spec.flags:
-                client.multi_error = True
-                return self._error(CommandError(
-                    f"ERR Command not allowed inside a transaction"), spec.name, rejected=True)
+                return self._refuse(client, CommandError(_NOT_IN_MULTI), spec.name)
             client.multi_queue.append(argv)
             return QUEUED
-        refusal = self.save_refusal or self.write_refusal     # (Redis's order)
-        if refusal and client.kind == "normal" and (spec.is_write or (
-                name == "exec" and _any_write(client.multi_queue))):
+        refusal = self.save_refusal or self.write_refusal     # MISCONF (in Redis's order)
+        if refusal and client.kind == "normal" and (
+                spec.is_write or (name == "exec" and _any_write(client.multi_queue))):
             if name == "exec":
-                client.in_multi = False
-                client.multi_queue = []
-                self.unwatch_all(client)
-            return self._error(CommandError(refusal), spec.name, rejected=True)
+                return self._abort_exec(client, CommandError(refusal))
+            return self._refuse(client, CommandError(refusal), spec.name)
         client.last_cmd = spec.name
         self.current_client = client
         ctx: Ctx = self._ctx_for(client, now, argv, False)
@@ -356,6 +316,32 @@ class Core:
         if self.ready_keys:
             self.serve_ready_keys()
         return reply
+
+    @cython.cfunc
+    def _now_ms_at(self, wall_ns: cython.longlong) -> cython.longlong:
+        """now_ms() as a command starts: from its one clock read ``wall_ns``, unless a
+        test gave the core another clock."""
+        if self.clock is _system_clock:
+            return wall_ns // 1_000_000
+        return int(self.clock() * 1000)
+
+    @cython.cfunc
+    def _refuse(self, client: Client, err: CommandError, name):
+        """``err`` for a command refused before it ran, counted as rejected under
+        ``name`` (None: no such command, counted only as an error reply).  Inside
+        MULTI the transaction is flagged: its EXEC answers EXECABORT."""
+        if client.in_multi:
+            client.multi_error = True
+        return self._error(err, name, True)
+
+    @cython.cfunc
+    def _abort_exec(self, client: Client, err: CommandError):
+        """``err`` for an EXEC refused as a whole (-OOM, MISCONF): its transaction is
+        discarded, as an EXEC that ran would have ended it."""
+        client.in_multi = False
+        client.multi_queue = []
+        self.unwatch_all(client)
+        return self._error(err, "exec", True)
 
     def _cross_protocol_attack(self, now: int) -> _Drop:
         """An HTTP request line or header arrived as a command: log it (at most once a
@@ -445,9 +431,7 @@ class Core:
         db_at_start = cur_db = client.db
         now = self.now_ms()
         for argv in queue:
-            spec = lookup(argv)
-            if spec.subcommands:
-                spec = spec.subcommands[argv[1].decode("latin-1").lower()]
+            spec = resolve(argv)
             # The user's rules may have changed since the command was queued (Redis checks again).
             if client.acl_check is not None:
                 denied = command_denied(self, client, client.acl_check, spec, argv, "multi")
@@ -521,9 +505,7 @@ class Core:
                                   else [int(a) for a in argv[1:]] if name == b"swapdb"
                                   else [cur])
                 continue
-            spec = lookup(argv)
-            if spec.subcommands:
-                spec = spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
+            spec = resolve(argv)
             for key in spec.keys(argv):
                 self._key_changed(db, cur, key)
         if atomic and len(effects) > 1:
@@ -697,6 +679,13 @@ class Core:
 _WHOLE_DB_CHANGES = frozenset((b"flushall", b"flushdb", b"swapdb"))
 
 OOM_MESSAGE = "command not allowed when used memory > 'maxmemory'."
+# The errors of execute's checks (their order is Redis's processCommand's).
+_OOM = "OOM " + OOM_MESSAGE
+_EXECABORT_OOM = "EXECABORT Transaction discarded because of: " + _OOM
+_NOAUTH = "NOAUTH Authentication required."
+_READONLY = "READONLY You can't write against a read only replica."
+_LOADING = "LOADING Redis is loading the dataset in memory"
+_NOT_IN_MULTI = "ERR Command not allowed inside a transaction"
 # Inside MULTI every command is refused when out of memory (queueing costs memory)
 # except these, as in Redis.
 _OOM_ALLOWED_IN_MULTI = frozenset(("exec", "discard", "quit", "reset"))
@@ -716,10 +705,23 @@ def _refused_for_memory(spec, client: Client) -> bool:
 
 
 def _is_denyoom(argv: list[bytes]) -> bool:
-    spec = lookup(argv)
-    if spec is not None and spec.subcommands and len(argv) > 1:
-        spec = spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
+    spec = resolve(argv)
     return spec is not None and "denyoom" in spec.flags
+
+
+@cython.cfunc
+def _wrong_arity(spec: CommandSpec, argc: cython.Py_ssize_t) -> cython.bint:
+    """Arity as Redis reads it: positive, exactly that many words (the name
+    included); negative, at least -arity."""
+    return (spec.arity > 0 and argc != spec.arity) or argc < -spec.arity
+
+
+def _arity_error(name: str) -> CommandError:
+    return CommandError(f"ERR wrong number of arguments for '{name}' command")
+
+
+def _unknown_subcommand(name: str, sub: bytes) -> CommandError:
+    return CommandError(f"ERR unknown subcommand '{_trunc(sub)}'. Try {name.upper()} HELP.")
 
 
 def _is_write(argv: list[bytes]) -> bool:
