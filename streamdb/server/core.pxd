@@ -6,6 +6,7 @@ from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from streamdb.dispatch.context cimport BlockRequest, Ctx, new_ctx
 from streamdb.server.observer cimport Observer
+from streamdb.dispatch.effects cimport EffectBatch, new_batch
 from streamdb.dispatch.registry cimport CommandSpec, lookup, resolve
 from streamdb.engine.keyspace cimport Database, Keyspace
 from streamdb.dispatch.client cimport Client
@@ -29,6 +30,7 @@ cdef class Core:
     cdef public bint is_replica, loading, out_of_memory
     cdef public Py_ssize_t dirty
     cdef public long long memory_recheck_input
+    cdef public Py_ssize_t watched_keys
     cdef public dict ready_keys, blocking_keys
     cdef public list effect_sinks
     cdef object _last_spec, _last_table

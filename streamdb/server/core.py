@@ -8,16 +8,17 @@ apply loop all drive the same object:
         1. look the command up; the checks, written once: arity, subcommand, auth,
            ACL, -OOM, read-only replica, -LOADING, MULTI queueing, MISCONF
         2. run the handler with a Ctx (dispatch/context.py)
-        3. hand the effects it recorded to ``_emit``: one path that
-           invalidates WATCHed keys, marks keys ready for blocked clients,
-           and passes the batch to every registered effect sink (AOF, replicas,
-           test recorders) with the SELECT needed to make it self-contained
+        3. hand the effects it recorded to ``_emit``: one path that makes them
+           one EffectBatch (dispatch/effects.py), invalidates WATCHed keys, marks
+           keys ready for blocked clients, and passes the batch to every
+           registered effect sink (AOF, replicas, the snapshot's tracker, test
+           recorders)
         4. serve clients blocked on keys that became ready, FIFO per key
 
 Rules:
 * Effects are deterministic argv lists.  A command (or an EXEC) whose effects
-  are several argv is given to sinks as one batch; sinks wrap it in MULTI/EXEC
-  so that a torn write never applies half of it.
+  are several argv is given to sinks as one batch, wrapped in MULTI/EXEC so
+  that a torn write never applies half of it.
 * A blocked client is served in the same call that made its key ready, and
   its reply goes out through ``client.deliver``.
 """
@@ -34,6 +35,7 @@ import cython
 from .. import log
 from ..dispatch.context import BlockRequest, Ctx, new_ctx
 from .observer import Observer
+from ..dispatch.effects import ALL_DATABASES, EffectBatch, new_batch
 from ..dispatch.registry import CommandSpec, lookup, resolve
 from ..config import Config
 from ..engine.keyspace import Database, Keyspace
@@ -168,9 +170,14 @@ class Core:
         # (db, key) -> deque of blocked clients, FIFO
         self.blocking_keys: dict[tuple[int, bytes], deque] = {}
         self.ready_keys: dict[tuple[int, bytes], None] = {}   # ordered set
-        # Where effects go (_emit): callables (db, effects): the AOF, replication,
-        # the snapshot's changed-key tracker.
-        self.effect_sinks: list[Callable[[int, list[list[bytes]]], None]] = []
+        # Where effects go (_emit), each called with the EffectBatch of every change:
+        # the AOF, replication, the snapshot's changed-key tracker (add_effect_sink);
+        # of them, those that read only the keys changed.
+        self.effect_sinks: list[Callable[[EffectBatch], None]] = []
+        self._key_only_sinks: list[Callable[[EffectBatch], None]] = []
+        # How many keys clients WATCH, in all databases: _emit derives the keys of
+        # effects only when one is watched or blocked on.
+        self.watched_keys = 0
         self.on_client_blocked: Callable[[Client], None] | None = None
         self.on_client_unblocked: Callable[[Client], None] | None = None
         # (client, ms or None): run a blocked client's command again at that time
@@ -427,7 +434,7 @@ class Core:
             return NULL_ARRAY
         self.unwatch_all(client)
         replies = []
-        batch: list[list[bytes]] = []
+        effects: list[list[bytes]] = []    # the transaction's, one batch for the sinks
         db_at_start = cur_db = client.db
         now = self.now_ms()
         for argv in queue:
@@ -443,12 +450,12 @@ class Core:
             if ctx.effects:
                 db = ctx.db.index
                 if db != cur_db:   # a SELECT inside the transaction
-                    batch.append([b"SELECT", b"%d" % db])
+                    effects.append([b"SELECT", b"%d" % db])
                     cur_db = db
-                batch.extend(ctx.effects)
+                effects.extend(ctx.effects)
             replies.append(reply)
-        if batch:
-            self._emit(db_at_start, batch)
+        if effects:
+            self._emit(db_at_start, effects)
         if self.ready_keys:
             self.serve_ready_keys()
         return replies
@@ -459,6 +466,7 @@ class Core:
             if (client.db, key) in client.watched:
                 continue
             client.watched.append((client.db, key))
+            self.watched_keys += 1
             db.watchers.setdefault(key, set()).add(client)
 
     def unwatch_all(self, client: Client) -> None:
@@ -468,63 +476,69 @@ class Core:
                 w.discard(client)
                 if not w:
                     del self.keyspace[dbi].watchers[key]
+        self.watched_keys -= len(client.watched)
         client.watched = []
         client.dirty_cas = False
 
     # -- effects ------------------------------------------------------------------
 
+    def add_effect_sink(self, sink: Callable[[EffectBatch], None],
+                        wants_commands: bool = True) -> None:
+        """Hand ``sink`` every EffectBatch from now on (after the sinks added before).
+        ``wants_commands``: it records the commands (the AOF, replicas, a test's
+        recorder); False: it reads only the batch's changes() (the snapshot's
+        tracker), see ``effects_wanted``."""
+        self.effect_sinks.append(sink)
+        if not wants_commands:
+            self._key_only_sinks.append(sink)
+
+    def remove_effect_sink(self, sink) -> None:
+        """Stop handing ``sink`` batches (DEBUG LOADAOF: the AOF while it reloads itself)."""
+        self.effect_sinks.remove(sink)
+        if sink in self._key_only_sinks:
+            self._key_only_sinks.remove(sink)
+
     def effects_wanted(self) -> bool:
-        """Whether a sink records effects as commands (the AOF, replicas, a test's
-        recorder) rather than only the keys they change (a sink that says
-        ``records_commands = False``: the snapshot's tracker).  A handler may
-        leave out effects that only such sinks would read (and count the changes
-        they stand for in ``ctx.dirty`` itself)."""
-        return any(getattr(sink, "records_commands", True) for sink in self.effect_sinks)
+        """Whether a sink records effects as commands, rather than only reading the
+        keys they change.  A handler may leave out effects that only such sinks
+        would read (and count the changes they stand for in ``ctx.dirty`` itself)."""
+        return len(self.effect_sinks) > len(self._key_only_sinks)
 
     def _emit(self, db_index: cython.Py_ssize_t, effects: list, atomic: cython.bint = True) -> None:
-        """The one path every change takes: WATCH, blocked clients, then the sinks.
+        """The one path every change takes: WATCH, blocked clients, then the sinks,
+        all reading one EffectBatch.
 
         ``atomic``: the effects are one command's, so a batch of several is
         wrapped in MULTI/EXEC for the sinks."""
-        db: Database = self.keyspace.dbs[db_index]
-        cur = db_index
-        for argv in effects:
-            if argv[0] == b"SELECT":
-                cur = int(argv[1])
-                db = self.keyspace[cur]
-                continue
-            if not db.watchers and not self.blocking_keys:
-                continue     # nobody to tell: skip the key extraction (the hot path)
-            name = argv[0].lower()
-            if name in _WHOLE_DB_CHANGES:
-                # Their handlers invalidate watches themselves; every key blocked
-                # on in the databases they change is ready, so that each waiting
-                # command runs again (Redis >= 7.2: a blocked XREADGROUP whose key
-                # went answers NOGROUP or WRONGTYPE, an XREAD keeps waiting).
-                self._dbs_changed(range(len(self.keyspace)) if name == b"flushall"
-                                  else [int(a) for a in argv[1:]] if name == b"swapdb"
-                                  else [cur])
-                continue
-            spec = resolve(argv)
-            for key in spec.keys(argv):
-                self._key_changed(db, cur, key)
-        if atomic and len(effects) > 1:
-            effects = [[b"MULTI"], *effects, [b"EXEC"]]
+        batch: EffectBatch = new_batch(db_index, effects, atomic)
+        # Nobody watches or waits (the hot path): no need for the keys.
+        if self.blocking_keys or self.watched_keys:
+            for dbi, key in batch.changes():
+                if key is None:
+                    # Whole databases: their handlers invalidate watches themselves;
+                    # every key blocked on in them is ready, so that each waiting
+                    # command runs again (Redis >= 7.2: a blocked XREADGROUP whose key
+                    # went answers NOGROUP or WRONGTYPE, an XREAD keeps waiting).
+                    self._dbs_changed(dbi)
+                else:
+                    self._key_changed(dbi, key)
         for sink in self.effect_sinks:
-            sink(db_index, effects)
+            sink(batch)
 
-    def _key_changed(self, db, db_index: int, key: bytes) -> None:
+    def _key_changed(self, db_index: int, key: bytes) -> None:
         """An effect changed ``key``: its WATCHers are dirty, its blocked readers ready."""
+        db: Database = self.keyspace.dbs[db_index]
         if db.watchers:
             db.touch(key)
         if (db_index, key) in self.blocking_keys:
             self.ready_keys[(db_index, key)] = None
 
-    def _dbs_changed(self, db_indexes) -> None:
-        """Whole databases changed (FLUSHDB, FLUSHALL, SWAPDB): every key blocked on in them is ready."""
-        wanted = set(db_indexes)
+    def _dbs_changed(self, db_indexes: tuple) -> None:
+        """Whole databases changed (FLUSHDB, FLUSHALL: ALL_DATABASES, SWAPDB): every key
+        blocked on in them is ready."""
+        every = ALL_DATABASES in db_indexes
         for dbi, key in self.blocking_keys:
-            if dbi in wanted:
+            if every or dbi in db_indexes:
                 self.ready_keys[(dbi, key)] = None
 
     def signal_key(self, db_index: int, key: bytes) -> None:
@@ -674,9 +688,6 @@ class Core:
                         return i, r
         return None
 
-
-# Effects that change whole databases rather than named keys.
-_WHOLE_DB_CHANGES = frozenset((b"flushall", b"flushdb", b"swapdb"))
 
 OOM_MESSAGE = "command not allowed when used memory > 'maxmemory'."
 # The errors of execute's checks (their order is Redis's processCommand's).
