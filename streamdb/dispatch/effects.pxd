@@ -2,6 +2,8 @@
 # accessors as C calls, for the compiled dispatch (server/core.py cimports this)
 # and the compiled changed-key tracker (persistence/changes.py).
 
+from streamdb.dispatch.registry cimport CommandSpec, resolve
+
 cdef class EffectBatch:
     cdef readonly Py_ssize_t db
     cdef readonly list commands, effects
@@ -17,3 +19,4 @@ cdef class EffectBatch:
 cdef void _fill(EffectBatch batch, Py_ssize_t db, list effects, bint atomic)
 cpdef EffectBatch new_batch(Py_ssize_t db, list effects, bint atomic)
 cdef list _derive_changes(Py_ssize_t db, list effects)
+cdef object _whole_databases(str name, list argv, Py_ssize_t cur)
