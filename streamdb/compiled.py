@@ -43,6 +43,7 @@ COMPILED_SOURCES = (
     "streamdb/commands/streams.py",
     "streamdb/commands/groups.py",
     "streamdb/dispatch/registry.py",
+    "streamdb/dispatch/effects.py",
     "streamdb/dispatch/context.py",
     "streamdb/server/observer.py",
     "streamdb/dispatch/client.py",

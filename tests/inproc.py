@@ -22,13 +22,13 @@ def argv(*args) -> list[bytes]:
 
 
 class Recorder:
-    """An effect sink that keeps every batch: ``core.effect_sinks.append(rec)``."""
+    """An effect sink that keeps every batch as (db, commands): ``core.add_effect_sink(rec)``."""
 
     def __init__(self) -> None:
         self.batches: list[tuple[int, list[list[bytes]]]] = []
 
-    def __call__(self, db: int, effects: list[list[bytes]]) -> None:
-        self.batches.append((db, [list(a) for a in effects]))
+    def __call__(self, batch) -> None:
+        self.batches.append((batch.db, [list(a) for a in batch.commands]))
 
 
 def replay(batches, core: Core) -> None:

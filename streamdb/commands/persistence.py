@@ -407,12 +407,11 @@ def debug_loadaof(ctx: Ctx, argv):
     aof.flush()
     for db in ctx.core.keyspace.dbs:
         db.clear()
-    sinks = ctx.core.effect_sinks
-    ctx.core.effect_sinks = [s for s in sinks if s != aof.append_batch]
+    ctx.core.remove_effect_sink(aof.append_batch)
     try:
         aof.load()
     finally:
-        ctx.core.effect_sinks = sinks
+        ctx.core.add_effect_sink(aof.append_batch)
     return OK
 
 

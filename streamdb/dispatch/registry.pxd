@@ -22,3 +22,4 @@ cdef class CommandTable:
     cdef CommandSpec find(self, argv)
 
 cpdef CommandSpec lookup(argv)
+cpdef CommandSpec resolve(argv)

@@ -17,7 +17,8 @@ import cython
 
 from .categories import category_override, extra_categories
 
-__all__ = ["CommandSpec", "CommandTable", "TABLE", "COMMANDS", "command", "subcommand", "lookup"]
+__all__ = ["CommandSpec", "CommandTable", "TABLE", "COMMANDS", "command", "subcommand", "lookup",
+           "resolve"]
 
 
 # Compiled, a cclass whose attributes are the C fields declared in registry.pxd
@@ -186,3 +187,14 @@ def lookup(argv) -> CommandSpec | None:
     """The spec of the command named by argv[0] (not resolving subcommands)."""
     table: CommandTable = TABLE
     return table.find(argv)
+
+
+def resolve(argv) -> CommandSpec | None:
+    """The spec that runs ``argv``: its subcommand's when argv[1] names one of the
+    command's subcommands (XGROUP CREATE: "xgroup|create"), else the command's own
+    (an unknown subcommand included: the caller decides whether that is an error);
+    None when argv[0] names no command.  The one place a subcommand is resolved."""
+    spec = lookup(argv)
+    if spec is not None and spec.subcommands and len(argv) > 1:
+        return spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
+    return spec

@@ -59,7 +59,7 @@ class Persistence:
             except SnapshotError as e:
                 raise RecoveryError(f"Fatal error loading the snapshot: {e}") from None
             covered = info.get("aof_seq") if info else None
-            core.effect_sinks.append(snap.changes)
+            core.add_effect_sink(snap.changes, wants_commands=False)
             if aof is not None:
                 core.aof = aof
                 self._check_log_continues_snapshot(info, covered)
@@ -79,7 +79,7 @@ class Persistence:
                 except OSError as e:        # (a file it cannot read or create: permissions, EIO)
                     raise RecoveryError(f"Fatal error loading the AOF: {e.filename or aof.dir}: "
                                         f"{e.strerror or e}") from None
-                core.effect_sinks.append(aof.append_batch)
+                core.add_effect_sink(aof.append_batch)
                 server.before_reply_hooks.append(aof.flush)
                 server.reply_gates.append(aof.holds_replies_of)
                 aof.loop = asyncio.get_running_loop()

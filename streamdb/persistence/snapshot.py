@@ -528,12 +528,10 @@ class Snapshotter:
     def full(self, value: bool) -> None:
         self.changes.full = value
 
-    # Only the keys the effects name matter here (Core.effects_wanted).
-    records_commands = False
-
-    def __call__(self, db: int, effects: list[list[bytes]]) -> None:
-        """The Snapshotter as a sink (tests register it): its tracker's work."""
-        self.changes(db, effects)
+    def __call__(self, batch) -> None:
+        """The Snapshotter as a sink (tests register it, ``wants_commands=False``):
+        its tracker's work."""
+        self.changes(batch)
 
     # -- saving ---------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from .request import ProtocolError
 
 __all__ = ["ProtocolError", "RequestParser", "CommandError", "Double", "Map", "NULL_ARRAY",
            "Push", "RSet", "Status", "Verbatim", "encode_reply", "encode_commands", "OK", "QUEUED", "PONG",
-           "CORE", "CORE_REASON", "select_core", "encode_command", "last_select"]
+           "CORE", "CORE_REASON", "select_core", "encode_command"]
 
 COMPILED_MODULE = "streamdb.protocol._resp"
 
@@ -47,10 +47,3 @@ def encode_command(argv: list[bytes]) -> bytes:
     compiled one when it runs: every write's effects pass here)."""
     return encode_reply(argv, False)
 
-
-def last_select(commands: list[list[bytes]]) -> int | None:
-    """The db the last SELECT among ``commands`` selects, or None if none does."""
-    for argv in reversed(commands):
-        if argv[0] == b"SELECT":
-            return int(argv[1])
-    return None

@@ -1,8 +1,9 @@
 """Replication, primary side: replication id and offset, the backlog, replica links, WAIT.
 
 The replication stream is the effect stream: ``Replication.sink`` is an effect
-sink (core.effect_sinks) that encodes each batch as RESP, with a ``SELECT``
-whenever the database changes, exactly as the AOF writer does.  Offsets count
+sink (Core.add_effect_sink) that writes each batch's RESP, with a ``SELECT``
+whenever the database changes, exactly as the AOF writer does (the same bytes:
+dispatch/effects.py encodes a batch once for both).  Offsets count
 bytes of that stream, as Redis's do:
 
 * ``offset`` (INFO master_repl_offset) is the number of bytes in the stream so far;
@@ -31,8 +32,8 @@ from collections import deque
 
 from .. import log
 from ..dispatch.context import BlockRequest
-from ..protocol import encode_command, last_select
-from ..protocol import encode_commands
+from ..dispatch.effects import EffectBatch
+from ..protocol import encode_command
 from ..protocol.reply import OK, CommandError, Raw
 from . import state
 from .fullsync import CHECKSUM_CAPA, PayloadTransfer
@@ -143,21 +144,17 @@ class Replication:
         self.backlog.clear()
         self.backlog_start = self.offset
         self.histlen = 0
-        self.core.effect_sinks.append(self.sink)
+        self.core.add_effect_sink(self.sink)
         log.log(log.NOTICE, f"Replication backlog created, my new replication IDs are "
                             f"'{self.replid}' and '{self.replid2}'")
 
-    def sink(self, db: int, effects: list[list[bytes]]) -> None:
-        """Effect sink: one command's (or transaction's) effects into the stream."""
+    def sink(self, batch: EffectBatch) -> None:
+        """Effect sink: one command's (or transaction's) effects into the stream,
+        after a SELECT when the stream is in another database."""
         if self.core.is_replica:
             return      # a replica's stream is its primary's bytes (feed_proxied)
-        data = encode_commands(effects)
-        if db != self.cur_db:
-            data = encode_command([b"SELECT", b"%d" % db]) + data
-            self.cur_db = db
-        selected = last_select(effects)
-        if selected is not None:
-            self.cur_db = selected
+        data = batch.resp_from(self.cur_db)
+        self.cur_db = batch.final_db()
         self._feed(data)
         writer = self.core.current_client
         if writer is not None:

@@ -6,7 +6,8 @@ from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from streamdb.dispatch.context cimport BlockRequest, Ctx, new_ctx
 from streamdb.server.observer cimport Observer
-from streamdb.dispatch.registry cimport CommandSpec, lookup
+from streamdb.dispatch.effects cimport EffectBatch, new_batch
+from streamdb.dispatch.registry cimport CommandSpec, lookup, resolve
 from streamdb.engine.keyspace cimport Database, Keyspace
 from streamdb.dispatch.client cimport Client
 
@@ -29,14 +30,19 @@ cdef class Core:
     cdef public bint is_replica, loading, out_of_memory
     cdef public Py_ssize_t dirty
     cdef public long long memory_recheck_input
+    cdef public Py_ssize_t watched_keys
     cdef public dict ready_keys, blocking_keys
     cdef public list effect_sinks
     cdef object _last_spec, _last_table
     cdef CommandStats _last_stats
 
     cpdef execute(self, Client client, argv)
+    cdef long long _now_ms_at(self, long long wall_ns)
+    cdef _refuse(self, Client client, err, name)
+    cdef _abort_exec(self, Client client, err)
     cdef Ctx _ctx_for(self, Client client, now, argv, bint in_exec)
     cpdef _call(self, Ctx ctx, CommandSpec spec, argv, long long started_ns)
     cpdef _emit(self, Py_ssize_t db_index, list effects, bint atomic=*)
 
 cdef long long _wall_clock_ns()
+cdef bint _wrong_arity(CommandSpec spec, Py_ssize_t argc)

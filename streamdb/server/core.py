@@ -8,16 +8,17 @@ apply loop all drive the same object:
         1. look the command up; the checks, written once: arity, subcommand, auth,
            ACL, -OOM, read-only replica, -LOADING, MULTI queueing, MISCONF
         2. run the handler with a Ctx (dispatch/context.py)
-        3. hand the effects it recorded to ``_emit``: one path that
-           invalidates WATCHed keys, marks keys ready for blocked clients,
-           and passes the batch to every registered effect sink (AOF, replicas,
-           test recorders) with the SELECT needed to make it self-contained
+        3. hand the effects it recorded to ``_emit``: one path that makes them
+           one EffectBatch (dispatch/effects.py), invalidates WATCHed keys, marks
+           keys ready for blocked clients, and passes the batch to every
+           registered effect sink (AOF, replicas, the snapshot's tracker, test
+           recorders)
         4. serve clients blocked on keys that became ready, FIFO per key
 
 Rules:
 * Effects are deterministic argv lists.  A command (or an EXEC) whose effects
-  are several argv is given to sinks as one batch; sinks wrap it in MULTI/EXEC
-  so that a torn write never applies half of it.
+  are several argv is given to sinks as one batch, wrapped in MULTI/EXEC so
+  that a torn write never applies half of it.
 * A blocked client is served in the same call that made its key ready, and
   its reply goes out through ``client.deliver``.
 """
@@ -31,18 +32,21 @@ from typing import TYPE_CHECKING, Callable
 
 import cython
 
-from .. import commands  # noqa: F401  (the command modules fill the table execute dispatches through)
+# Importing the command modules fills the table execute dispatches through: a Core
+# made anywhere (the server, streamdb-admin verify-backup, Spark's offline files) has it.
+from .. import commands as _command_modules  # noqa: F401
 from .. import log
-from ..dispatch.context import BlockRequest, Ctx, new_ctx
-from .observer import Observer
-from ..dispatch.registry import CommandSpec, lookup
 from ..config import Config
+from ..dispatch.client import Client
+from ..dispatch.context import BlockRequest, Ctx, new_ctx
+from ..dispatch.effects import ALL_DATABASES, EffectBatch, new_batch
+from ..dispatch.pubsub import PubSub, subscribed_mode_refusal
+from ..dispatch.registry import CommandSpec, lookup, resolve
 from ..engine.keyspace import Database, Keyspace
-from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError, Status
+from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError
 from ..security.acl import Acl
 from ..security.enforce import command_denied, reset_to_default
-from ..dispatch.client import Client
-from ..dispatch.pubsub import PubSub, subscribed_mode_refusal
+from .observer import Observer
 
 if TYPE_CHECKING:
     from ..commands.retention import Retention
@@ -170,9 +174,14 @@ class Core:
         # (db, key) -> deque of blocked clients, FIFO
         self.blocking_keys: dict[tuple[int, bytes], deque] = {}
         self.ready_keys: dict[tuple[int, bytes], None] = {}   # ordered set
-        # Where effects go (_emit): callables (db, effects): the AOF, replication,
-        # the snapshot's changed-key tracker.
-        self.effect_sinks: list[Callable[[int, list[list[bytes]]], None]] = []
+        # Where effects go (_emit), each called with the EffectBatch of every change:
+        # the AOF, replication, the snapshot's changed-key tracker (add_effect_sink);
+        # of them, those that read only the keys changed.
+        self.effect_sinks: list[Callable[[EffectBatch], None]] = []
+        self._key_only_sinks: list[Callable[[EffectBatch], None]] = []
+        # How many keys clients WATCH, in all databases: _emit derives the keys of
+        # effects only when one is watched or blocked on.
+        self.watched_keys = 0
         self.on_client_blocked: Callable[[Client], None] | None = None
         self.on_client_unblocked: Callable[[Client], None] | None = None
         # (client, ms or None): run a blocked client's command again at that time
@@ -256,116 +265,72 @@ class Core:
     @cython.ccall
     def execute(self, client: Client, argv):
         """Run one request.  Returns the reply, BLOCKED (reply comes via client.deliver),
-        or DROP (close the connection now, without a reply)."""
+        or DROP (close the connection now, without a reply).  The checks run in
+        Redis's order (processCommand); a command they refuse gets its error from
+        ``_refuse``, an EXEC refused as a whole from ``_abort_exec``."""
         spec: CommandSpec = lookup(argv)
-        sspec: CommandSpec
+        leaf: CommandSpec
         started_ns: cython.longlong = _wall_clock_ns()
-        now: cython.longlong
-        if self.clock is _system_clock:
-            now = started_ns // 1_000_000      # self.now_ms() from the one clock read
-        else:
-            now = int(self.clock() * 1000)
+        now: cython.longlong = self._now_ms_at(started_ns)
         client.last_ms = now
         if spec is None:
             if argv[0].lower() in _CROSS_PROTOCOL_NAMES and client.kind not in _REPLAY_KINDS:
                 return self._cross_protocol_attack(now)
-            err = _unknown_command(argv)
-            if client.in_multi:
-                client.multi_error = True
-            return self._error(err, None)
-        name = spec.name
-        if (spec.arity > 0 and len(argv) != spec.arity) or len(argv) < -spec.arity:
-            if client.in_multi:
-                client.multi_error = True
-            return self._error(CommandError(
-                f"ERR wrong number of arguments for '{name}' command"), name, rejected=True)
+            return self._refuse(client, _unknown_command(argv), None)
+        name = spec.name       # the command's own (spec becomes its subcommand's below)
+        if _wrong_arity(spec, len(argv)):
+            return self._refuse(client, _arity_error(name), name)
         if spec.subcommands:
-            sub = argv[1].decode("latin-1").lower()
-            sspec = spec.subcommands.get(sub)
-            if sspec is None:
-                if client.in_multi:
-                    client.multi_error = True
-                return self._error(CommandError(
-                    f"ERR unknown subcommand '{_trunc(argv[1])}'. Try {name.upper()} HELP."),
-                    name, rejected=True)
-            if (sspec.arity > 0 and len(argv) != sspec.arity) or len(argv) < -sspec.arity:
-                if client.in_multi:
-                    client.multi_error = True
-                return self._error(CommandError(
-                    f"ERR wrong number of arguments for '{sspec.name}' command"),
-                    sspec.name, rejected=True)
-            spec = sspec
+            leaf = resolve(argv)
+            if leaf is spec:
+                return self._refuse(client, _unknown_subcommand(name, argv[1]), name)
+            if _wrong_arity(leaf, len(argv)):
+                return self._refuse(client, _arity_error(leaf.name), leaf.name)
+            spec = leaf
         if not client.authenticated and name not in _NO_AUTH_OK:
-            if client.in_multi:
-                client.multi_error = True
-            return self._error(CommandError("NOAUTH Authentication required."), spec.name,
-                               rejected=True)
+            return self._refuse(client, CommandError(_NOAUTH), spec.name)
         # ACLs: acl_check is None when the client's user may run anything (the hot path).
         if client.acl_check is not None:
             denied = command_denied(self, client, client.acl_check, spec, argv,
                                     "multi" if client.in_multi else "toplevel")
             if denied is not None:
-                if client.in_multi:
-                    client.multi_error = True
-                return self._error(denied, spec.name, rejected=True)
+                return self._refuse(client, denied, spec.name)
         # maxmemory: server/limits.py sets out_of_memory on each cron tick and here,
         # once the bytes read could have used up half the headroom it measured.
         if self.stats.net_input_bytes >= self.memory_recheck_input:
             self.memory_recheck()
         if self.out_of_memory and client.kind == "normal" and _refused_for_memory(spec, client):
             if name == "exec":
-                client.in_multi = False
-                client.multi_queue = []
-                self.unwatch_all(client)
-                return self._error(CommandError(
-                    "EXECABORT Transaction discarded because of: OOM " + OOM_MESSAGE), name,
-                    rejected=True)
-            if client.in_multi:
-                client.multi_error = True
-            return self._error(CommandError("OOM " + OOM_MESSAGE), spec.name, rejected=True)
+                return self._abort_exec(client, CommandError(_EXECABORT_OOM))
+            return self._refuse(client, CommandError(_OOM), spec.name)
         # Before MULTI queueing, as in Redis: a write queued on a replica flags the
         # transaction (EXEC then answers EXECABORT) instead of running at EXEC.
         if self.is_replica and spec.is_write and client.kind == "normal" \
                 and self.config["replica-read-only"]:
-            if client.in_multi:
-                client.multi_error = True
-            return self._error(CommandError(
-                "READONLY You can't write against a read only replica."), spec.name,
-                rejected=True)
+            return self._refuse(client, CommandError(_READONLY), spec.name)
         # min-replicas-to-write (primary only, so never together with READONLY): Redis
         # refuses before queueing, so a queued write makes EXEC answer EXECABORT.
         if self.replicas_refusal is not None and spec.is_write and client.kind == "normal":
-            if client.in_multi:
-                client.multi_error = True
-            return self._error(CommandError(self.replicas_refusal), spec.name, rejected=True)
+            return self._refuse(client, CommandError(self.replicas_refusal), spec.name)
         # RESP2's subscribed mode: Redis checks it here, after READONLY, before LOADING.
         if client.pubsub is not None:
             refusal = subscribed_mode_refusal(client, spec)
             if refusal is not None:
-                if client.in_multi:
-                    client.multi_error = True
-                return self._error(refusal, spec.name, rejected=True)
+                return self._refuse(client, refusal, spec.name)
         # Redis checks loading here too: after the client's own errors, before queueing.
         if self.loading and client.kind not in _REPLAY_KINDS and not _allowed_while_loading(spec):
-            if client.in_multi:
-                client.multi_error = True
-            return self._error(CommandError("LOADING Redis is loading the dataset in memory"),
-                               spec.name, rejected=True)
+            return self._refuse(client, CommandError(_LOADING), spec.name)
         if client.in_multi and name not in _MULTI_IMMEDIATE:
             if "no-multi" in spec.flags:
-                client.multi_error = True
-                return self._error(CommandError(
-                    f"ERR Command not allowed inside a transaction"), spec.name, rejected=True)
+                return self._refuse(client, CommandError(_NOT_IN_MULTI), spec.name)
             client.multi_queue.append(argv)
             return QUEUED
-        refusal = self.save_refusal or self.write_refusal     # (Redis's order)
-        if refusal and client.kind == "normal" and (spec.is_write or (
-                name == "exec" and _any_write(client.multi_queue))):
+        refusal = self.save_refusal or self.write_refusal     # MISCONF (in Redis's order)
+        if refusal and client.kind == "normal" and (
+                spec.is_write or (name == "exec" and _any_write(client.multi_queue))):
             if name == "exec":
-                client.in_multi = False
-                client.multi_queue = []
-                self.unwatch_all(client)
-            return self._error(CommandError(refusal), spec.name, rejected=True)
+                return self._abort_exec(client, CommandError(refusal))
+            return self._refuse(client, CommandError(refusal), spec.name)
         client.last_cmd = spec.name
         self.current_client = client
         ctx: Ctx = self._ctx_for(client, now, argv, False)
@@ -377,6 +342,32 @@ class Core:
         if self.ready_keys:
             self.serve_ready_keys()
         return reply
+
+    @cython.cfunc
+    def _now_ms_at(self, wall_ns: cython.longlong) -> cython.longlong:
+        """now_ms() as a command starts: from its one clock read ``wall_ns``, unless a
+        test gave the core another clock."""
+        if self.clock is _system_clock:
+            return wall_ns // 1_000_000
+        return int(self.clock() * 1000)
+
+    @cython.cfunc
+    def _refuse(self, client: Client, err: CommandError, name):
+        """``err`` for a command refused before it ran, counted as rejected under
+        ``name`` (None: no such command, counted only as an error reply).  Inside
+        MULTI the transaction is flagged: its EXEC answers EXECABORT."""
+        if client.in_multi:
+            client.multi_error = True
+        return self._error(err, name, True)
+
+    @cython.cfunc
+    def _abort_exec(self, client: Client, err: CommandError):
+        """``err`` for an EXEC refused as a whole (-OOM, MISCONF): its transaction is
+        discarded, as an EXEC that ran would have ended it."""
+        client.in_multi = False
+        client.multi_queue = []
+        self.unwatch_all(client)
+        return self._error(err, "exec", True)
 
     def _cross_protocol_attack(self, now: int) -> _Drop:
         """An HTTP request line or header arrived as a command: log it (at most once a
@@ -462,13 +453,11 @@ class Core:
             return NULL_ARRAY
         self.unwatch_all(client)
         replies = []
-        batch: list[list[bytes]] = []
+        effects: list[list[bytes]] = []    # the transaction's, one batch for the sinks
         db_at_start = cur_db = client.db
         now = self.now_ms()
         for argv in queue:
-            spec = lookup(argv)
-            if spec.subcommands:
-                spec = spec.subcommands[argv[1].decode("latin-1").lower()]
+            spec = resolve(argv)
             # The user's rules may have changed since the command was queued (Redis checks again).
             if client.acl_check is not None:
                 denied = command_denied(self, client, client.acl_check, spec, argv, "multi")
@@ -480,12 +469,12 @@ class Core:
             if ctx.effects:
                 db = ctx.db.index
                 if db != cur_db:   # a SELECT inside the transaction
-                    batch.append([b"SELECT", b"%d" % db])
+                    effects.append([b"SELECT", b"%d" % db])
                     cur_db = db
-                batch.extend(ctx.effects)
+                effects.extend(ctx.effects)
             replies.append(reply)
-        if batch:
-            self._emit(db_at_start, batch)
+        if effects:
+            self._emit(db_at_start, effects)
         if self.ready_keys:
             self.serve_ready_keys()
         return replies
@@ -496,6 +485,7 @@ class Core:
             if (client.db, key) in client.watched:
                 continue
             client.watched.append((client.db, key))
+            self.watched_keys += 1
             db.watchers.setdefault(key, set()).add(client)
 
     def unwatch_all(self, client: Client) -> None:
@@ -505,65 +495,69 @@ class Core:
                 w.discard(client)
                 if not w:
                     del self.keyspace[dbi].watchers[key]
+        self.watched_keys -= len(client.watched)
         client.watched = []
         client.dirty_cas = False
 
     # -- effects ------------------------------------------------------------------
 
+    def add_effect_sink(self, sink: Callable[[EffectBatch], None],
+                        wants_commands: bool = True) -> None:
+        """Hand ``sink`` every EffectBatch from now on (after the sinks added before).
+        ``wants_commands``: it records the commands (the AOF, replicas, a test's
+        recorder); False: it reads only the batch's changes() (the snapshot's
+        tracker), see ``effects_wanted``."""
+        self.effect_sinks.append(sink)
+        if not wants_commands:
+            self._key_only_sinks.append(sink)
+
+    def remove_effect_sink(self, sink) -> None:
+        """Stop handing ``sink`` batches (DEBUG LOADAOF: the AOF while it reloads itself)."""
+        self.effect_sinks.remove(sink)
+        if sink in self._key_only_sinks:
+            self._key_only_sinks.remove(sink)
+
     def effects_wanted(self) -> bool:
-        """Whether a sink records effects as commands (the AOF, replicas, a test's
-        recorder) rather than only the keys they change (a sink that says
-        ``records_commands = False``: the snapshot's tracker).  A handler may
-        leave out effects that only such sinks would read (and count the changes
-        they stand for in ``ctx.dirty`` itself)."""
-        return any(getattr(sink, "records_commands", True) for sink in self.effect_sinks)
+        """Whether a sink records effects as commands, rather than only reading the
+        keys they change.  A handler may leave out effects that only such sinks
+        would read (and count the changes they stand for in ``ctx.dirty`` itself)."""
+        return len(self.effect_sinks) > len(self._key_only_sinks)
 
     def _emit(self, db_index: cython.Py_ssize_t, effects: list, atomic: cython.bint = True) -> None:
-        """The one path every change takes: WATCH, blocked clients, then the sinks.
+        """The one path every change takes: WATCH, blocked clients, then the sinks,
+        all reading one EffectBatch.
 
         ``atomic``: the effects are one command's, so a batch of several is
         wrapped in MULTI/EXEC for the sinks."""
-        db: Database = self.keyspace.dbs[db_index]
-        cur = db_index
-        for argv in effects:
-            if argv[0] == b"SELECT":
-                cur = int(argv[1])
-                db = self.keyspace[cur]
-                continue
-            if not db.watchers and not self.blocking_keys:
-                continue     # nobody to tell: skip the key extraction (the hot path)
-            name = argv[0].lower()
-            if name in _WHOLE_DB_CHANGES:
-                # Their handlers invalidate watches themselves; every key blocked
-                # on in the databases they change is ready, so that each waiting
-                # command runs again (Redis >= 7.2: a blocked XREADGROUP whose key
-                # went answers NOGROUP or WRONGTYPE, an XREAD keeps waiting).
-                self._dbs_changed(range(len(self.keyspace)) if name == b"flushall"
-                                  else [int(a) for a in argv[1:]] if name == b"swapdb"
-                                  else [cur])
-                continue
-            spec = lookup(argv)
-            if spec.subcommands:
-                spec = spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
-            for key in spec.keys(argv):
-                self._key_changed(db, cur, key)
-        if atomic and len(effects) > 1:
-            effects = [[b"MULTI"], *effects, [b"EXEC"]]
+        batch: EffectBatch = new_batch(db_index, effects, atomic)
+        # Nobody watches or waits (the hot path): no need for the keys.
+        if self.blocking_keys or self.watched_keys:
+            for dbi, key in batch.changes():
+                if key is None:
+                    # Whole databases: their handlers invalidate watches themselves;
+                    # every key blocked on in them is ready, so that each waiting
+                    # command runs again (Redis >= 7.2: a blocked XREADGROUP whose key
+                    # went answers NOGROUP or WRONGTYPE, an XREAD keeps waiting).
+                    self._dbs_changed(dbi)
+                else:
+                    self._key_changed(dbi, key)
         for sink in self.effect_sinks:
-            sink(db_index, effects)
+            sink(batch)
 
-    def _key_changed(self, db, db_index: int, key: bytes) -> None:
+    def _key_changed(self, db_index: int, key: bytes) -> None:
         """An effect changed ``key``: its WATCHers are dirty, its blocked readers ready."""
+        db: Database = self.keyspace.dbs[db_index]
         if db.watchers:
             db.touch(key)
         if (db_index, key) in self.blocking_keys:
             self.ready_keys[(db_index, key)] = None
 
-    def _dbs_changed(self, db_indexes) -> None:
-        """Whole databases changed (FLUSHDB, FLUSHALL, SWAPDB): every key blocked on in them is ready."""
-        wanted = set(db_indexes)
+    def _dbs_changed(self, db_indexes: tuple) -> None:
+        """Whole databases changed (FLUSHDB, FLUSHALL: ALL_DATABASES, SWAPDB): every key
+        blocked on in them is ready."""
+        every = ALL_DATABASES in db_indexes
         for dbi, key in self.blocking_keys:
-            if dbi in wanted:
+            if every or dbi in db_indexes:
                 self.ready_keys[(dbi, key)] = None
 
     def signal_key(self, db_index: int, key: bytes) -> None:
@@ -714,10 +708,14 @@ class Core:
         return None
 
 
-# Effects that change whole databases rather than named keys.
-_WHOLE_DB_CHANGES = frozenset((b"flushall", b"flushdb", b"swapdb"))
-
 OOM_MESSAGE = "command not allowed when used memory > 'maxmemory'."
+# The errors of execute's checks (their order is Redis's processCommand's).
+_OOM = "OOM " + OOM_MESSAGE
+_EXECABORT_OOM = "EXECABORT Transaction discarded because of: " + _OOM
+_NOAUTH = "NOAUTH Authentication required."
+_READONLY = "READONLY You can't write against a read only replica."
+_LOADING = "LOADING Redis is loading the dataset in memory"
+_NOT_IN_MULTI = "ERR Command not allowed inside a transaction"
 # Inside MULTI every command is refused when out of memory (queueing costs memory)
 # except these, as in Redis.
 _OOM_ALLOWED_IN_MULTI = frozenset(("exec", "discard", "quit", "reset"))
@@ -737,10 +735,23 @@ def _refused_for_memory(spec, client: Client) -> bool:
 
 
 def _is_denyoom(argv: list[bytes]) -> bool:
-    spec = lookup(argv)
-    if spec is not None and spec.subcommands and len(argv) > 1:
-        spec = spec.subcommands.get(argv[1].decode("latin-1").lower(), spec)
+    spec = resolve(argv)
     return spec is not None and "denyoom" in spec.flags
+
+
+@cython.cfunc
+def _wrong_arity(spec: CommandSpec, argc: cython.Py_ssize_t) -> cython.bint:
+    """Arity as Redis reads it: positive, exactly that many words (the name
+    included); negative, at least -arity."""
+    return (spec.arity > 0 and argc != spec.arity) or argc < -spec.arity
+
+
+def _arity_error(name: str) -> CommandError:
+    return CommandError(f"ERR wrong number of arguments for '{name}' command")
+
+
+def _unknown_subcommand(name: str, sub: bytes) -> CommandError:
+    return CommandError(f"ERR unknown subcommand '{_trunc(sub)}'. Try {name.upper()} HELP.")
 
 
 def _is_write(argv: list[bytes]) -> bool:

@@ -12,6 +12,7 @@ import redis
 
 import streamdb.commands  # noqa: F401
 from streamdb.commands.server import digest_keyspace
+from streamdb.dispatch.effects import EffectBatch
 from streamdb.persistence.aof import Aof, AofCorruption, AofError, read_segment, segment_logical_size, SEGMENT_MAGIC
 from streamdb.server.core import Core
 
@@ -23,7 +24,7 @@ def _core_with_aof(d: Path, **kw) -> tuple[Core, Aof]:
     aof = Aof(core, str(d), **kw)
     aof.load()
     aof.open_for_append()
-    core.effect_sinks.append(aof.append_batch)
+    core.add_effect_sink(aof.append_batch)
     return core, aof
 
 
@@ -404,7 +405,8 @@ def test_an_xadd_effect_the_stream_refuses_stops_the_load_with_the_frame_offset(
     core, aof = _core_with_aof(d, fsync="no")
     c = core.new_client()
     core.execute(c, [b"XADD", b"s", b"5-1", b"f", b"v"])
-    aof.append_batch(0, [[b"XADD", b"s", b"6-1", b"f", b"v"], [b"XADD", b"s", b"4-1", b"f", b"v"]])
+    aof.append_batch(EffectBatch(0, [[b"XADD", b"s", b"6-1", b"f", b"v"],
+                                     [b"XADD", b"s", b"4-1", b"f", b"v"]], atomic=False))
     aof.close()
     with pytest.raises(AofError, match="fails to apply.*equal or smaller"):
         _load_digest(d)

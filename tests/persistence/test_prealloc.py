@@ -115,7 +115,7 @@ def _aof(d: Path, **kw) -> tuple[Core, Aof]:
     aof = Aof(core, str(d), fsync=kw.pop("fsync", "always"), **kw)
     aof.load()
     aof.open_for_append()
-    core.effect_sinks.append(aof.append_batch)
+    core.add_effect_sink(aof.append_batch)
     return core, aof
 
 

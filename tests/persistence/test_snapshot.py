@@ -55,7 +55,7 @@ def test_incremental_snapshot_writes_only_what_changed(tmp_path):
     core = Core()
     core.config.values["stream-node-max-entries"] = 100
     snap = Snapshotter(core, str(tmp_path / "snap"))
-    core.effect_sinks.append(snap)
+    core.add_effect_sink(snap, wants_commands=False)
     c = core.new_client()
     n = 100_000
     for i in range(n):
@@ -75,7 +75,7 @@ def test_xadds_of_several_clients_reach_an_incremental_snapshot(tmp_path):
     hold every entry, plain, capped and IDMP alike."""
     core = Core()
     snap = Snapshotter(core, str(tmp_path / "snap"))
-    core.effect_sinks.append(snap)
+    core.add_effect_sink(snap, wants_commands=False)
     _populate(core, 300)
     snap.save()
     clients = [core.new_client(), core.new_client()]
@@ -94,7 +94,7 @@ def test_xadds_of_several_clients_reach_an_incremental_snapshot(tmp_path):
 def test_deleted_and_trimmed_keys_leave_the_snapshot(tmp_path):
     core = Core()
     snap = Snapshotter(core, str(tmp_path / "snap"))
-    core.effect_sinks.append(snap)
+    core.add_effect_sink(snap, wants_commands=False)
     _populate(core, 600)
     snap.save()
     c = core.new_client()
@@ -110,9 +110,9 @@ def test_bgsave_is_point_in_time_and_retires_covered_segments(tmp_path):
     core = Core()
     aof = Aof(core, str(tmp_path / "aof"), fsync="always")
     aof.open_for_append()
-    core.effect_sinks.append(aof.append_batch)
+    core.add_effect_sink(aof.append_batch)
     snap = Snapshotter(core, str(tmp_path / "snap"), aof)
-    core.effect_sinks.append(snap)
+    core.add_effect_sink(snap, wants_commands=False)
     _populate(core, 300)
     aof.flush()
     before = digest_keyspace(core)
@@ -134,7 +134,7 @@ def test_crash_between_snapshot_commit_and_manifest_swap(tmp_path):
     core = Core()
     aof = Aof(core, str(tmp_path / "aof"), fsync="always")
     aof.open_for_append()
-    core.effect_sinks.append(aof.append_batch)
+    core.add_effect_sink(aof.append_batch)
     _populate(core, 200)
     covered = aof.rotate()
     write_snapshot(str(tmp_path / "snap"), core.keyspace, None, covered, 0)
@@ -263,7 +263,7 @@ def test_rows_of_a_renamed_cold_stream_are_copied_and_deleted_one_snapshot_later
     from streamdb.engine.nodecache import CACHE
     core = Core()
     snap = Snapshotter(core, str(tmp_path / "snap"))
-    core.effect_sinks.append(snap)
+    core.add_effect_sink(snap, wants_commands=False)
     core.config.values["stream-cache-size"] = 1
     snap.configure_cache()
     try:
@@ -320,7 +320,7 @@ def test_an_appended_cold_stream_is_snapshotted_without_reading_its_rows(tmp_pat
     core = Core()
     path = tmp_path / "snap"
     snap = Snapshotter(core, str(path))
-    core.effect_sinks.append(snap)
+    core.add_effect_sink(snap, wants_commands=False)
     core.config.values["stream-cache-size"] = 1
     snap.configure_cache()
 

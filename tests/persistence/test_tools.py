@@ -29,7 +29,7 @@ def _write_aof(d: Path, entries: int = 50, rotate_after: int | None = None) -> P
     core = Core()
     aof = Aof(core, str(d), fsync="always")
     aof.open_for_append()
-    core.effect_sinks.append(aof.append_batch)
+    core.add_effect_sink(aof.append_batch)
     c = core.new_client()
     for i in range(1, entries + 1):
         core.execute(c, [b"XADD", b"s", b"%d-1" % i, b"f", b"v"])

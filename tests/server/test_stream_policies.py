@@ -35,7 +35,7 @@ class Env:
         self.core = Core(clock=lambda: self.now)
         self.client = self.core.new_client()
         self.effects: list[tuple[int, list]] = []
-        self.core.effect_sinks.append(lambda db, effs: self.effects.append((db, effs)))
+        self.core.add_effect_sink(lambda batch: self.effects.append((batch.db, batch.commands)))
 
     def __call__(self, *args):
         argv = [a.encode() if isinstance(a, str) else (b"%d" % a if isinstance(a, int) else a)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from streamdb.commands.server import digest_keyspace
 from streamdb.persistence import codec
 from streamdb.persistence.aof import state_commands
-from streamdb.protocol import last_select
+from streamdb.dispatch.effects import EffectBatch
 from streamdb.protocol.reply import OK
 from streamdb.protocol.request import RequestParser
 from streamdb.server.core import Core
@@ -184,7 +184,7 @@ _args = st.binary(max_size=8) | st.sampled_from([b"%", b"%d", b"%b", b"\r\n", b"
     st.lists(_args, min_size=1, max_size=5),
     st.integers(0, 15).map(lambda db: [b"SELECT", b"%d" % db]),
     st.just([b"XADD", b"k", b"1-1", b"f", b"v"])), max_size=30))
-def test_last_select_finds_the_db_a_batch_ends_in(commands):
+def test_final_db_finds_the_db_a_batch_ends_in(commands):
     selects = [int(c[1]) for c in commands if c[0] == b"SELECT" and len(c) == 2 and c[1].isdigit()]
     if all(len(c) == 2 and c[1].isdigit() for c in commands if c[0] == b"SELECT"):
-        assert last_select(commands) == (selects[-1] if selects else None)
+        assert EffectBatch(3, commands).final_db() == (selects[-1] if selects else 3)

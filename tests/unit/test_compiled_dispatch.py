@@ -119,7 +119,7 @@ REQUESTS = [
 def _run(core_class, requests):
     core = core_class(Config(), clock=lambda: 1_700_000_000.5)
     effects = []
-    core.effect_sinks.append(lambda db, batch: effects.append((db, batch)))
+    core.add_effect_sink(lambda batch: effects.append((batch.db, batch.commands)))
     client = core.new_client(deliver=lambda reply: None)
     replies = [encode_reply(core.execute(client, list(argv)), False) for argv in requests]
     stats = core.stats

@@ -123,7 +123,7 @@ def test_replayed_effects_reproduce_the_state(seed):
     core = Core(clock=clock)
     core.config.values["stream-node-max-entries"] = 5
     rec = Recorder()
-    core.effect_sinks.append(rec)
+    core.add_effect_sink(rec)
     random_workload(core, clock, random.Random(seed), 1500)
 
     replica = Core(clock=FakeClock())

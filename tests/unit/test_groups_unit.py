@@ -167,7 +167,8 @@ class Env:
         self.core = Core(clock=self.clock)
         self.batches: list[tuple[int, list[list[bytes]]]] = []
         self.seen = 0
-        self.core.effect_sinks.append(lambda db, eff: self.batches.append((db, [list(a) for a in eff])))
+        self.core.add_effect_sink(
+            lambda batch: self.batches.append((batch.db, [list(a) for a in batch.commands])))
         self.delivered: list = []
         self.client = self.core.new_client(deliver=self.delivered.append)
 
@@ -225,7 +226,7 @@ def test_xreadgroup_without_effect_recorders_counts_the_same_changes():
     for recorded in (True, False):
         core = Core(clock=FakeClock())
         if recorded:
-            core.effect_sinks.append(lambda db, eff: None)
+            core.add_effect_sink(lambda batch: None)
         c = core.new_client()
         for i in range(25):
             core.execute(c, _b("XADD", "s", "*", "n", i))

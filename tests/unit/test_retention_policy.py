@@ -124,14 +124,14 @@ class Primary:
         self.replica = Core(clock=lambda: self.now)
         self.replay = self.replica.replay_client("master")
         self.effects: list[list[bytes]] = []
-        self.core.effect_sinks.append(self._apply)
+        self.core.add_effect_sink(self._apply)
 
         class _Server:
             cron_hooks: list = []
         self.retention = retention_cmd.install(self.core, _Server())
 
-    def _apply(self, db, effects) -> None:
-        for argv in effects:
+    def _apply(self, batch) -> None:
+        for argv in batch.commands:
             self.effects.append(argv)
             self.replica.execute(self.replay, argv)
 

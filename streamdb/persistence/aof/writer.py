@@ -29,7 +29,7 @@ import threading
 import time
 
 from ... import log
-from ...protocol import encode_command, encode_commands, last_select
+from ...dispatch.effects import EffectBatch
 from ..prealloc import Preallocator
 from .format import SEGMENT_MAGIC, encode_frame, pwrite_all, read_segment
 from .manifest import AofDirectory
@@ -198,8 +198,9 @@ class AofWriter:
 
     # -- appending --------------------------------------------------------------
 
-    def append_batch(self, db: int, effects: list[list[bytes]]) -> None:
-        """Effect sink: queue one command's effects for this turn's frame.
+    def append_batch(self, batch: EffectBatch) -> None:
+        """Effect sink: queue one command's effects (their RESP, after a SELECT when
+        the segment is in another database) for this turn's frame.
 
         The writing client's ``aof_woff`` becomes the mark ``fsynced`` checks:
         one past where the frame holding these effects will start (every frame
@@ -207,13 +208,8 @@ class AofWriter:
         writer = self.core.current_client
         if writer is not None:
             writer.aof_woff = self.written_pos + len(self.pending) + 1
-        if db != self.cur_db:
-            self.buf.append(encode_command([b"SELECT", b"%d" % db]))
-            self.cur_db = db
-        self.buf.append(encode_commands(effects))
-        selected = last_select(effects)
-        if selected is not None:
-            self.cur_db = selected
+        self.buf.append(batch.resp_from(self.cur_db))
+        self.cur_db = batch.final_db()
 
     def flush(self) -> bool:
         """The server's hook at the end of each loop turn: write this turn's frame
