@@ -91,13 +91,17 @@ _register_pair(SHARD_CHANNELS, "ssubscribe", "shardchannel", "7.0.0")
 @command("publish", 3, _PUBLISHING, group="pubsub", since="2.0.0")
 def publish(ctx: Ctx, argv):
     """PUBLISH channel message"""
-    return ctx.core.pubsub.publish(argv[1], argv[2])
+    receivers = ctx.core.pubsub.publish(argv[1], argv[2])
+    ctx.core.propagate_message(ctx.db.index, [b"PUBLISH", argv[1], argv[2]])
+    return receivers
 
 
 @command("spublish", 3, _PUBLISHING, group="pubsub", since="7.0.0")
 def spublish(ctx: Ctx, argv):
     """SPUBLISH shardchannel message"""
-    return ctx.core.pubsub.publish(argv[1], argv[2], shard=True)
+    receivers = ctx.core.pubsub.publish(argv[1], argv[2], shard=True)
+    ctx.core.propagate_message(ctx.db.index, [b"SPUBLISH", argv[1], argv[2]])
+    return receivers
 
 
 # -- PUBSUB ---------------------------------------------------------------------------

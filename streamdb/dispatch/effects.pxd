@@ -6,6 +6,7 @@ from streamdb.dispatch.registry cimport CommandSpec, resolve
 
 cdef class EffectBatch:
     cdef readonly Py_ssize_t db
+    cdef readonly bint data
     cdef readonly list commands, effects
     cdef list _changes
     cdef bytes _resp
@@ -16,7 +17,7 @@ cdef class EffectBatch:
     cpdef bytes resp_from(self, Py_ssize_t selected)
     cpdef Py_ssize_t final_db(self)
 
-cdef void _fill(EffectBatch batch, Py_ssize_t db, list effects, bint atomic)
-cpdef EffectBatch new_batch(Py_ssize_t db, list effects, bint atomic)
+cdef void _fill(EffectBatch batch, Py_ssize_t db, list effects, bint atomic, bint data)
+cpdef EffectBatch new_batch(Py_ssize_t db, list effects, bint atomic, bint data=*)
 cdef list _derive_changes(Py_ssize_t db, list effects)
 cdef object _whole_databases(str name, list argv, Py_ssize_t cur)

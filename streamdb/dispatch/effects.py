@@ -38,10 +38,13 @@ class EffectBatch:
     ``db``: the database the first effect applies to.  ``commands``: what a
     recording sink writes: the effects, wrapped in MULTI/EXEC when they are one
     command's (``atomic``) and more than one, so that a torn write never applies
-    half of them.  A batch is read-only once made."""
+    half of them.  ``data``: the effects change data (every batch but a Pub/Sub
+    message's: PUBLISH reaches replicas, as Redis propagates it, and never the AOF
+    or the snapshot).  A batch is read-only once made."""
 
-    def __init__(self, db: int, effects: list, atomic: cython.bint = True) -> None:
-        _fill(self, db, effects, atomic)
+    def __init__(self, db: int, effects: list, atomic: cython.bint = True,
+                 data: cython.bint = True) -> None:
+        _fill(self, db, effects, atomic, data)
 
     def __repr__(self) -> str:
         return f"EffectBatch(db={self.db}, commands={self.commands!r})"
@@ -86,8 +89,10 @@ class EffectBatch:
 
 
 @cython.cfunc
-def _fill(batch: EffectBatch, db: cython.Py_ssize_t, effects: list, atomic: cython.bint) -> cython.void:
+def _fill(batch: EffectBatch, db: cython.Py_ssize_t, effects: list, atomic: cython.bint,
+          data: cython.bint) -> cython.void:
     batch.db = db
+    batch.data = data
     batch.effects = effects
     batch.commands = [[b"MULTI"], *effects, [b"EXEC"]] if atomic and len(effects) > 1 else effects
     batch._changes = None
@@ -96,11 +101,12 @@ def _fill(batch: EffectBatch, db: cython.Py_ssize_t, effects: list, atomic: cyth
 
 
 @cython.ccall
-def new_batch(db: cython.Py_ssize_t, effects: list, atomic: cython.bint) -> EffectBatch:
+def new_batch(db: cython.Py_ssize_t, effects: list, atomic: cython.bint,
+              data: cython.bint = True) -> EffectBatch:
     """``EffectBatch(db, effects, atomic)`` for the dispatch: compiled, a C call that
     skips the Python call protocol and __init__'s argument parsing (as new_ctx)."""
     batch: EffectBatch = EffectBatch.__new__(EffectBatch)
-    _fill(batch, db, effects, atomic)
+    _fill(batch, db, effects, atomic, data)
     return batch
 
 

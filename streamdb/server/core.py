@@ -544,6 +544,16 @@ class Core:
         for sink in self.effect_sinks:
             sink(batch)
 
+    def propagate_message(self, db_index: int, argv: list) -> None:
+        """A Pub/Sub message (PUBLISH, SPUBLISH) for the replicas, as Redis propagates
+        it: a batch with ``data`` False, which the replication stream carries and the
+        AOF and the snapshot's tracker skip.  It changes no key, so WATCH and blocked
+        clients never hear of it.  Sent at once, so a PUBLISH inside EXEC reaches the
+        replicas before the transaction's writes (Redis sends it inside them)."""
+        batch: EffectBatch = new_batch(db_index, [argv], True, False)
+        for sink in self.effect_sinks:
+            sink(batch)
+
     def _key_changed(self, db_index: int, key: bytes) -> None:
         """An effect changed ``key``: its WATCHers are dirty, its blocked readers ready."""
         db: Database = self.keyspace.dbs[db_index]

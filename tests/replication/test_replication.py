@@ -156,6 +156,27 @@ def test_blocked_xread_on_replica_wakes_on_primary_write(pair):
     assert time.monotonic() - t0 < 2
 
 
+def test_publish_reaches_the_replicas_subscribers_and_never_the_aof(pair):
+    """Redis propagates PUBLISH to replicas (a subscriber of a replica hears the
+    primary's messages, as Sentinel's hello exchange relies on) but a message is
+    not data: no AOF holds it, so no restart replays it."""
+    p, r = pair
+    rp, rr = client(p), client(r)
+    wait_until(lambda: link_up(rr), what="link up")
+    listener = rr.pubsub()
+    listener.subscribe("news")
+    assert listener.get_message(timeout=5)["type"] == "subscribe"
+    assert rp.publish("news", "from the primary") == 0     # no subscriber on the primary
+    message = listener.get_message(timeout=5)
+    assert message is not None and message["data"] == b"from the primary"
+    listener.close()
+    rp.xadd("after-message", {"k": "v"})                   # a write behind it, then flushed
+    wait_synced(rp, rr)
+    for server in (p, r):
+        aof = b"".join(f.read_bytes() for f in (server.data_dir / "appendonlydir").iterdir())
+        assert b"after-message" in aof and b"PUBLISH" not in aof.upper()
+
+
 def test_wait_counts_replicas_and_role(pair):
     p, r = pair
     rp, rr = client(p), client(r)

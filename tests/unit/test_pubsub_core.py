@@ -1,6 +1,6 @@
-"""Pub/Sub on a bare Core (no sockets): deliveries go through client.deliver, nothing
-reaches the effect sinks (the AOF, replicas: a message is not data), and a removed
-client leaves no subscription behind."""
+"""Pub/Sub on a bare Core (no sockets): deliveries go through client.deliver, a
+message reaches the effect sinks as a batch that is not data (replicas get it, the
+AOF and the snapshot do not), and a removed client leaves no subscription behind."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from streamdb.protocol.reply import Push, Raw
 from streamdb.server.core import Core
 
 
-def test_publish_delivers_pushes_and_records_no_effect():
+def test_publish_delivers_pushes_and_propagates_a_message_not_data():
     core = Core()
     recorder = Recorder()
-    core.effect_sinks.append(recorder)
+    core.add_effect_sink(recorder)
+    data_flags: list = []
+    core.add_effect_sink(lambda batch: data_flags.append(batch.data))
     got: list = []
     sub = core.new_client(deliver=got.append)
     pub = core.new_client()
@@ -22,7 +24,8 @@ def test_publish_delivers_pushes_and_records_no_effect():
     assert got == [Push([b"message", b"a", b"m"]), Push([b"pmessage", b"a*", b"a", b"m"])]
     assert all(type(m) is Push for m in got)
     assert core.execute(pub, argv("SPUBLISH", "a", "m")) == 0
-    assert recorder.batches == []
+    assert recorder.batches == [(0, [[b"PUBLISH", b"a", b"m"]]), (0, [[b"SPUBLISH", b"a", b"m"]])]
+    assert data_flags == [False, False]
     assert core.dirty == 0
 
 

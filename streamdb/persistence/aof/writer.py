@@ -205,6 +205,8 @@ class AofWriter:
         The writing client's ``aof_woff`` becomes the mark ``fsynced`` checks:
         one past where the frame holding these effects will start (every frame
         kept back is written before it, in one write with it)."""
+        if not batch.data:
+            return          # a Pub/Sub message: for replicas only, never data
         writer = self.core.current_client
         if writer is not None:
             writer.aof_woff = self.written_pos + len(self.pending) + 1
