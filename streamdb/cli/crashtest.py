@@ -132,6 +132,10 @@ class Ledger:
     ack_sent: set[bytes] = field(default_factory=set)
     max_delivered: bytes = b"0-0"
     max_delivered_ms: float = 0.0
+    # --failover: the XADDs a WAITAOF 1 1 confirmed (on disk here and on a replica),
+    # and the highest id delivered to the group before such a confirmation.
+    promised: set[bytes] = field(default_factory=set)
+    promised_delivered: bytes = b"0-0"
     cold: dict[bytes, list[bytes]] = field(default_factory=dict)    # COLD_STREAM:<round> -> its ids
     # Replies that acknowledged nothing: a write refused with MISCONF, and a
     # reply held HELD_AFTER_S or more (or never sent before the client's timeout).
@@ -172,8 +176,16 @@ def _request(ledger: Ledger, call, *args, **kwargs):
                 ledger.held += 1
 
 
-def _producer(port: int, name: str, ledger: Ledger, stop: threading.Event, seq0: int) -> None:
-    r = _client(port, 5)
+def _no_promise(r: redis.Redis) -> bool:
+    return False
+
+
+def _producer(connect, name: str, ledger: Ledger, stop: threading.Event, seq0: int,
+              promise=_no_promise) -> int:
+    """XADDs through ``connect()``'s client until ``stop`` or an error; ``promise(client)``
+    after each acknowledged one: True records it in ``ledger.promised``.  Returns the
+    last sequence number used (a caller that reconnects goes on from it)."""
+    r = connect()
     seq = seq0
     try:
         while not stop.is_set():
@@ -183,12 +195,19 @@ def _producer(port: int, name: str, ledger: Ledger, stop: threading.Event, seq0:
             if sid is not NOT_ACKNOWLEDGED:
                 with ledger.lock:
                     ledger.added[sid] = (name, seq)
+                if promise(r):
+                    with ledger.lock:
+                        ledger.promised.add(sid)
     except (redis.RedisError, OSError):
         pass
+    return seq
 
 
-def _consumer(port: int, name: str, ledger: Ledger, stop: threading.Event) -> None:
-    r = _client(port, 5)
+def _consumer(connect, name: str, ledger: Ledger, stop: threading.Event, promise=_no_promise) -> None:
+    """XREADGROUP + XACK (70% of what is delivered) until ``stop`` or an error;
+    ``promise(client)`` after each batch: True makes the batch's highest id the group
+    position promised (``ledger.promised_delivered``)."""
+    r = connect()
     try:
         while not stop.is_set():
             got = _request(ledger, r.xreadgroup, GROUP, name, {STREAM: ">"}, count=10, block=100)
@@ -209,6 +228,11 @@ def _consumer(port: int, name: str, ledger: Ledger, stop: threading.Event) -> No
                     now = _now_ms()
                     with ledger.lock:
                         ledger.acked.update(dict.fromkeys(to_ack, now))
+            if ids and promise(r):
+                with ledger.lock:
+                    top = max(ids, key=_id_key)
+                    if _id_key(top) > _id_key(ledger.promised_delivered):
+                        ledger.promised_delivered = top
     except (redis.RedisError, OSError):
         pass
 
@@ -608,9 +632,10 @@ def _load_and_kill(rnd: int, proc: subprocess.Popen, port: int, ledger: Ledger, 
         _write_cold_stream(port, rnd, ledger)
     acked_before, misconf_before, held_before = len(ledger.added), ledger.misconf, ledger.held
     stop = threading.Event()
-    threads = [threading.Thread(target=_producer, args=(port, f"p{i}", ledger, stop, rnd * 10**7),
+    connect = lambda: _client(port, 5)     # noqa: E731
+    threads = [threading.Thread(target=_producer, args=(connect, f"p{i}", ledger, stop, rnd * 10**7),
                                 daemon=True) for i in range(args.producers)]
-    threads += [threading.Thread(target=_consumer, args=(port, f"c{i}", ledger, stop), daemon=True)
+    threads += [threading.Thread(target=_consumer, args=(connect, f"c{i}", ledger, stop), daemon=True)
                 for i in range(args.consumers)]
     for t in threads:
         t.start()
@@ -838,7 +863,17 @@ def main(argv: list[str] | None = None) -> int:
                          "on a tmpfs of --fault-disk, with the kill in or after it (needs root)")
     ap.add_argument("--fault-disk", type=_size, default="64m",
                     help="--faults: the size of the tmpfs the server's data lives on")
+    ap.add_argument("--failover", action="store_true",
+                    help="a primary, two replicas and three Sentinels: each round kills the primary and "
+                         "checks that every XADD confirmed by WAITAOF 1 1 survives the failover "
+                         "(see streamdb/cli/crashfailover.py)")
+    ap.add_argument("--down-after-ms", type=int, default=1000,
+                    help="--failover: the Sentinels' down-after-milliseconds")
     args = ap.parse_args(argv)
+    if args.failover and (args.faults or args.power_loss):
+        ap.error("--failover is a run of its own: it cannot be combined with --faults or --power-loss")
+    if args.failover:
+        return _failover_main(args)
     if args.faults and args.power_loss:
         ap.error("--faults and --power-loss are separate runs: a fault episode ends in a kill -9")
     try:
@@ -856,6 +891,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.faults:
         print_fault_table(results, args.fault_disk)
     return 1 if sum(r.failures for r in results) else 0
+
+
+def _failover_main(args) -> int:
+    """--failover: its rounds in the scratch directory (kept with --keep or --dir), and its table."""
+    from .crashfailover import FailoverSetupError, print_failover_table, run_failover
+    scratch = args.dir or tempfile.mkdtemp(prefix="streamdb-failover-")
+    if args.dir and os.path.exists(scratch) and not args.keep:
+        shutil.rmtree(scratch)
+    os.makedirs(scratch, exist_ok=True)
+    try:
+        signal.signal(signal.SIGTERM, lambda *_: _interrupt())
+        results, final = run_failover(args, scratch, random.Random(args.seed))
+    except FailoverSetupError as e:
+        print(f"streamdb-crashtest: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("streamdb-crashtest: interrupted (the nodes and Sentinels are stopped)", file=sys.stderr)
+        return 130
+    finally:
+        if not args.dir and not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+    print_failover_table(results, final, args.down_after_ms)
+    return 1 if final or sum(r.failures for r in results) else 0
 
 
 def _interrupt() -> None:
