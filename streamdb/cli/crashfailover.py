@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import redis
 import redis.sentinel
 
-from .crashtest import (GROUP, STREAM, Ledger, ServerDidNotStart, _client, _consumer, _entries, _id_key,
+from .crashload import (GROUP, STREAM, Ledger, ServerDidNotStart, _client, _consumer, _entries, _id_key,
                         _producer, _start)
 from .procs import free_port, wait_until_ready
 
