@@ -267,6 +267,9 @@ def _round(rnd: int, cluster: Cluster, ledger: Ledger, rng, args) -> FailoverRou
     with ledger.lock:
         added0, promised0 = len(ledger.added), len(ledger.promised)
     old = cluster.primary()
+    if old not in cluster.procs:        # (None: no Sentinel answered)
+        result.notes.append(f"the Sentinels name no primary this run started (got {old})")
+        return result
     others = {p for p in cluster.ports if p != old}
     if _wait("the Sentinels to see both replicas up", lambda: cluster.known_replicas() >= others,
              FAILOVER_WAIT_S) is None:
