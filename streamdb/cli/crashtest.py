@@ -323,14 +323,20 @@ def _log_tail(path: str, lines: int = 8) -> str:
     return "\n    ".join(tail)
 
 
+def _scratch_dir(args, prefix: str) -> str:
+    """--dir (emptied first unless --keep), or a new temporary directory named ``prefix``..."""
+    scratch = args.dir or tempfile.mkdtemp(prefix=prefix)
+    if args.dir and os.path.exists(scratch) and not args.keep:
+        shutil.rmtree(scratch)
+    os.makedirs(scratch, exist_ok=True)
+    return scratch
+
+
 def run(args) -> list[RoundResult]:
     """The rounds; ``args.faults`` runs each round through a fault episode on a tmpfs
     (raises FaultSetupError when the faults cannot be set up)."""
     rng = random.Random(args.seed)
-    scratch = args.dir or tempfile.mkdtemp(prefix="streamdb-crash-")
-    if args.dir and os.path.exists(scratch) and not args.keep:
-        shutil.rmtree(scratch)
-    os.makedirs(scratch, exist_ok=True)
+    scratch = _scratch_dir(args, "streamdb-crash-")
     results: list[RoundResult] = []
     keep = args.keep
     try:
@@ -739,10 +745,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _failover_main(args) -> int:
     """--failover: its rounds in the scratch directory (kept with --keep or --dir), and its table."""
-    scratch = args.dir or tempfile.mkdtemp(prefix="streamdb-failover-")
-    if args.dir and os.path.exists(scratch) and not args.keep:
-        shutil.rmtree(scratch)
-    os.makedirs(scratch, exist_ok=True)
+    scratch = _scratch_dir(args, "streamdb-failover-")
     try:
         signal.signal(signal.SIGTERM, lambda *_: _interrupt())
         results, final = run_failover(args, scratch, random.Random(args.seed))
