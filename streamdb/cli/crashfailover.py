@@ -266,7 +266,10 @@ def _round(rnd: int, cluster: Cluster, ledger: Ledger, rng, args) -> FailoverRou
     result = FailoverRound(rnd)
     with ledger.lock:
         added0, promised0 = len(ledger.added), len(ledger.promised)
-    old = cluster.primary()
+    # The node the Sentinels name, once it says it is a primary too: the kill must
+    # hit the primary, not a node Sentinel still names while a switch settles.
+    old = _wait("the Sentinels' primary to answer as one",
+                lambda: (p := cluster.primary()) and _role(p) == "master" and p, FAILOVER_WAIT_S)
     if old not in cluster.procs:        # (None: no Sentinel answered)
         result.notes.append(f"the Sentinels name no primary this run started (got {old})")
         return result
