@@ -53,6 +53,10 @@ over 1 s, restarts and the verdict.  A loss is traced in the AOF
 files as the kill left them (kept under the --dir).  The mount and the cgroup
 are removed at the end, on Ctrl-C and on SIGTERM too.
 
+With --failover the rounds run under Redis Sentinel instead: a primary, two
+replicas and three Sentinels, the primary killed each round, and every XADD that
+WAITAOF 1 1 confirmed checked on the new primary (see crashfailover.py).
+
 A round takes a server start-up (about half a second), the load time drawn
 between --min-seconds and --max-seconds, and a verification; the defaults'
 10 rounds take about 20-30 s (with --faults about 40-60 s).  Exit status 0
@@ -75,17 +79,16 @@ import time
 from dataclasses import dataclass, field
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from ..persistence.aof import (SEGMENT_MAGIC, AofCorruption, AofError, Manifest, frame_size, read_segment,
                                segment_logical_size, split_commands)
 from ..config import ConfigError, parse_memory
 from .faults import DISK_FULL, KINDS, Faults, FaultSetupError
-from .procs import free_port, wait_until_ready
+from .crashfailover import FailoverSetupError, print_failover_table, run_failover
+from .crashload import (GROUP, HELD_AFTER_S, STREAM, Ledger, ServerDidNotStart,
+                        _client, _consumer, _entries, _id_key, _now_ms, _producer, _start)
+from .procs import free_port
 
-STREAM = "crash:log"
-GROUP = "crash-group"
 # --faults: each round first writes a few entries to a stream of its own that no
 # one writes again (crash:cold:<round>).  A snapshot writes only the keys changed
 # since the last one: if a failed one forgot what it had taken, the next one
@@ -97,9 +100,6 @@ COLD_ENTRIES = 5
 # policy (None: no bound, the OS decides when it writes back).  everysec fsyncs
 # once a second; a slow fsync can stretch that, as Redis documents ("up to 2 s").
 LOSS_WINDOW_ALLOWED_MS = {"always": 0, "everysec": 2000, "no": None}
-# A reply that takes this long was held (the server waits for a disk that
-# fails before it answers): counted, not an error.
-HELD_AFTER_S = 1.0
 # --faults: the server's aof-preallocate (small: a full disk must reach the AOF's
 # appends within an episode, not after 16 MiB of zeros), the background jobs an
 # episode requests, the mark of those the operator requests after it, and where
@@ -108,109 +108,6 @@ FAULT_PREALLOCATE = "64kb"
 BACKGROUND_JOBS = ("BGSAVE", "BGREWRITEAOF")
 AFTER = " (after the episode)"
 AOF_AT_KILL = "aof-at-kill"
-
-
-def _now_ms() -> float:
-    return time.time() * 1000
-
-
-def _client(port: int, timeout: float) -> redis.Redis:
-    # No client-side retries: redis-py's default back-off (about 7 s in all)
-    # would keep every load thread alive long after the SIGKILL, and the
-    # round waiting for them.  A failed call ends the thread at once.
-    return redis.Redis(port=port, socket_timeout=timeout, retry=Retry(NoBackoff(), 0))
-
-
-@dataclass
-class Ledger:
-    """What clients were told.  Only acknowledged operations are recorded, with their times (unix ms)."""
-
-    added: dict[bytes, tuple[str, int]] = field(default_factory=dict)   # id -> (producer, seq)
-    delivered: dict[bytes, float] = field(default_factory=dict)        # id -> when
-    acked: dict[bytes, float] = field(default_factory=dict)            # id -> when
-    # XACKs sent but maybe not answered: applied or not, both are fine.
-    ack_sent: set[bytes] = field(default_factory=set)
-    max_delivered: bytes = b"0-0"
-    max_delivered_ms: float = 0.0
-    cold: dict[bytes, list[bytes]] = field(default_factory=dict)    # COLD_STREAM:<round> -> its ids
-    # Replies that acknowledged nothing: a write refused with MISCONF, and a
-    # reply held HELD_AFTER_S or more (or never sent before the client's timeout).
-    misconf: int = 0
-    held: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-def _id_key(sid: bytes) -> tuple[int, int]:
-    ms, _, seq = sid.partition(b"-")
-    return int(ms), int(seq)
-
-
-NOT_ACKNOWLEDGED = object()      # what _request returns for a refused or unanswered request
-
-
-def _request(ledger: Ledger, call, *args, **kwargs):
-    """``call(*args, **kwargs)``, or NOT_ACKNOWLEDGED when the server refused it
-    with MISCONF or held the reply past the client's timeout.  Counts the
-    refusals, and the replies held HELD_AFTER_S or more however they ended.
-
-    Any other error (the server is gone: it was killed) ends the calling thread."""
-    started = time.monotonic()
-    try:
-        return call(*args, **kwargs)
-    except redis.ResponseError as e:
-        if not str(e).startswith("MISCONF"):
-            raise
-        with ledger.lock:
-            ledger.misconf += 1
-        time.sleep(0.01)        # the refusal lasts until the disk works again: no busy loop
-        return NOT_ACKNOWLEDGED
-    except redis.TimeoutError:  # (redis-py reconnects for the next request)
-        return NOT_ACKNOWLEDGED
-    finally:
-        if time.monotonic() - started >= HELD_AFTER_S:
-            with ledger.lock:
-                ledger.held += 1
-
-
-def _producer(port: int, name: str, ledger: Ledger, stop: threading.Event, seq0: int) -> None:
-    r = _client(port, 5)
-    seq = seq0
-    try:
-        while not stop.is_set():
-            seq += 1
-            sid = _request(ledger, r.xadd, STREAM,
-                           {"producer": name, "seq": seq, "pad": "x" * random.randint(0, 40)})
-            if sid is not NOT_ACKNOWLEDGED:
-                with ledger.lock:
-                    ledger.added[sid] = (name, seq)
-    except (redis.RedisError, OSError):
-        pass
-
-
-def _consumer(port: int, name: str, ledger: Ledger, stop: threading.Event) -> None:
-    r = _client(port, 5)
-    try:
-        while not stop.is_set():
-            got = _request(ledger, r.xreadgroup, GROUP, name, {STREAM: ">"}, count=10, block=100)
-            if got is NOT_ACKNOWLEDGED:
-                continue
-            now = _now_ms()
-            ids = [sid for _, entries in got or [] for sid, _ in entries]
-            with ledger.lock:
-                for sid in ids:
-                    ledger.delivered[sid] = now
-                    if _id_key(sid) > _id_key(ledger.max_delivered):
-                        ledger.max_delivered, ledger.max_delivered_ms = sid, now
-            to_ack = [sid for sid in ids if random.random() < 0.7]
-            if to_ack:
-                with ledger.lock:
-                    ledger.ack_sent.update(to_ack)
-                if _request(ledger, r.xack, STREAM, GROUP, *to_ack) is not NOT_ACKNOWLEDGED:
-                    now = _now_ms()
-                    with ledger.lock:
-                        ledger.acked.update(dict.fromkeys(to_ack, now))
-    except (redis.RedisError, OSError):
-        pass
 
 
 @dataclass
@@ -322,18 +219,6 @@ class RoundResult:
     events: list[str] = field(default_factory=list)     # what happened that is not a failure
 
 
-def _entries(r: redis.Redis) -> dict[bytes, dict]:
-    present = {}
-    start = "-"
-    while True:
-        chunk = r.xrange(STREAM, min=start, count=5000)
-        if not chunk:
-            return present
-        for sid, fields in chunk:
-            present[sid] = fields
-        start = "(" + chunk[-1][0].decode()
-
-
 def verify(port: int, ledger: Ledger, last_id_before: bytes) -> Check:
     r = _client(port, 30)
     present = _entries(r)
@@ -431,23 +316,6 @@ def reconcile(ledger: Ledger, check: Check) -> None:
         ledger.max_delivered, ledger.max_delivered_ms = check.last_id, 0.0
 
 
-class ServerDidNotStart(Exception):
-    pass
-
-
-def _start(cmd: list[str], log, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        # Polls PING every 50 ms: the load starts as soon as the server answers.
-        wait_until_ready(port, proc, timeout=60)
-    except (RuntimeError, TimeoutError) as e:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        raise ServerDidNotStart(str(e)) from None
-    return proc
-
-
 def _log_tail(path: str, lines: int = 8) -> str:
     with open(path, "rb") as f:
         f.seek(max(os.fstat(f.fileno()).st_size - 8192, 0))
@@ -455,14 +323,20 @@ def _log_tail(path: str, lines: int = 8) -> str:
     return "\n    ".join(tail)
 
 
+def _scratch_dir(args, prefix: str) -> str:
+    """--dir (emptied first unless --keep), or a new temporary directory named ``prefix``..."""
+    scratch = args.dir or tempfile.mkdtemp(prefix=prefix)
+    if args.dir and os.path.exists(scratch) and not args.keep:
+        shutil.rmtree(scratch)
+    os.makedirs(scratch, exist_ok=True)
+    return scratch
+
+
 def run(args) -> list[RoundResult]:
     """The rounds; ``args.faults`` runs each round through a fault episode on a tmpfs
     (raises FaultSetupError when the faults cannot be set up)."""
     rng = random.Random(args.seed)
-    scratch = args.dir or tempfile.mkdtemp(prefix="streamdb-crash-")
-    if args.dir and os.path.exists(scratch) and not args.keep:
-        shutil.rmtree(scratch)
-    os.makedirs(scratch, exist_ok=True)
+    scratch = _scratch_dir(args, "streamdb-crash-")
     results: list[RoundResult] = []
     keep = args.keep
     try:
@@ -608,9 +482,10 @@ def _load_and_kill(rnd: int, proc: subprocess.Popen, port: int, ledger: Ledger, 
         _write_cold_stream(port, rnd, ledger)
     acked_before, misconf_before, held_before = len(ledger.added), ledger.misconf, ledger.held
     stop = threading.Event()
-    threads = [threading.Thread(target=_producer, args=(port, f"p{i}", ledger, stop, rnd * 10**7),
+    connect = lambda: _client(port, 5)     # noqa: E731
+    threads = [threading.Thread(target=_producer, args=(connect, f"p{i}", ledger, stop, rnd * 10**7),
                                 daemon=True) for i in range(args.producers)]
-    threads += [threading.Thread(target=_consumer, args=(port, f"c{i}", ledger, stop), daemon=True)
+    threads += [threading.Thread(target=_consumer, args=(connect, f"c{i}", ledger, stop), daemon=True)
                 for i in range(args.consumers)]
     for t in threads:
         t.start()
@@ -838,7 +713,17 @@ def main(argv: list[str] | None = None) -> int:
                          "on a tmpfs of --fault-disk, with the kill in or after it (needs root)")
     ap.add_argument("--fault-disk", type=_size, default="64m",
                     help="--faults: the size of the tmpfs the server's data lives on")
+    ap.add_argument("--failover", action="store_true",
+                    help="a primary, two replicas and three Sentinels: each round kills the primary and "
+                         "checks that every XADD confirmed by WAITAOF 1 1 survives the failover "
+                         "(see streamdb/cli/crashfailover.py)")
+    ap.add_argument("--down-after-ms", type=int, default=1000,
+                    help="--failover: the Sentinels' down-after-milliseconds")
     args = ap.parse_args(argv)
+    if args.failover and (args.faults or args.power_loss):
+        ap.error("--failover is a run of its own: it cannot be combined with --faults or --power-loss")
+    if args.failover:
+        return _failover_main(args)
     if args.faults and args.power_loss:
         ap.error("--faults and --power-loss are separate runs: a fault episode ends in a kill -9")
     try:
@@ -856,6 +741,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.faults:
         print_fault_table(results, args.fault_disk)
     return 1 if sum(r.failures for r in results) else 0
+
+
+def _failover_main(args) -> int:
+    """--failover: its rounds in the scratch directory (kept with --keep or --dir), and its table."""
+    scratch = _scratch_dir(args, "streamdb-failover-")
+    try:
+        signal.signal(signal.SIGTERM, lambda *_: _interrupt())
+        results, final = run_failover(args, scratch, random.Random(args.seed))
+    except FailoverSetupError as e:
+        print(f"streamdb-crashtest: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("streamdb-crashtest: interrupted (the nodes and Sentinels are stopped)", file=sys.stderr)
+        return 130
+    finally:
+        if not args.dir and not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+    print_failover_table(results, final, args.down_after_ms)
+    return 1 if final or sum(r.failures for r in results) else 0
 
 
 def _interrupt() -> None:

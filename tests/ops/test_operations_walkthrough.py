@@ -32,10 +32,11 @@ DOC_BLOCKS = {"docs/OPERATIONS.md": {"variables"}}
 WALK = ["variables", "online-backup", "verify-backup", "restore-backup", "start-restored",
         "point-of-restore", "backup-window", "backup", "restore", "check", "repair",
         "persistence-status", "bgsave-after-fork-failure", "crashtest-faults", "replicate",
-        "compare", "promote", "stream-cache", "retention", "import-rdb", "fsync", "stop"]
+        "compare", "promote", "crashtest-failover", "stream-cache", "retention", "import-rdb", "fsync", "stop"]
 # Blocks the walk reads but does not run again: they start servers of their own, use no
 # variable and no state of the walk, and the test named runs them as written.
-SELF_CONTAINED = {"crashtest-faults": "tests/persistence/test_crashtest.py (as root)"}
+SELF_CONTAINED = {"crashtest-faults": "tests/persistence/test_crashtest.py (as root)",
+                  "crashtest-failover": "tests/persistence/test_crashtest.py"}
 
 
 def test_the_walk_covers_every_block_of_the_guide_in_its_order():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,12 +21,13 @@ import redis
 
 from docblocks import run_block
 from helpers import ServerProcess
-from streamdb.cli.crashtest import (AOF_AT_KILL, STREAM, Check, Ledger, PowerCut, RoundResult,
+from streamdb.cli.crashfailover import FailoverRound, verify_promises
+from streamdb.cli.crashtest import (AOF_AT_KILL, GROUP, STREAM, Check, Ledger, PowerCut, RoundResult,
                                      _trace_losses, judge)
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = "docs/OPERATIONS.md"
-DOC_BLOCKS = {"docs/OPERATIONS.md": {"crashtest-faults"}}
+DOC_BLOCKS = {"docs/OPERATIONS.md": {"crashtest-faults", "crashtest-failover"}}
 CRASHTEST = [sys.executable, "-m", "streamdb.cli.crashtest"]
 
 
@@ -264,3 +266,67 @@ def test_soak_faults_lose_nothing_acknowledged(tmp_path):
         assert out.returncode == 0 and total["verdict"] == "ok", out.stdout
         assert total["lost_writes"] == total["lastid_regress"] == "0"
         assert int(total["restarts"]) == rounds
+
+
+# --failover: a primary, two replicas and three Sentinels (issue 29).
+
+def _failover_totals(text: str) -> dict[str, float]:
+    line = next(l for l in text.splitlines() if l.startswith("TOTAL"))
+    return {k: float(v) for k, v in (kv.split("=") for kv in line.split()[1:]) if v != "-"}
+
+
+def _sentinel_installed() -> None:
+    if not (shutil.which("redis-sentinel") or shutil.which("redis-server")):
+        pytest.skip("Redis Sentinel is not installed (make test installs redis-sentinel)")
+
+
+def test_failover_round_keeps_every_waitaof_promised_write(tmp_path):
+    """One kill -9 of the primary under three Sentinels: a new primary is named, the
+    killed node comes back as a replica, nothing WAITAOF 1 1 confirmed is lost, and
+    every node converges (a round is about 15 s: Sentinel waits before it reconfigures
+    the restarted node)."""
+    _sentinel_installed()
+    # docs/OPERATIONS.md's block, as written (exit 0: no promise broken).
+    out = run_block(GUIDE, "crashtest-failover", cwd=tmp_path, timeout=240)
+    t = _failover_totals(out)
+    assert t["rounds"] == 1 and t["promised"] > 0
+    assert t["lost_promised"] == t["group_regressions"] == t["failures"] == 0
+    assert len(_rows(out)) == 1 and float(_rows(out)[0]["failover_s"]) > 0
+
+
+def test_failover_verification_finds_a_promised_write_gone_and_a_group_behind(tmp_path):
+    """The verification on a real server's data: an entry deleted behind the tool's
+    back (XDEL) is a lost promise, a group position behind the promised one is a
+    regression, and either makes the round a failure."""
+    with ServerProcess(tmp_path / "s") as srv:
+        r = redis.Redis(port=srv.port)
+        r.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+        ledger = Ledger()
+        for n in range(5):
+            sid = r.xadd(STREAM, {"n": n})
+            ledger.added[sid] = ("p0", n)
+            ledger.promised.add(sid)
+        unpromised = r.xadd(STREAM, {"n": 5})
+        ledger.added[unpromised] = ("p0", 5)
+        assert verify_promises(r, ledger).lost_promised == []
+        gone = sorted(ledger.promised)[2]
+        r.xdel(STREAM, gone, unpromised)
+        ledger.promised_delivered = gone          # promised delivered, never delivered here
+        check = verify_promises(r, ledger)
+        assert check.lost_promised == [gone] and check.lost_unpromised == [unpromised]
+        assert check.group_regressed and check.last_delivered == b"0-0"
+    result = FailoverRound(1, lost_promised=len(check.lost_promised), group_regressed=check.group_regressed)
+    assert result.failures == 2
+
+
+def test_failover_tool_errors_are_one_clear_line(tmp_path):
+    out = _run("--failover", "--faults")
+    assert out.returncode == 2 and "--failover is a run of its own" in out.stderr
+    assert "Traceback" not in out.stderr
+    # No Sentinel on PATH: said so, exit status 2 (the nodes run by absolute path).
+    out = subprocess.run([*CRASHTEST, "--failover", "--rounds", "1", "--dir", str(tmp_path / "d")],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT,
+                         env={**os.environ, "PATH": str(tmp_path)})
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "--failover needs Redis Sentinel: install redis-sentinel" in out.stderr
+    assert "Traceback" not in out.stderr
