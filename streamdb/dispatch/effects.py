@@ -42,6 +42,9 @@ class EffectBatch:
     message's: PUBLISH reaches replicas, as Redis propagates it, and never the AOF
     or the snapshot).  A batch is read-only once made."""
 
+    # (C fields when compiled: effects.pxd; tests/unit/test_compiled_fields.py holds them equal)
+    __slots__ = ("db", "data", "commands", "effects", "_changes", "_resp", "_final_db")
+
     def __init__(self, db: int, effects: list, atomic: cython.bint = True,
                  data: cython.bint = True) -> None:
         _fill(self, db, effects, atomic, data)
