@@ -14,7 +14,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import zlib
 from pathlib import Path
 
@@ -40,25 +39,40 @@ def vm_rss_kb(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+# The server is started by a small launcher that forks it and reports its wait4
+# figures.  Linux gives a process the peak RSS of the memory it was forked from (a
+# vfork'ed child execs from its parent's), so a server started straight from this
+# test process would report pytest's own RSS (200+ MB in a full run) as its peak.
+_LAUNCHER = """
+import os, sys
+result_path, argv = sys.argv[1], sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    os.execv(argv[0], argv)
+_, status, usage = os.wait4(pid, 0)
+with open(result_path, "w") as f:
+    f.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}")
+"""
+
+
 def start_expecting_failure(data_dir: Path, *args: str, timeout: float = 30.0) -> tuple[int, int, str]:
     """Run the server on ``data_dir``; returns (exit status, peak RSS in KB, log text)."""
     log_path = data_dir / "refused.log"
+    result_path = data_dir / "refused.result"
     with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "streamdb", "--port", str(free_port()),
+        proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(result_path),
+                                 sys.executable, "-m", "streamdb", "--port", str(free_port()),
                                  "--dir", str(data_dir), *args],
-                                cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                proc.returncode = os.waitstatus_to_exitcode(status)
-                break
-            if time.monotonic() > deadline:
-                proc.kill()
-                proc.wait()
-                pytest.fail("the server neither started nor refused within the time limit")
-            time.sleep(0.05)
-    return proc.returncode, usage.ru_maxrss, log_path.read_text(errors="replace")
+                                cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            pytest.fail("the server neither started nor refused within the time limit")
+    status, peak_kb = map(int, result_path.read_text().split())
+    return status, peak_kb, log_path.read_text(errors="replace")
 
 
 # -- no code can run from data ------------------------------------------------------
