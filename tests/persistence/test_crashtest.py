@@ -200,9 +200,13 @@ def test_the_guides_faults_run_goes_through_each_kind_of_episode_loses_nothing_a
 @needs_root
 def test_faults_are_undone_when_the_run_is_interrupted(tmp_path):
     scratch = tmp_path / "d"
+    # Ctrl-C's SIGINT as a terminal sends it to a tool run in the foreground.  A test
+    # run started in the background (nohup, '&' without job control) has SIGINT
+    # ignored, and Python keeps a signal ignored at start-up ignored: reset it.
     proc = subprocess.Popen([*CRASHTEST, "--faults", "--rounds", "50", "--min-seconds", "2",
                              "--max-seconds", "3", "--dir", str(scratch)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     cgroup = _cgroup_of_tool(proc.pid)
     try:
         deadline = time.monotonic() + 60
