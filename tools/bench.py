@@ -30,9 +30,7 @@ Workloads (names for --only), targets as the table states them:
 
 ``--write`` replaces this tool's section of docs/PERFORMANCE.md (between
 ``<!-- bench.py:begin -->`` and ``<!-- bench.py:end -->``) with the machine,
-the date, the command line and the table, and the headline table of README.md
-(between ``<!-- bench-headline:begin -->`` and ``<!-- bench-headline:end -->``);
-``--docs-root`` names another copy of the project's documents.
+the date, the command line and the table; ``--docs-root`` names another copy of the project's documents.
 
 Everything runs on 127.0.0.1; every server started is stopped on exit.
 Timings are printed, never asserted (tests only check that this completes).
@@ -409,14 +407,12 @@ def _xadd_ts(key: bytes, ts: bytes) -> bytes:
 class Row:
     """One line of a table: each server's figure and StreamDB's target against Redis's.
 
-    ``py`` is the Python path's figure (shown, no target); ``headline`` rows are also
-    README's headline table."""
+    ``py`` is the Python path's figure (shown, no target)."""
 
-    def __init__(self, name, unit, redis, sdb, ratio_kind, target, note="", py=None,
-                 headline=False) -> None:
+    def __init__(self, name, unit, redis, sdb, ratio_kind, target, note="", py=None) -> None:
         self.name, self.unit, self.redis, self.sdb = name, unit, redis, sdb
         self.ratio_kind, self.target, self.note = ratio_kind, target, note
-        self.py, self.headline = py, headline
+        self.py = py
 
     def ratio_of(self, value: float | None) -> float | None:
         if self.redis is None or value is None or not self.redis:
@@ -480,11 +476,11 @@ def median_of(values: list[dict], field: str) -> float:
 
 
 def measured(name: str, unit: str, res: dict, field: str, ratio_kind: str, target,
-             note: str = "", headline: bool = False) -> Row:
+             note: str = "") -> Row:
     """The row of ``field``'s median over each server's rounds in ``res`` (from alternate)."""
     med = {kind: median_of(values, field) for kind, values in res.items()}
     return Row(name, unit, med["redis"], med["streamdb"], ratio_kind, target, note,
-               py=med.get("streamdb-py"), headline=headline)
+               py=med.get("streamdb-py"))
 
 
 def _xadd_bench(srv, n: int, pipeline: int) -> dict:
@@ -494,15 +490,15 @@ def _xadd_bench(srv, n: int, pipeline: int) -> dict:
 
 def w_xadd(servers, cfg) -> list[Row]:
     res = alternate(servers, cfg.rounds, "xadd", lambda srv: _xadd_bench(srv, cfg.xadd_n, 1))
-    return [measured("XADD, 50 clients, -P 1", "req/s", res, "rps", ">=", 0.9, headline=True),
+    return [measured("XADD, 50 clients, -P 1", "req/s", res, "rps", ">=", 0.9),
             measured("  (p99 latency, info)", "ms", res, "p99", "info", None)]
 
 
 def w_xaddp16(servers, cfg) -> list[Row]:
     res = alternate(servers, cfg.rounds, "xadd -P 16",
                     lambda srv: _xadd_bench(srv, cfg.xaddp_n, 16))
-    return [measured("XADD, 50 clients, -P 16", "req/s", res, "rps", ">=", 0.7, headline=True),
-            measured("XADD -P 16 p99 latency", "ms", res, "p99", "<=", 1.5, headline=True)]
+    return [measured("XADD, 50 clients, -P 16", "req/s", res, "rps", ">=", 0.7),
+            measured("XADD -P 16 p99 latency", "ms", res, "p99", "<=", 1.5)]
 
 
 def w_xrange(servers, cfg) -> list[Row]:
@@ -514,7 +510,7 @@ def w_xrange(servers, cfg) -> list[Row]:
     for srv in servers.values():
         delete(srv.port, b"xr")
     return [measured(f"XRANGE - + COUNT 10 ({cfg.xrange_preload // 1000}k-entry stream)",
-                     "req/s", res, "rps", ">=", 0.9, headline=True)]
+                     "req/s", res, "rps", ">=", 0.9)]
 
 
 def w_xgroup(servers, cfg) -> list[Row]:
@@ -527,14 +523,14 @@ def w_xgroup(servers, cfg) -> list[Row]:
         return {"eps": rate}
     res = alternate(servers, cfg.rounds, "xreadgroup+xack", run)
     return [measured("XREADGROUP COUNT 10 + XACK, 10 consumers", "entries/s", res, "eps",
-                     ">=", 0.8, headline=True)]
+                     ">=", 0.8)]
 
 
 def w_ping(servers, cfg) -> list[Row]:
     """What every request costs before any command runs: parse, dispatch, reply."""
     res = alternate(servers, cfg.rounds, "ping",
                     lambda srv: redis_benchmark(srv.port, 50, cfg.ping_n, 1, "PING"))
-    return [measured("PING, 50 clients", "req/s", res, "rps", ">=", 0.95, headline=True)]
+    return [measured("PING, 50 clients", "req/s", res, "rps", ">=", 0.95)]
 
 
 def w_xlen(servers, cfg) -> list[Row]:
@@ -546,7 +542,7 @@ def w_xlen(servers, cfg) -> list[Row]:
                     lambda srv: redis_benchmark(srv.port, 50, cfg.ping_n, 1, "XLEN", "xl"))
     for srv in servers.values():
         delete(srv.port, b"xl")
-    return [measured("XLEN, 50 clients", "req/s", res, "rps", ">=", 0.95, headline=True)]
+    return [measured("XLEN, 50 clients", "req/s", res, "rps", ">=", 0.95)]
 
 
 def w_memory(servers, cfg) -> list[Row]:
@@ -571,7 +567,7 @@ def w_memory(servers, cfg) -> list[Row]:
     py = out.get("streamdb-py", {}).get("rss")
     label = f"memory/entry, {n // 1000}k x `sensor-id 1234 temperature 19.8`"
     return [Row(label + " (Redis used_memory vs StreamDB RSS)", "bytes",
-                out["redis"]["used"], out["streamdb"]["rss"], "<=", 1.2, py=py, headline=True),
+                out["redis"]["used"], out["streamdb"]["rss"], "<=", 1.2, py=py),
             Row("  (Redis RSS vs StreamDB RSS, like-for-like)", "bytes",
                 out["redis"]["rss"], out["streamdb"]["rss"], "info", None, py=py)]
 
@@ -582,7 +578,7 @@ def w_latency(servers, cfg) -> list[Row]:
     return [measured("  (e2e latency p50, info)", "ms", res, "p50", "info", None),
             measured("  (e2e latency p99, info)", "ms", res, "p99", "info", None),
             measured("e2e latency p99.9, 10k/s, 10 blocked consumers", "ms", res, "p999",
-                     "max<=", (2.0, 1.2), headline=True)]
+                     "max<=", (2.0, 1.2))]
 
 
 def w_loadtest(servers, cfg) -> list[Row]:
@@ -608,11 +604,10 @@ def w_loadtest(servers, cfg) -> list[Row]:
     what = (f"{w.connections} connections, {w.consumers} blocked consumers, "
             f"{w.producers} producers, {w.seconds:g} s")
     problems = {kind: sum(x["problems"] for x in values) for kind, values in res.items()}
-    return [measured(f"loadtest XADD throughput ({what})", "req/s", res, "rps", ">=", 0.9,
-                     headline=True),
+    return [measured(f"loadtest XADD throughput ({what})", "req/s", res, "rps", ">=", 0.9),
             measured("  (loadtest XADD p50, info)", "ms", res, "p50", "info", None),
             measured("  (loadtest XADD p99, info)", "ms", res, "p99", "info", None),
-            measured("loadtest XADD p99.9", "ms", res, "p999", "<=", 1.5, headline=True),
+            measured("loadtest XADD p99.9", "ms", res, "p999", "<=", 1.5),
             measured("  (loadtest server peak RSS, info)", "MB", res, "rss", "info", None),
             Row("loadtest verification problems, all rounds", "", problems["redis"],
                 problems["streamdb"], "none", None, py=problems.get("streamdb-py"))]
@@ -677,7 +672,6 @@ def results_table(rows: list[Row], python_path: bool | None = None) -> str:
 
 
 PERFORMANCE_MD = Path("docs") / "PERFORMANCE.md"
-README_MD = Path("README.md")
 
 
 def markers(section: str) -> tuple[str, str]:
@@ -788,14 +782,6 @@ class RunRecord:
         return text
 
 
-def headline(record: RunRecord, rows: list[Row]) -> str:
-    """README's headline table: the targets' rows, without the Python path."""
-    return (f"Measured {record.date} by `{record.command}` on {os.cpu_count()} CPUs that the "
-            "benchmark clients share; the machine, the Python path's figures and the other "
-            "benchmarks are in `docs/PERFORMANCE.md`.\n\n"
-            + results_table([r for r in rows if r.headline], python_path=False))
-
-
 # ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
@@ -810,8 +796,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=0, help="override request counts (smoke tests)")
     ap.add_argument("--no-python-path", action="store_true",
                     help="leave out the StreamDB (Python path) column: a quicker run")
-    add_write_options(ap, "the bench.py section of docs/PERFORMANCE.md and README.md's "
-                          "headline table")
+    add_write_options(ap, "the bench.py section of docs/PERFORMANCE.md")
     args = ap.parse_args(argv)
 
     for tool in (REDIS_SERVER, REDIS_BENCHMARK):
@@ -822,7 +807,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in names:
         if n not in WORKLOADS:
             ap.error(f"unknown workload {n!r}; choose from {', '.join(WORKLOADS)}")
-    writes = planned_writes(ap, args, {"bench.py": PERFORMANCE_MD, "bench-headline": README_MD})
+    writes = planned_writes(ap, args, {"bench.py": PERFORMANCE_MD})
 
     cfg = argparse.Namespace()
     if args.quick:
@@ -866,8 +851,6 @@ def main(argv: list[str] | None = None) -> int:
     progress(f"done in {time.monotonic() - t_start:.0f} s", done=True)
     record.publish(writes, f"median of {cfg.rounds} alternating round(s) per server", cores,
                    results_table(rows))
-    if writes:
-        write_section(writes["bench-headline"], "bench-headline", headline(record, rows))
     return 0
 
 
