@@ -12,6 +12,7 @@ from ..engine.nodecache import CACHE as NODE_CACHE
 from ..protocol.reply import OK, CommandError, Map, RSet, Status, Verbatim
 from ..security.enforce import refresh_clients
 from ..dispatch.client import client_info_line, client_type
+from ..dispatch.glob import glob_matcher
 from ..dispatch.pubsub import CHANNELS, PATTERNS, SHARD_CHANNELS
 from ..memory import METER, not_counted_for_maxmemory
 from .args import parse_int
@@ -379,6 +380,14 @@ _COMMAND_SUB_ARITY = {b"count": 2, b"docs": -2, b"getkeys": -4, b"getkeysandflag
                       b"help": 2, b"info": -2, b"list": -2}
 
 
+def _listed_specs():
+    """What COMMAND LIST names, as Redis does: every command, each followed by its
+    subcommands ("xgroup", "xgroup|create", ...).  COMMAND COUNT counts commands only."""
+    for spec in COMMANDS.values():
+        yield spec
+        yield from spec.subcommands.values()
+
+
 @command("command", -1, "loading stale", since="2.8.13")
 def command_(ctx: Ctx, argv):
     """COMMAND [COUNT | INFO name ... | DOCS name ... | LIST | GETKEYS cmd ...]"""
@@ -392,7 +401,7 @@ def command_(ctx: Ctx, argv):
         return len(COMMANDS)
     if sub == b"list":
         if len(argv) == 2:
-            return [name.encode() for name in COMMANDS]
+            return [spec.name.encode() for spec in _listed_specs()]
         if len(argv) != 5 or argv[2].lower() != b"filterby":
             raise syntax_error()
         kind, value = argv[3].lower(), argv[4]
@@ -400,11 +409,10 @@ def command_(ctx: Ctx, argv):
             return []
         if kind == b"aclcat":
             cat = "@" + value.decode("utf-8", "replace").lower()
-            return [n.encode() for n, sp in COMMANDS.items() if cat in sp.acl_categories]
+            return [sp.name.encode() for sp in _listed_specs() if cat in sp.acl_categories]
         if kind == b"pattern":
-            from .keys import glob_to_regex
-            rx = glob_to_regex(value)
-            return [n.encode() for n in COMMANDS if rx.match(n.encode())]
+            matches = glob_matcher(value.lower())     # Redis matches names without case
+            return [sp.name.encode() for sp in _listed_specs() if matches(sp.name.encode())]
         raise syntax_error()
     if sub == b"info":
         names = [n.decode("latin-1").lower() for n in argv[2:]] or list(COMMANDS)

@@ -6,13 +6,12 @@ and so that WRONGTYPE is real; streams are the product.
 
 from __future__ import annotations
 
-import fnmatch
-import re
 
 from ..engine import Stream, type_name
 from ..protocol.reply import OK, CommandError, Status
 from .args import eq, parse_int
 from ..dispatch.context import WRONGTYPE, Ctx, syntax_error
+from ..dispatch.glob import glob_matcher
 from ..dispatch.registry import command
 
 # ---------------------------------------------------------------------------
@@ -61,49 +60,6 @@ def dbsize(ctx: Ctx, argv):
     return len(ctx.db.data)
 
 
-def glob_to_regex(pattern: bytes) -> re.Pattern:
-    """Redis glob (stringmatchlen): * ? [abc] [^a] [a-z] and backslash escapes."""
-    out = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i:i + 1]
-        if c == b"*":
-            out.append(b".*")
-        elif c == b"?":
-            out.append(b".")
-        elif c == b"\\" and i + 1 < n:
-            i += 1
-            out.append(re.escape(pattern[i:i + 1]))
-        elif c == b"[":
-            j = pattern.find(b"]", i + 1)
-            if j < 0:
-                out.append(re.escape(c))
-            else:
-                body = pattern[i + 1:j]
-                neg = body.startswith(b"^")
-                if neg:
-                    body = body[1:]
-                parts = []
-                k = 0
-                while k < len(body):
-                    if body[k:k + 1] == b"\\" and k + 1 < len(body):
-                        parts.append(re.escape(body[k + 1:k + 2]))
-                        k += 2
-                    elif k + 2 < len(body) and body[k + 1:k + 2] == b"-":
-                        lo, hi = sorted((body[k:k + 1], body[k + 2:k + 3]))
-                        parts.append(re.escape(lo) + b"-" + re.escape(hi))
-                        k += 3
-                    else:
-                        parts.append(re.escape(body[k:k + 1]))
-                        k += 1
-                out.append(b"[" + (b"^" if neg else b"") + b"".join(parts) + b"]")
-                i = j
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile(b"".join(out) + b"\\Z", re.DOTALL)
-
-
 def _live_keys(ctx: Ctx):
     db = ctx.db
     now = ctx.now_ms
@@ -118,8 +74,8 @@ def keys_(ctx: Ctx, argv):
     """KEYS pattern"""
     if argv[1] == b"*":
         return list(_live_keys(ctx))
-    rx = glob_to_regex(argv[1])
-    return [k for k in _live_keys(ctx) if rx.match(k)]
+    matches = glob_matcher(argv[1])
+    return [k for k in _live_keys(ctx) if matches(k)]
 
 
 @command("scan", -2, "readonly", since="2.8.0")
@@ -133,7 +89,7 @@ def scan(ctx: Ctx, argv):
     """
     cursor = _parse_cursor(argv[1])
     count = 10
-    rx = None
+    matches = None
     want_type = None
     i = 2
     while i < len(argv):
@@ -145,7 +101,7 @@ def scan(ctx: Ctx, argv):
                 raise syntax_error()
             i += 2
         elif lo == b"match" and more:
-            rx = None if argv[i + 1] == b"*" else glob_to_regex(argv[i + 1])
+            matches = None if argv[i + 1] == b"*" else glob_matcher(argv[i + 1])
             i += 2
         elif lo == b"type" and more:
             want_type = argv[i + 1].lower()
@@ -162,7 +118,7 @@ def scan(ctx: Ctx, argv):
     for key in batch:
         if ctx.db.is_expired(key, now):
             continue
-        if rx is not None and not rx.match(key):
+        if matches is not None and not matches(key):
             continue
         if want_type is not None and type_name(ctx.db.data[key]) != want_type:
             continue

@@ -18,7 +18,7 @@ abusive patterns, a match that needs the subject past more than 1000 nested
 
 from __future__ import annotations
 
-__all__ = ["glob_match"]
+__all__ = ["glob_match", "glob_matcher"]
 
 # Redis's stringmatchlen_impl: "if (nesting > 1000) return 0".
 _MAX_NESTING = 1000
@@ -106,3 +106,33 @@ def glob_match(pattern: bytes, subject: bytes) -> bool:
             return False
         star_s += 1
         p, s = star_p, star_s
+
+
+# glob_matcher's matchers, per pattern.  Bounded: patterns come from clients.
+_MATCHERS: dict[bytes, object] = {}
+_MAX_MATCHERS = 4096
+
+
+def glob_matcher(pattern: bytes):
+    """A one-argument test equal to ``glob_match(pattern, subject)``, for a pattern
+    tried against many subjects (KEYS, SCAN MATCH, ACL key patterns).
+
+    The shapes people write, ``name`` and ``prefix*``, become a comparison;
+    every other pattern runs through glob_match.  A regular expression is not the
+    way: Python's backtracking takes exponential time on ``a*a*a*...b``, which
+    Redis's loop (and glob_match) does not."""
+    m = _MATCHERS.get(pattern)
+    if m is not None:
+        return m
+    head = pattern.rstrip(b"*")
+    if any(c in head for c in b"*?[\\"):
+        m = lambda subject: glob_match(pattern, subject)   # noqa: E731
+    elif head == pattern:
+        m = pattern.__eq__
+    elif head:
+        m = lambda subject: subject.startswith(head)       # noqa: E731  ("a*" takes "a")
+    else:
+        m = bool                                           # "*" takes all but b""
+    if len(_MATCHERS) < _MAX_MATCHERS:
+        _MATCHERS[pattern] = m
+    return m

@@ -20,14 +20,12 @@ No I/O here except the ACL file (load, and save by write + fsync + rename).
 from __future__ import annotations
 
 import copy
-import fnmatch
 import os
-import re
 from collections import deque
 
 from ..dispatch import registry
 from ..dispatch.categories import ALL_CATEGORIES, CHANNEL_ARGS, KEY_ACCESS
-from ..dispatch.glob import glob_match
+from ..dispatch.glob import glob_match, glob_matcher
 from ..files import fsync_dir, replace_file
 
 __all__ = ["Acl", "AclError", "User", "AclLog", "hash_password"]
@@ -270,7 +268,7 @@ class User:
         for n, pos in enumerate(positions):
             need = access[min(n, len(access) - 1)]
             key = argv[pos]
-            if not any((not need or perm == "RW" or perm == need) and _match(pattern, key)
+            if not any((not need or perm == "RW" or perm == need) and glob_matcher(pattern)(key)
                        for pattern, perm in self.keys):
                 return key
         return None
@@ -314,22 +312,6 @@ def _valid_hash(text: str) -> str:
         raise AclError("The password hash must be exactly 64 characters and contain only "
                        "lowercase hexadecimal characters")
     return text
-
-
-_COMPILED: dict[bytes, "re.Pattern[bytes]"] = {}
-
-
-def _match(pattern: bytes, key: bytes) -> bool:
-    """Redis's glob (stringmatchlen) on bytes; fnmatch's language is the same but for
-    backslash escapes, which key patterns rarely use.  Compiled once per pattern."""
-    if pattern == b"*":
-        return True
-    rx = _COMPILED.get(pattern)
-    if rx is None:
-        rx = re.compile(fnmatch.translate(pattern.decode("latin-1")).encode("latin-1"), re.S)
-        if len(_COMPILED) < 4096:
-            _COMPILED[pattern] = rx
-    return rx.match(key) is not None
 
 
 def default_user() -> User:

@@ -293,6 +293,35 @@ def test_swapdb_invalidates_watches_on_keys_existing_on_either_side(servers, wat
     assert replies[-1] == (NullArray if dirty else [Status("PONG")])
 
 
+# -- glob patterns: KEYS, SCAN MATCH, COMMAND LIST FILTERBY PATTERN -------------------
+
+
+GLOB_KEYS = ["a", "ab", "abc", "hello", "hallo", "h-llo", "*", "!", "]", "a\\", "-", "b"]
+GLOB_PATTERNS = ["*", "a*", "a*b", "h?llo", "h[^e]llo", "[!a]", "[z-a]", "\\*", "[\\]]", "[abc",
+                 "a\\", "*b*", "a[", "[a-]", "[-a]", "ab*", "a**", "*a"]
+
+
+@pytest.mark.parametrize("pattern", GLOB_PATTERNS)
+def test_keys_and_scan_match_glob_as_redis(servers, pattern):
+    sdb, redis = servers
+    for c in servers:
+        c.call("FLUSHALL")
+        for key in GLOB_KEYS:
+            c.call("SET", key, "1")
+    keys = [sorted(c.call("KEYS", pattern)) for c in servers]
+    scanned = [sorted(c.call("SCAN", "0", "MATCH", pattern, "COUNT", "1000")[1]) for c in servers]
+    assert keys[0] == keys[1] and scanned[0] == scanned[1] == keys[1]
+
+
+@pytest.mark.parametrize("pattern", ["x*", "X*", "xa[d-e]*", "*group|*", "[^a-w]*"])
+def test_command_list_filterby_pattern_ignores_case_as_redis(servers, pattern):
+    # Compared on the commands both servers have (StreamDB has 8.x's and its own too).
+    common = set.intersection(*(set(c.call("COMMAND", "LIST")) for c in servers))
+    wanted = [sorted(set(c.call("COMMAND", "LIST", "FILTERBY", "PATTERN", pattern)) & common)
+              for c in servers]
+    assert wanted[0] and wanted[0] == wanted[1]
+
+
 # -- error counting ------------------------------------------------------------------
 
 

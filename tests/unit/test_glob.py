@@ -8,7 +8,7 @@ import fnmatch
 
 import pytest
 
-from streamdb.dispatch.glob import glob_match
+from streamdb.dispatch.glob import glob_match, glob_matcher
 
 CASES = [
     (b"a*", b"a", True),
@@ -62,3 +62,15 @@ def test_more_than_1000_nested_stars_do_not_match():
     assert glob_match(b"*a" * 1000, b"a" * 1000)
     assert not glob_match(b"*a" * 1001, b"a" * 1001)
     assert glob_match(b"*a" * 1000 + b"*", b"a" * 1001)     # a trailing '*' takes the rest
+
+
+SHAPES = [b"", b"*", b"**", b"a", b"a*", b"a**", b"ab*", b"\\a*", b"a?*", b"*a", b"[a]*"]
+SUBJECTS = [b"", b"a", b"ab", b"abc", b"ba", b"*", b"\\a", b"a*"]
+
+
+@pytest.mark.parametrize("pattern", sorted({p for p, _, _ in CASES} | set(SHAPES)))
+def test_matcher_is_glob_match(pattern):
+    """The comparisons glob_matcher makes of the common shapes answer as glob_match."""
+    subjects = set(SUBJECTS) | {s for _, s, _ in CASES}
+    matches = glob_matcher(pattern)
+    assert [matches(s) for s in sorted(subjects)] == [glob_match(pattern, s) for s in sorted(subjects)]
