@@ -14,7 +14,7 @@ from ..dispatch.categories import ALL_CATEGORIES
 from ..security.enforce import dryrun_denial, refresh_clients
 from .args import parse_int
 from ..dispatch.context import Ctx
-from ..dispatch.registry import COMMANDS, command, subcommand
+from ..dispatch.registry import COMMANDS, command, resolve, subcommand
 
 _NO_ACLFILE = ("ERR This Redis instance is not configured to use an ACL file. You may want to "
                "specify users via the ACL SETUSER command and then issue a CONFIG REWRITE "
@@ -171,11 +171,9 @@ def acl_dryrun(ctx: Ctx, argv):
     if user is None:
         raise CommandError(f"ERR User '{_text(argv[2])}' not found")
     cmd_argv = argv[3:]
-    spec = COMMANDS.get(_text(cmd_argv[0]).lower())
+    spec = resolve(cmd_argv)
     if spec is None:
         raise CommandError(f"ERR Command '{_text(cmd_argv[0])}' not found")
-    if spec.subcommands and len(cmd_argv) > 1:
-        spec = spec.subcommands.get(_text(cmd_argv[1]).lower(), spec)
     if (spec.arity > 0 and len(cmd_argv) != spec.arity) or len(cmd_argv) < -spec.arity:
         raise CommandError(f"ERR wrong number of arguments for '{spec.name}' command")
     denial = dryrun_denial(user, spec, cmd_argv)

@@ -19,7 +19,7 @@ from .args import parse_int
 from ..dispatch.context import Ctx, syntax_error
 from .docs import DOCS, GrammarError, grammar_arguments
 from .observe import latencystats_fields, memory_numbers, rewrite_config_file
-from ..dispatch.registry import COMMANDS, CommandSpec, command, lookup, subcommand
+from ..dispatch.registry import COMMANDS, CommandSpec, command, resolve, subcommand
 
 # ---------------------------------------------------------------------------
 # CONFIG
@@ -422,9 +422,13 @@ def command_(ctx: Ctx, argv):
         return Map([(n.encode(), command_docs(spec)) for n, spec in zip(names, map(_spec_named, names))
                     if spec is not None])
     if sub == b"getkeys" and len(argv) >= 3:
-        spec = lookup(argv[2:])
-        if spec is None:
+        # Redis's order of checks (getKeysSubcommandImpl): the command (its subcommand
+        # resolved; an unknown one is no command), whether it has keys at all, arity.
+        spec = resolve(argv[2:])
+        if spec is None or (spec.subcommands and len(argv) > 3):
             raise CommandError("ERR Invalid command specified")
+        if not spec.first_key and spec.key_finder is None:
+            raise CommandError("ERR The command has no key arguments")
         n = len(argv) - 2
         if (spec.arity > 0 and n != spec.arity) or n < -spec.arity:
             raise CommandError("ERR Invalid number of arguments specified for command")

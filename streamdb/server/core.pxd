@@ -39,7 +39,7 @@ cdef class Core:
     cpdef execute(self, Client client, argv)
     cdef long long _now_ms_at(self, long long wall_ns)
     cdef _refuse(self, Client client, err, name)
-    cdef _abort_exec(self, Client client, err)
+    cdef _abort_exec(self, Client client, str reason)
     cdef Ctx _ctx_for(self, Client client, now, argv, bint in_exec)
     cpdef _call(self, Ctx ctx, CommandSpec spec, argv, long long started_ns)
     cpdef _emit(self, Py_ssize_t db_index, list effects, bint atomic=*)

@@ -301,7 +301,7 @@ class Core:
             self.memory_recheck()
         if self.out_of_memory and client.kind == "normal" and _refused_for_memory(spec, client):
             if name == "exec":
-                return self._abort_exec(client, CommandError(_EXECABORT_OOM))
+                return self._abort_exec(client, _OOM)
             return self._refuse(client, CommandError(_OOM), spec.name)
         # Before MULTI queueing, as in Redis: a write queued on a replica flags the
         # transaction (EXEC then answers EXECABORT) instead of running at EXEC.
@@ -329,7 +329,7 @@ class Core:
         if refusal and client.kind == "normal" and (
                 spec.is_write or (name == "exec" and _any_write(client.multi_queue))):
             if name == "exec":
-                return self._abort_exec(client, CommandError(refusal))
+                return self._abort_exec(client, refusal)
             return self._refuse(client, CommandError(refusal), spec.name)
         client.last_cmd = spec.name
         self.current_client = client
@@ -361,13 +361,13 @@ class Core:
         return self._error(err, name, True)
 
     @cython.cfunc
-    def _abort_exec(self, client: Client, err: CommandError):
-        """``err`` for an EXEC refused as a whole (-OOM, MISCONF): its transaction is
-        discarded, as an EXEC that ran would have ended it."""
+    def _abort_exec(self, client: Client, reason: str):
+        """An EXEC refused as a whole (-OOM, MISCONF): Redis's EXECABORT with the
+        reason; its transaction is discarded, as an EXEC that ran would have ended it."""
         client.in_multi = False
         client.multi_queue = []
         self.unwatch_all(client)
-        return self._error(err, "exec", True)
+        return self._error(CommandError(_EXECABORT + reason), "exec", True)
 
     def _cross_protocol_attack(self, now: int) -> _Drop:
         """An HTTP request line or header arrived as a command: log it (at most once a
@@ -721,7 +721,7 @@ class Core:
 OOM_MESSAGE = "command not allowed when used memory > 'maxmemory'."
 # The errors of execute's checks (their order is Redis's processCommand's).
 _OOM = "OOM " + OOM_MESSAGE
-_EXECABORT_OOM = "EXECABORT Transaction discarded because of: " + _OOM
+_EXECABORT = "EXECABORT Transaction discarded because of: "
 _NOAUTH = "NOAUTH Authentication required."
 _READONLY = "READONLY You can't write against a read only replica."
 _LOADING = "LOADING Redis is loading the dataset in memory"
@@ -765,7 +765,7 @@ def _unknown_subcommand(name: str, sub: bytes) -> CommandError:
 
 
 def _is_write(argv: list[bytes]) -> bool:
-    spec = lookup(argv)
+    spec = resolve(argv)        # XGROUP CREATE's own flags, not XGROUP's
     return spec is not None and spec.is_write
 
 

@@ -293,6 +293,13 @@ def test_swapdb_invalidates_watches_on_keys_existing_on_either_side(servers, wat
     assert replies[-1] == (NullArray if dirty else [Status("PONG")])
 
 
+@pytest.mark.parametrize("command", ["xgroup create s g $", "xgroup nosuch s", "xinfo stream s",
+                                     "xgroup create s", "command getkeys", "object encoding k",
+                                     "ping a", "xgroup createconsumer s g c"])
+def test_command_getkeys_resolves_subcommands_as_redis(servers, command):
+    run(servers, "COMMAND GETKEYS " + command)
+
+
 # -- glob patterns: KEYS, SCAN MATCH, COMMAND LIST FILTERBY PATTERN -------------------
 
 

@@ -137,6 +137,12 @@ def test_full_disk_refuses_writes_and_answers_everything_else(disk, tmp_path, po
             with pytest.raises(redis.ResponseError,
                                match="MISCONF Errors writing to the AOF file: No space left"):
                 client.xadd("s", {"f": "refused"}, id="10000-1")
+        # A transaction holding a write is refused as a whole, a subcommand's too.
+        transaction = fresh.pipeline(transaction=True)
+        transaction.xgroup_create("s", "refused-group", "0")
+        with pytest.raises(redis.exceptions.ExecAbortError, match="because of: MISCONF Errors writing"):
+            transaction.execute()
+        assert fresh.xinfo_groups("s") == []
         assert _pending_bytes(writer) == b""             # still held
 
         disk.free()
