@@ -8,10 +8,11 @@ back as Redis does for CONFIG GET.
 
 from __future__ import annotations
 
-import fnmatch
 import shlex
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from .glob import glob_matcher
 
 __all__ = ["ALIASES", "Config", "ConfigError", "DIRECTIVES", "Directive", "directive", "parse_memory"]
 
@@ -439,9 +440,9 @@ class Config:
         return self.render(name)
 
     def matching(self, pattern: str) -> list[tuple[str, str]]:
-        pat = pattern.lower()
-        return ([(n, self.render(n)) for n in DIRECTIVES if fnmatch.fnmatchcase(n, pat)] +
-                [(old, self.render(n)) for old, n in ALIASES.items() if fnmatch.fnmatchcase(old, pat)])
+        matches = glob_matcher(pattern.lower().encode())     # names are ASCII, as Redis's
+        return ([(n, self.render(n)) for n in DIRECTIVES if matches(n.encode())] +
+                [(old, self.render(n)) for old, n in ALIASES.items() if matches(old.encode())])
 
     # -- loading ------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from ..engine.nodecache import CACHE as NODE_CACHE
 from ..protocol.reply import OK, CommandError, Map, RSet, Status, Verbatim
 from ..security.enforce import refresh_clients
 from ..dispatch.client import client_info_line, client_type
-from ..dispatch.glob import glob_matcher
+from ..glob import glob_matcher
 from ..dispatch.pubsub import CHANNELS, PATTERNS, SHARD_CHANNELS
 from ..memory import METER, not_counted_for_maxmemory
 from .args import parse_int

@@ -11,7 +11,7 @@ from ..engine import Stream, type_name
 from ..protocol.reply import OK, CommandError, Status
 from .args import eq, parse_int
 from ..dispatch.context import WRONGTYPE, Ctx, syntax_error
-from ..dispatch.glob import glob_matcher
+from ..glob import glob_matcher
 from ..dispatch.registry import command
 
 # ---------------------------------------------------------------------------

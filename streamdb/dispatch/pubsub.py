@@ -16,7 +16,7 @@ subscribed; a client subscribed both ways gets it once per way, as in Redis.
 from __future__ import annotations
 
 from ..protocol.reply import CommandError, Push
-from .glob import glob_match
+from ..glob import glob_match
 
 __all__ = ["PubSub", "Subscriptions", "CHANNELS", "PATTERNS", "SHARD_CHANNELS",
            "subscribed_mode_refusal"]

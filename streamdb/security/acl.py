@@ -25,7 +25,7 @@ from collections import deque
 
 from ..dispatch import registry
 from ..dispatch.categories import ALL_CATEGORIES, CHANNEL_ARGS, KEY_ACCESS
-from ..dispatch.glob import glob_match, glob_matcher
+from ..glob import glob_match, glob_matcher
 from ..files import fsync_dir, replace_file
 
 __all__ = ["Acl", "AclError", "User", "AclLog", "hash_password"]

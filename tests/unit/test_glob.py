@@ -1,4 +1,4 @@
-"""dispatch/glob.py is Redis's stringmatchlen: each case below is what redis-server 7.0's
+"""streamdb/glob.py is Redis's stringmatchlen: each case below is what redis-server 7.0's
 KEYS answered (and tests/differential/test_pubsub.py compares PUBSUB CHANNELS on many
 more); the ones fnmatch gets wrong are why it is not used."""
 
@@ -8,7 +8,7 @@ import fnmatch
 
 import pytest
 
-from streamdb.dispatch.glob import glob_match, glob_matcher
+from streamdb.glob import glob_match, glob_matcher
 
 CASES = [
     (b"a*", b"a", True),
