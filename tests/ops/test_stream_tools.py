@@ -12,8 +12,12 @@ import subprocess
 import pytest
 import redis
 
+from docblocks import run_block
 from helpers import ServerProcess, wait_until
 from test_admin import ADMIN, ROOT, Worker, run_admin
+from test_operations_guide import fill_sensor_streams
+
+DOC_BLOCKS = {"docs/OPERATIONS.md": {"stream-tools"}}
 
 
 @pytest.fixture
@@ -199,3 +203,18 @@ def test_tail_into_a_closed_pipe_stops_quietly(sdb):
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+def test_the_operations_guide_stream_tools_block(sdb):
+    fill_sensor_streams(sdb.port)                      # sensor:0, :1, :2, 100 entries each
+    r = sdb.client
+    first = [eid.decode() for eid, _ in r.xrange("sensor:0", count=3)]
+    out = run_block("docs/OPERATIONS.md", "stream-tools", cwd=ROOT, PORT=sdb.port).splitlines()
+    # sort -n puts the header (no number) last; the three streams are equally long.
+    assert sorted(line.split()[:3] for line in out[:3]) == [
+        ["sensor:0", "100", "1"], ["sensor:1", "100", "0"], ["sensor:2", "100", "0"]]
+    assert out[3].startswith("stream length groups")
+    assert [line.split()[0] for line in out[4:7]] == first and out[7] == "OK"
+    assert [line.split()[0] for line in out[8:]] == first
+    audit = [g for g in r.xinfo_groups("sensor:0") if g["name"] == b"audit"][0]
+    assert audit["pending"] == 0 and audit["entries-read"] == 3
