@@ -25,7 +25,8 @@ dead-letter --max-deliveries N moves only entries that processors were given
 more than N times.  Running both tools together is safe.
 
 The stream subcommands use only standard Redis commands, so they work against
-redis-server as well as StreamDB; backup and verify-backup are StreamDB's own.
+redis-server as well as StreamDB (streams reads STREAMDB.RETENTION GET where the
+server has it); backup and verify-backup are StreamDB's own.
 """
 
 from __future__ import annotations
@@ -429,8 +430,8 @@ def stream_rows(r: redis.Redis, match: str | None, streamdb: bool):
                 pipe.memory_usage(key)
         replies = pipe.execute(raise_on_error=False)
         for key, info, size in zip(batch, replies[0::2], replies[1::2]):
-            if isinstance(info, Exception) or isinstance(size, Exception):
-                continue        # deleted or retyped since SCAN saw it
+            if _gone_since_scan(info) or _gone_since_scan(size):
+                continue
             row = {"key": key, "length": info["length"], "groups": info["groups"]}
             if streamdb:
                 policy = dict(zip(size[0::2], size[1::2]))
@@ -439,6 +440,17 @@ def stream_rows(r: redis.Redis, match: str | None, streamdb: bool):
             else:
                 row.update(bytes=size or 0, resident=None, retention="-")
             yield row
+
+
+def _gone_since_scan(reply) -> bool:
+    """True when ``reply`` says the key was deleted or retyped after SCAN saw it; any
+    other error (NOPERM, a server that refuses) is raised, not taken for an absent key."""
+    if not isinstance(reply, Exception):
+        return False
+    text = str(reply)
+    if "no such key" in text.lower() or text.startswith("WRONGTYPE"):
+        return True
+    raise reply
 
 
 def _resident_share(row: dict) -> str:
@@ -552,7 +564,10 @@ def cmd_tail(r: redis.Redis, args, console: Console) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     shown = 0
     try:
-        after = args.from_id or args.from_time or _stream_end(r, args.key)
+        after = args.from_time or args.from_id
+        if after in (None, "$"):
+            # XREAD's "$" again on every read would skip what arrives between two reads.
+            after = _stream_end(r, args.key)
         while args.count is None or shown < args.count:
             want = TAIL_BATCH if args.count is None else min(TAIL_BATCH, args.count - shown)
             entries = _read_batch(r, args, after, want)

@@ -6,6 +6,8 @@ in pipelined SCAN batches; tail: a follower (XREAD BLOCK) or a group's consumer
 
 from __future__ import annotations
 
+import os
+import pty
 import signal
 import subprocess
 
@@ -87,6 +89,51 @@ def test_streams_lists_every_stream_with_bytes_resident_share_and_retention(sdb)
 
     only = plain_rows(run_admin(sdb.port, "streams", "--match", "s:01*").stdout)
     assert sorted(only) == [f"s:{i:03}" for i in range(10, 20)]
+
+
+def test_streams_draws_a_table_on_a_terminal(sdb):
+    r = sdb.client
+    fill(r, "b", 2)
+    r.xadd("a", {"k": "v"})
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([*ADMIN, "-p", str(sdb.port), "streams"], cwd=ROOT, stdout=terminal,
+                            stderr=terminal, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "120"})
+    os.close(terminal)
+    chunks = []
+    try:
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:            # EIO: the terminal's last writer is gone
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert proc.wait(15) == 0
+    finally:
+        os.close(controller)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = b"".join(chunks).decode()
+    rows = [[cell.strip() for cell in line.strip().strip("│").split("│")]
+            for line in text.splitlines() if line.strip().startswith("│")]
+    # Sorted by key; bytes in units.
+    assert [row[:3] for row in rows] == [["a", "1", "0"], ["b", "2", "0"]]
+    assert rows[0][3].endswith(" B") and rows[0][4:] == ["100%", "none"]
+    assert "2 streams, 3 entries" in text
+
+
+def test_streams_reports_a_refused_command_instead_of_listing_nothing(sdb):
+    r = sdb.client
+    r.xadd("s", {"k": "v"})
+    r.acl_setuser("viewer", enabled=True, passwords=["+pw"], keys=["~*"],
+                  commands=["+@all", "-streamdb.retention"])
+    out = run_admin(sdb.port, "--user", "viewer", "-a", "pw", "streams")
+    assert out.returncode == 1
+    assert out.stderr == ("error: User viewer has no permissions to run the "
+                          "'streamdb.retention|get' command\n")
+    assert out.stdout.splitlines()[1:] == []           # the header only: no stream is hidden
 
 
 def test_streams_against_redis_server(redis_server):
