@@ -409,13 +409,20 @@ def retention_text(policy: dict) -> str:
     return ", ".join(limits) + ("" if policy[b"own-settings"] else " (default)")
 
 
-def stream_rows(r: redis.Redis, match: str | None, streamdb: bool):
-    """Yield one dict per stream of the connection's database, a pipelined batch at a
-    time (SCAN ... TYPE stream): key, length, groups, bytes, resident (bytes, None
-    when the server does not say) and retention (text).
+def _flat_map(reply: list) -> dict:
+    """A RESP2 map reply (a flat field, value array) as a dict."""
+    return dict(zip(reply[0::2], reply[1::2]))
+
+
+def stream_batches(r: redis.Redis, match: str | None, streamdb: bool):
+    """Yield the streams of the connection's database a pipelined batch at a time (SCAN
+    ... TYPE stream), each stream a dict: key, length, groups, bytes, resident (bytes,
+    None when the server does not say) and retention (text).
 
     On StreamDB the bytes are the stream's node bytes and the resident part of them
-    (STREAMDB.RETENTION GET); on Redis the bytes are MEMORY USAGE, all resident."""
+    (STREAMDB.RETENTION GET); on Redis the bytes are MEMORY USAGE, all resident.
+    XINFO STREAM is sent as two words so that redis-py hands back the flat reply: its
+    own parsing of the first and last entries would cost more than the rest."""
     keys = r.scan_iter(match=match, count=STREAMS_BATCH, _type="stream")
     while True:
         batch = list(itertools.islice(keys, STREAMS_BATCH))
@@ -423,23 +430,26 @@ def stream_rows(r: redis.Redis, match: str | None, streamdb: bool):
             return
         pipe = r.pipeline(transaction=False)
         for key in batch:
-            pipe.xinfo_stream(key)
+            pipe.execute_command("XINFO", "STREAM", key)
             if streamdb:
                 pipe.execute_command("STREAMDB.RETENTION", "GET", key)
             else:
                 pipe.memory_usage(key)
         replies = pipe.execute(raise_on_error=False)
+        rows = []
         for key, info, size in zip(batch, replies[0::2], replies[1::2]):
             if _gone_since_scan(info) or _gone_since_scan(size):
                 continue
-            row = {"key": key, "length": info["length"], "groups": info["groups"]}
+            info = _flat_map(info)
+            row = {"key": key, "length": info[b"length"], "groups": info[b"groups"]}
             if streamdb:
-                policy = dict(zip(size[0::2], size[1::2]))
+                policy = _flat_map(size)
                 row.update(bytes=policy[b"bytes"], resident=policy[b"resident-bytes"],
                            retention=retention_text(policy))
             else:
                 row.update(bytes=size or 0, resident=None, retention="-")
-            yield row
+            rows.append(row)
+        yield rows
 
 
 def _gone_since_scan(reply) -> bool:
@@ -468,20 +478,21 @@ def cmd_streams(r: redis.Redis, args, console: Console) -> int:
     """A table on a terminal; otherwise plain lines (a header, then one line a stream,
     written as each batch arrives, bytes as numbers) that scripts can split."""
     streamdb = "streamdb_version" in r.info("server")
-    rows = stream_rows(r, args.match, streamdb)
+    batches = stream_batches(r, args.match, streamdb)
     if not console.is_terminal:
         print(" ".join(STREAM_COLUMNS))
-        for row in rows:
-            print(" ".join([_word(row["key"]), str(row["length"]), str(row["groups"]),
-                            str(row["bytes"]), _resident_share(row), _word(row["retention"])]),
-                  flush=True)
+        for rows in batches:
+            sys.stdout.write("".join(
+                " ".join([_word(row["key"]), str(row["length"]), str(row["groups"]), str(row["bytes"]),
+                          _resident_share(row), _word(row["retention"])]) + "\n" for row in rows))
+            sys.stdout.flush()
         return 0
     table = Table(title="Streams")
     for name in STREAM_COLUMNS:
         table.add_column(name, justify="left" if name in ("stream", "retention") else "right")
     count = entries = total = 0
     with console.status("reading streams"):
-        collected = sorted(rows, key=lambda row: row["key"])
+        collected = sorted((row for rows in batches for row in rows), key=lambda row: row["key"])
     for row in collected:
         table.add_row(_text(row["key"]), str(row["length"]), str(row["groups"]), _size(row["bytes"]),
                       _resident_share(row), row["retention"])
