@@ -370,9 +370,10 @@ _DURATION_UNITS = ((86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1000, 
 def _word(value) -> str:
     """``value`` as one whitespace-free word of an output line: as it is when it is
     plain printable text, else double-quoted with backslash escapes (as redis-cli
-    quotes), so that a key or value with spaces or newlines never splits a line."""
+    quotes), so that a key or value with spaces or newlines never splits a line and
+    a field name with "=" never blurs tail's field=value."""
     text = _text(value)
-    if text and text.isprintable() and not any(c in text for c in ' "\\'):
+    if text and text.isprintable() and not any(c in text for c in ' "\\='):
         return text
     escaped = text.replace("\\", "\\\\").replace('"', '\\"')
     return '"' + "".join(c if c.isprintable() else repr(c)[1:-1] for c in escaped) + '"'

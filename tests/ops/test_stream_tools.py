@@ -172,10 +172,10 @@ def test_tail_follows_new_entries_and_stops_after_count(sdb):
     tail = Worker(sdb.port, "tail", "log", "--count", "4")
     try:
         wait_until(lambda: blocked_readers(r) == 1, what="the tail to block")
-        ids = [r.xadd("log", {"msg": f"line {i}", "n": i}) for i in range(5)]
+        ids = [r.xadd("log", {"msg": f"line {i}", "n": i, "a=b": "c"}) for i in range(5)]
         assert tail.proc.wait(15) == 0
         tail.stop()
-        assert tail.lines == [f'{eid.decode()} msg="line {i}" n={i}' for i, eid in enumerate(ids[:4])]
+        assert tail.lines == [f'{eid.decode()} msg="line {i}" n={i} "a=b"=c' for i, eid in enumerate(ids[:4])]
     finally:
         tail.stop()
 
