@@ -380,15 +380,19 @@ def _word(value) -> str:
 
 
 def _size(n: int) -> str:
-    value = float(n)
-    for unit in _SIZE_UNITS:
-        if value < 1024 or unit == _SIZE_UNITS[-1]:
-            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+    """Bytes in binary units: "812 B", "1.5 MiB"."""
+    if n < 1024:
+        return f"{n} B"
+    value = n / 1024
+    for unit in _SIZE_UNITS[1:-1]:
+        if value < 1024:
+            return f"{value:.1f} {unit}"
         value /= 1024
-    raise AssertionError("unreachable")
+    return f"{value:.1f} {_SIZE_UNITS[-1]}"
 
 
 def _duration(ms: int) -> str:
+    """Milliseconds in the largest whole unit: "7d", "90s", "1500ms"."""
     for unit_ms, name in _DURATION_UNITS:
         if ms % unit_ms == 0:
             return f"{ms // unit_ms}{name}"
