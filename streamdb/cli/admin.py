@@ -4,6 +4,8 @@ Subcommands:
   status        one-screen summary: role, version, memory, clients, persistence,
                 replicas, top streams by length and by consumer-group lag
   groups        the groups and consumers of one stream: lag, pending, idle times
+  streams       every stream: length, groups, bytes, resident share, retention
+  tail          follow a stream like tail -f, or consume it as a group's consumer
   dead-letter   move entries delivered more than N times to a dead-letter stream
   claim-idle    hand entries idle longer than a threshold to a live processor
                 (XAUTOCLAIM ... JUSTID loop)
@@ -23,12 +25,16 @@ dead-letter --max-deliveries N moves only entries that processors were given
 more than N times.  Running both tools together is safe.
 
 The stream subcommands use only standard Redis commands, so they work against
-redis-server as well as StreamDB; backup and verify-backup are StreamDB's own.
+redis-server as well as StreamDB (streams reads STREAMDB.RETENTION GET where the
+server has it); backup and verify-backup are StreamDB's own.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import itertools
+import os
 import signal
 import sys
 import threading
@@ -353,6 +359,289 @@ def cmd_claim_idle(r: redis.Redis, args, console: Console) -> int:
 
 
 # ---------------------------------------------------------------------------
+# streams
+# ---------------------------------------------------------------------------
+
+STREAMS_BATCH = 200      # keys per SCAN page and per pipelined round trip
+_SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+_DURATION_UNITS = ((86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1000, "s"))
+
+
+def _word(value) -> str:
+    """``value`` as one whitespace-free word of an output line: as it is when it is
+    plain printable text, else double-quoted with backslash escapes (as redis-cli
+    quotes), so that a key or value with spaces or newlines never splits a line and
+    a field name with "=" never blurs tail's field=value."""
+    text = _text(value)
+    if text and text.isprintable() and not any(c in text for c in ' "\\='):
+        return text
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + "".join(c if c.isprintable() else repr(c)[1:-1] for c in escaped) + '"'
+
+
+def _size(n: int) -> str:
+    """Bytes in binary units: "812 B", "1.5 MiB"."""
+    if n < 1024:
+        return f"{n} B"
+    value = n / 1024
+    for unit in _SIZE_UNITS[1:-1]:
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} {_SIZE_UNITS[-1]}"
+
+
+def _duration(ms: int) -> str:
+    """Milliseconds in the largest whole unit: "7d", "90s", "1500ms"."""
+    for unit_ms, name in _DURATION_UNITS:
+        if ms % unit_ms == 0:
+            return f"{ms // unit_ms}{name}"
+    return f"{ms}ms"
+
+
+def retention_text(policy: dict) -> str:
+    """STREAMDB.RETENTION GET's policy in force, short: "age 1d, 1.0 GiB, acked",
+    "(default)" when it is the server's, "none" without limits."""
+    limits = []
+    if policy[b"max-age"]:
+        limits.append(f"age {_duration(policy[b'max-age'])}")
+    if policy[b"max-bytes"]:
+        limits.append(_size(policy[b"max-bytes"]))
+    if not limits:
+        return "none"
+    if policy[b"acked"]:
+        limits.append("acked")
+    return ", ".join(limits) + ("" if policy[b"own-settings"] else " (default)")
+
+
+def _flat_map(reply: list) -> dict:
+    """A RESP2 map reply (a flat field, value array) as a dict."""
+    return dict(zip(reply[0::2], reply[1::2]))
+
+
+def stream_batches(r: redis.Redis, match: str | None, streamdb: bool):
+    """Yield the streams of the connection's database a pipelined batch at a time (SCAN
+    ... TYPE stream), each stream a dict: key, length, groups, bytes, resident (bytes,
+    None when the server does not say) and retention (text).
+
+    On StreamDB the bytes are the stream's node bytes and the resident part of them
+    (STREAMDB.RETENTION GET); on Redis the bytes are MEMORY USAGE, all resident.
+    XINFO STREAM is sent as two words so that redis-py hands back the flat reply: its
+    own parsing of the first and last entries would cost more than the rest."""
+    keys = r.scan_iter(match=match, count=STREAMS_BATCH, _type="stream")
+    while True:
+        batch = list(itertools.islice(keys, STREAMS_BATCH))
+        if not batch:
+            return
+        pipe = r.pipeline(transaction=False)
+        for key in batch:
+            pipe.execute_command("XINFO", "STREAM", key)
+            if streamdb:
+                pipe.execute_command("STREAMDB.RETENTION", "GET", key)
+            else:
+                pipe.memory_usage(key)
+        replies = pipe.execute(raise_on_error=False)
+        rows = []
+        for key, info, size in zip(batch, replies[0::2], replies[1::2]):
+            if _gone_since_scan(info) or _gone_since_scan(size):
+                continue
+            info = _flat_map(info)
+            row = {"key": key, "length": info[b"length"], "groups": info[b"groups"]}
+            if streamdb:
+                policy = _flat_map(size)
+                row.update(bytes=policy[b"bytes"], resident=policy[b"resident-bytes"],
+                           retention=retention_text(policy))
+            else:
+                row.update(bytes=size or 0, resident=None, retention="-")
+            rows.append(row)
+        yield rows
+
+
+def _gone_since_scan(reply) -> bool:
+    """True when ``reply`` says the key was deleted or retyped after SCAN saw it; any
+    other error (NOPERM, a server that refuses) is raised, not taken for an absent key."""
+    if not isinstance(reply, Exception):
+        return False
+    text = str(reply)
+    if "no such key" in text.lower() or text.startswith("WRONGTYPE"):
+        return True
+    raise reply
+
+
+def _resident_share(row: dict) -> str:
+    if row["resident"] is None:
+        return "-"
+    if not row["bytes"]:
+        return "100%"
+    return f"{100 * row['resident'] / row['bytes']:.0f}%"
+
+
+STREAM_COLUMNS = ("stream", "length", "groups", "bytes", "resident", "retention")
+
+
+def cmd_streams(r: redis.Redis, args, console: Console) -> int:
+    """A table on a terminal; otherwise plain lines (a header, then one line a stream,
+    written as each batch arrives, bytes as numbers) that scripts can split."""
+    streamdb = "streamdb_version" in r.info("server")
+    batches = stream_batches(r, args.match, streamdb)
+    if not console.is_terminal:
+        print(" ".join(STREAM_COLUMNS))
+        for rows in batches:
+            sys.stdout.write("".join(
+                " ".join([_word(row["key"]), str(row["length"]), str(row["groups"]), str(row["bytes"]),
+                          _resident_share(row), _word(row["retention"])]) + "\n" for row in rows))
+            sys.stdout.flush()
+        return 0
+    table = Table(title="Streams")
+    for name in STREAM_COLUMNS:
+        table.add_column(name, justify="left" if name in ("stream", "retention") else "right")
+    count = entries = total = 0
+    with console.status("reading streams"):
+        collected = sorted((row for rows in batches for row in rows), key=lambda row: row["key"])
+    for row in collected:
+        table.add_row(_text(row["key"]), str(row["length"]), str(row["groups"]), _size(row["bytes"]),
+                      _resident_share(row), row["retention"])
+        count, entries, total = count + 1, entries + row["length"], total + row["bytes"]
+    console.print(table)
+    console.print(f"{count} streams, {entries} entries, {_size(total)}", highlight=False)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# tail
+# ---------------------------------------------------------------------------
+
+TAIL_BLOCK_MS = 1000     # one blocking read; short, so that a lost server shows soon
+TAIL_BATCH = 100         # entries per read at most
+_MAX_SEQ = 2**64 - 1
+
+
+def start_after_time(text: str) -> str:
+    """The exclusive XREAD start id for entries at or after ISO 8601 time ``text``
+    (UTC when it names no offset): the last id of the millisecond before it."""
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    ms = int(when.timestamp() * 1000)
+    if ms <= 0:
+        return "0-0"
+    return f"{ms - 1}-{_MAX_SEQ}"
+
+
+def entry_line(entry_id, fields) -> str:
+    """One entry as one line: its id, then field=value words."""
+    words = [_text(entry_id)]
+    if fields is None:          # a pending entry deleted from the stream
+        words.append("(deleted)")
+    else:
+        words += [f"{_word(f)}={_word(v)}" for f, v in fields.items()]
+    return " ".join(words)
+
+
+def _stream_end(r: redis.Redis, key: str) -> str:
+    """The id a follower starts after: the stream's last id, so that what is added
+    from now on is shown; 0-0 for a stream that does not exist yet."""
+    try:
+        return _text(r.xinfo_stream(key)["last-generated-id"])
+    except redis.ResponseError as e:
+        if "no such key" in str(e).lower():
+            return "0-0"
+        raise
+
+
+def _read_batch(r: redis.Redis, args, after: str, want: int) -> list:
+    """The next entries: XREADGROUP > (consuming) with --group, else XREAD after ``after``."""
+    if args.group:
+        reply = r.xreadgroup(args.group, args.consumer, {args.key: ">"}, count=want,
+                             block=TAIL_BLOCK_MS, noack=False)
+    else:
+        reply = r.xread({args.key: after}, count=want, block=TAIL_BLOCK_MS)
+    return reply[0][1] if reply else []
+
+
+def cmd_tail(r: redis.Redis, args, console: Console) -> int:
+    """Print entries as they arrive until --count entries were shown or a signal.
+
+    With --group every batch is printed, flushed, and only then acknowledged (unless
+    --no-ack): an entry acked has been written out."""
+    if bool(args.group) != bool(args.consumer):
+        return _error("--group and --consumer go together")
+    if args.no_ack and not args.group:
+        return _error("--no-ack is for --group")
+    if args.group and (args.from_id or args.from_time):
+        return _error("--from and --from-time follow the stream; with --group the group's "
+                      "position decides")
+    # Ctrl-C and SIGTERM end the follow cleanly, even when SIGINT was inherited ignored
+    # (a backgrounded start).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    shown = 0
+    try:
+        after = args.from_time or args.from_id
+        if after in (None, "$"):
+            # XREAD's "$" again on every read would skip what arrives between two reads.
+            after = _stream_end(r, args.key)
+        while args.count is None or shown < args.count:
+            want = TAIL_BATCH if args.count is None else min(TAIL_BATCH, args.count - shown)
+            entries = _read_batch(r, args, after, want)
+            if not entries:
+                continue
+            sys.stdout.write("".join(entry_line(eid, fields) + "\n" for eid, fields in entries))
+            sys.stdout.flush()
+            if args.group and not args.no_ack:
+                r.xack(args.key, args.group, *(eid for eid, _ in entries))
+            after = _text(entries[-1][0])
+            shown += len(entries)
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        # The reader went away (| head): stop quietly, as tail does; stdout goes to
+        # /dev/null so that the interpreter's last flush does not complain either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def add_stream_tool_parsers(sub, common) -> None:
+    """The streams and tail subcommands."""
+    ss = sub.add_parser("streams", add_help=False, parents=[common],
+                        help="every stream: length, groups, bytes, resident share, retention",
+                        description="List every stream of the database (SCAN ... TYPE stream, "
+                                    "read in pipelined batches): its length, consumer groups, "
+                                    "bytes (on StreamDB the node bytes retention's MAXBYTES "
+                                    "counts; on Redis MEMORY USAGE), the share of them resident "
+                                    "in memory (the rest is cold, on disk: stream-cache-size) and "
+                                    "the retention in force.  On a terminal a table sorted by "
+                                    "key; otherwise plain lines, a header first, one stream a line "
+                                    "as read, bytes as numbers, keys with spaces quoted.")
+    ss.add_argument("--match", default=None, help="only keys matching this glob pattern")
+    ss.set_defaults(run=cmd_streams)
+
+    tl = sub.add_parser("tail", add_help=False, parents=[common],
+                        help="follow a stream like tail -f (with --group: consume and ack)",
+                        description="Print entries of KEY as they are added, one line each: the "
+                                    "id, then field=value (quoted when they hold spaces).  Starts "
+                                    "after the stream's last entry, after --from ID, or at "
+                                    "--from-time (ISO 8601, UTC without an offset).  With --group "
+                                    "and --consumer reads as that consumer (XREADGROUP >) and "
+                                    "acknowledges each batch once printed (--no-ack: leaves them "
+                                    "pending).  Ends on Ctrl-C or after --count entries, exit 0.")
+    tl.add_argument("key")
+    start = tl.add_mutually_exclusive_group()
+    start.add_argument("--from", dest="from_id", default=None, metavar="ID",
+                       help="show the entries after this id (0: the whole stream)")
+    start.add_argument("--from-time", type=start_after_time, default=None, metavar="ISO",
+                       help="show the entries from this time on, e.g. 2026-11-27T09:00:00Z")
+    tl.add_argument("--group", default=None, help="consume as a member of this consumer group")
+    tl.add_argument("--consumer", default=None, help="the consumer's name (with --group)")
+    tl.add_argument("--no-ack", action="store_true", help="with --group: do not XACK what is shown")
+    tl.add_argument("--count", type=int, default=None, help="stop after this many entries")
+    tl.set_defaults(run=cmd_tail)
+
+
+# ---------------------------------------------------------------------------
 # entry point
 # ---------------------------------------------------------------------------
 
@@ -629,6 +918,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="put every key into this database (default: each into the one it was in)")
     ir.add_argument("--replace", action="store_true", help="replace keys that exist (RESTORE REPLACE)")
     ir.set_defaults(run=cmd_import_rdb)
+
+    add_stream_tool_parsers(sub, common)
     return ap
 
 

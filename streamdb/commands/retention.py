@@ -21,9 +21,9 @@ from collections import deque
 
 from .. import log
 from ..config import ConfigError, parse_memory
-from ..engine.ids import PAST_MAX_ID
+from ..engine.ids import PAST_MAX_ID, format_id
 from ..engine.policies import KEEPREF, acked_bound, exact_trim
-from ..engine.retention import RetentionPolicy
+from ..engine.retention import RetentionPolicy, node_byte_counts
 from ..engine.stream import Stream
 from ..protocol.reply import OK, CommandError, Map, Status
 from .args import parse_int
@@ -127,8 +127,13 @@ class Retention:
         core.current_client = None          # the server's own change, as an expiry's DEL
         # Its effect carries no reference policy: KEEPREF, as XTRIM's default.
         core._emit(dbi, [trim_effect(key, exact_trim(s, KEEPREF))])
+        # One line per stream per tick, however many nodes went: a backlog worked off
+        # over many ticks is a line a tick, not a line a node.
+        rules = [f"max-age {max_age} ms"] * bool(max_age) + [f"max-bytes {max_bytes}"] * bool(max_bytes)
         log.log(log.VERBOSE, f"Retention removed {removed} entries ({n} nodes) of stream "
-                             f"'{key.decode('utf-8', 'replace')}' in db {dbi}")
+                             f"'{key.decode('utf-8', 'replace')}' in db {dbi} "
+                             f"({', '.join(rules)}{', acked' if acked else ''}); it now starts at "
+                             f"{format_id(s.firsts[0]).decode()}")
         return n
 
 
@@ -228,17 +233,20 @@ def retention_reset(ctx: Ctx, argv: list[bytes]):
     return OK
 
 
-@subcommand("streamdb.retention", "get", 3, "readonly fast", keys=(2, 2, 1), since=_SINCE)
+@subcommand("streamdb.retention", "get", 3, "readonly", keys=(2, 2, 1), since=_SINCE)
 def retention_get(ctx: Ctx, argv: list[bytes]):
     """STREAMDB.RETENTION GET key
 
     The policy in force (the stream's own settings over the server's defaults),
-    the stream's own settings as SET options, and what retention removed from
-    it since the server started.
+    the stream's own settings as SET options, what retention removed from it
+    since the server started, and the stream's bytes as MAXBYTES counts them
+    with the part of them resident in memory (the rest is cold, on disk only).
+    Not fast: the bytes are summed over the stream's node headers.
     """
     s = _existing_stream(ctx, argv[2], read=True)
     max_age, max_bytes, acked = effective_policy(ctx.config, s)
     p: RetentionPolicy | None = s.retention
+    total_bytes, resident_bytes = node_byte_counts(s)
     return Map([
         (b"max-age", max_age),
         (b"max-bytes", max_bytes),
@@ -246,6 +254,8 @@ def retention_get(ctx: Ctx, argv: list[bytes]):
         (b"own-settings", p.arguments() if p is not None else []),
         (b"trimmed-entries", p.trimmed_entries if p is not None else 0),
         (b"trimmed-nodes", p.trimmed_nodes if p is not None else 0),
+        (b"bytes", total_bytes),
+        (b"resident-bytes", resident_bytes),
     ])
 
 
@@ -253,8 +263,9 @@ def retention_get(ctx: Ctx, argv: list[bytes]):
 DOCS.update({
     'streamdb.retention': _doc('A container for stream retention commands', 'stream',
                                complexity='Depends on subcommand.'),
-    'streamdb.retention|get': _doc("Shows a stream's retention policy and what it removed",
-                                   'stream', complexity='O(1)'),
+    'streamdb.retention|get': _doc("Shows a stream's retention policy, what it removed and the "
+                                   "stream's bytes in memory and on disk", 'stream',
+                                   complexity='O(N) where N is the number of nodes of the stream'),
     'streamdb.retention|help': _doc('Show helpful text about the different subcommands',
                                     'stream', complexity='O(1)'),
     'streamdb.retention|reset': _doc("Forgets a stream's own retention settings", 'stream',
@@ -267,7 +278,8 @@ DOCS.update({
 RETENTION_HELP = [
     b"STREAMDB.RETENTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     b"GET <key>",
-    b"    Show the retention in force for the stream, its own settings and what retention removed.",
+    b"    Show the retention in force for the stream, its own settings, what retention removed",
+    b"    and the stream's bytes (resident in memory and in all).",
     b"RESET <key>",
     b"    Forget the stream's own settings: the server's stream-retention-* defaults apply.",
     b"SET <key> [MAXAGE <milliseconds>] [MAXBYTES <bytes>] [ACKED|NOACKED]",

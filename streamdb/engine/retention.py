@@ -26,7 +26,21 @@ from bisect import bisect_left
 from .ids import MIN_ID
 from .stream import Node, Stream
 
-__all__ = ["RetentionPolicy"]
+__all__ = ["RetentionPolicy", "node_byte_counts"]
+
+
+def node_byte_counts(s: Stream) -> tuple[int, int]:
+    """(the stream's bytes, the part of them in memory): its nodes' byte counts, the
+    measure MAXBYTES limits, and of those the nodes whose content is resident (the
+    open node, sealed nodes holding their blob); a cold node's content is on disk only
+    (engine/nodecache.py).  Walks every node header: O(nodes), no node is read back."""
+    total = resident = 0
+    node: Node
+    for node in s.nodes:
+        total += node.nbytes
+        if node.blob is not None or node.ids is not None:
+            resident += node.nbytes
+    return total, resident
 
 
 class RetentionPolicy:

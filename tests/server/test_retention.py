@@ -220,7 +220,8 @@ def test_get_is_a_map_under_resp3(srv):
         r3.xadd("s", {"f": "v"})
         got = r3.execute_command("STREAMDB.RETENTION", "GET", "s")
         assert got == {b"max-age": 0, b"max-bytes": 0, b"acked": 0, b"own-settings": [],
-                       b"trimmed-entries": 0, b"trimmed-nodes": 0}
+                       b"trimmed-entries": 0, b"trimmed-nodes": 0, b"bytes": 20,
+                       b"resident-bytes": 20}
     finally:
         r3.close()
 
@@ -330,6 +331,33 @@ def test_retention_under_write_load_with_consumer_groups_reading(srv, rc):
     got = policy(rc, "load")
     assert got[b"trimmed-entries"] == total - rc.xlen("load")
     assert rc.xinfo_stream("load")["entries-added"] == total
+
+
+def test_a_trim_logs_one_line_per_stream_per_tick_and_get_shows_the_bytes_left(tmp_path):
+    srv = start(tmp_path / "log", "--appendonly", "no", "--loglevel", "verbose")
+    try:
+        rc = client(srv)
+        add_old(rc, "few", 95)                    # 9 nodes go: one tick
+        add_old(rc, "many", 1000)                 # 99 nodes go: 64 a tick at most, two ticks
+        before = policy(rc, "many")[b"bytes"]
+        for key in ("few", "many"):
+            rc.execute_command("STREAMDB.RETENTION", "SET", key, "MAXAGE", 60_000, "ACKED")
+        wait_until(lambda: rc.xlen("few") == 5 and rc.xlen("many") == NODE, what="age retention")
+        lines = [line for line in srv.log_text().splitlines() if "Retention removed" in line]
+        few = [line for line in lines if "'few'" in line]
+        many = [line for line in lines if "'many'" in line]
+        assert len(few) == 1 and " - Retention removed 90 entries (9 nodes) of stream 'few' in db 0 " \
+            "(max-age 60000 ms, acked); it now starts at 1090-0" in few[0]
+        # A backlog is a line a tick, not a line a node.
+        assert len(many) == 2
+        assert sum(int(line.split("Retention removed ")[1].split()[0]) for line in many) == 990
+        assert many[-1].endswith("it now starts at 1990-0")
+        # GET's bytes are what the stream keeps now: its last node's.
+        left = policy(rc, "many")
+        assert left[b"bytes"] == left[b"resident-bytes"] and 0 < left[b"bytes"] < before // 50
+        rc.close()
+    finally:
+        srv.stop()
 
 
 # ---------------------------------------------------------------------------
