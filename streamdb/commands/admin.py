@@ -18,7 +18,7 @@ from .args import parse_int
 from ..dispatch.context import Ctx, syntax_error
 from .docs import DOCS, GrammarError, grammar_arguments
 from .observe import latencystats_fields, memory_numbers, rewrite_config_file
-from ..dispatch.registry import COMMANDS, CommandSpec, command, lookup, subcommand
+from ..dispatch.registry import COMMANDS, CommandSpec, command, resolve, subcommand
 
 # ---------------------------------------------------------------------------
 # CONFIG
@@ -414,7 +414,8 @@ def command_(ctx: Ctx, argv):
         return Map([(n.encode(), command_docs(spec)) for n, spec in zip(names, map(_spec_named, names))
                     if spec is not None])
     if sub == b"getkeys" and len(argv) >= 3:
-        spec = lookup(argv[2:])
+        # (A subcommand's own key spec, as Redis: XGROUP CREATE's key, STREAMDB.GROUP SET's two.)
+        spec = resolve(argv[2:])
         if spec is None:
             raise CommandError("ERR Invalid command specified")
         n = len(argv) - 2
