@@ -35,8 +35,8 @@ import cython
 
 from .. import log
 from ..engine import MAX_ID, MIN_ID, Stream, format_id
-from ..engine.groups import (ENTRIES_READ_INVALID, MAX_DELIVERY_COUNT, Consumer,
-                             ConsumerGroup, PendingEntry, next_delivery_count)
+from ..engine.groups import (DEAD_LETTER_FIELDS, ENTRIES_READ_INVALID, MAX_DELIVERY_COUNT,
+                             Consumer, ConsumerGroup, PendingEntry, next_delivery_count)
 from ..engine.lag import advance_entries_read_many, clamp_entries_read
 from ..engine.policies import DEL_DELETED, delete_with_policy
 from ..protocol import encode_reply
@@ -49,8 +49,7 @@ from .streams import (XREAD_BLOCKED_DEFAULT_COUNT, ReadArgs, ReadBudget,
                       _stream_key_positions, append_auto, parse_ids_block, parse_policy_ids,
                       parse_read_args, xread_reply)
 
-__all__ = ["xclaim_effect", "new_delivery_effects", "setid_effect", "DEAD_LETTER_FIELDS",
-           "counter_effect"]
+__all__ = ["xclaim_effect", "new_delivery_effects", "setid_effect", "counter_effect"]
 
 NEW_ONLY = -1     # the ">" id of XREADGROUP
 
@@ -178,14 +177,6 @@ def _drop_pending(ctx: Ctx, key: bytes, g: ConsumerGroup, sid: int) -> None:
 # ---------------------------------------------------------------------------
 # Dead letters (the group's policy: STREAMDB.GROUP SET, commands/groupadmin.py)
 # ---------------------------------------------------------------------------
-
-# What a dead-lettered entry holds before its own fields, in this order: where it
-# came from, who had it last ("" when it was NACKed) and how often it was delivered.
-# Fixed and first, so that a replay finds the original fields after them whatever
-# their names.
-DEAD_LETTER_FIELDS = (b"dlq-source", b"dlq-id", b"dlq-group", b"dlq-consumer",
-                      b"dlq-deliveries")
-
 
 def counter_effect(key: bytes, g: ConsumerGroup) -> list[bytes]:
     """The effect that sets the group's dead-lettered counter as it is now."""

@@ -31,7 +31,8 @@ from .ids import MIN_ID
 from .sortedids import SortedIds
 
 __all__ = ["ConsumerGroup", "Consumer", "PendingEntry", "DeadLetterPolicy",
-           "ENTRIES_READ_INVALID", "MAX_DELIVERY_COUNT", "next_delivery_count"]
+           "DEAD_LETTER_FIELDS", "ENTRIES_READ_INVALID", "MAX_DELIVERY_COUNT",
+           "next_delivery_count"]
 
 # Redis's SCG_INVALID_ENTRIES_READ: the group's logical read counter is unknown.
 ENTRIES_READ_INVALID = -1
@@ -95,6 +96,14 @@ class Consumer:
         self.seen_time = now_ms       # last interaction of any kind
         self.active_time = -1         # last successful read/claim; -1 = never
         self.pending = SortedIds()          # ids, as a set (values None)
+
+
+# What a dead-lettered entry holds before its own fields, in this order: the stream
+# and id it came from, its group, who had it last ("" when it was NACKed) and how
+# often it was delivered.  Fixed and first, so that a replay (streamdb-admin
+# dead-letter replay) finds the original fields after them whatever their names.
+DEAD_LETTER_FIELDS = (b"dlq-source", b"dlq-id", b"dlq-group", b"dlq-consumer",
+                      b"dlq-deliveries")
 
 
 class DeadLetterPolicy:
