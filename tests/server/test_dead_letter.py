@@ -10,9 +10,11 @@ import threading
 import pytest
 import redis
 
-from helpers import ServerProcess, wait_until
+from docblocks import run_block
+from helpers import ROOT, ServerProcess, wait_until
 
 MAX = 3      # MAXDELIVERIES in these tests
+DOC_BLOCKS = {"docs/OPERATIONS.md": {"dead-letter"}}
 
 
 def client(srv) -> redis.Redis:
@@ -307,3 +309,23 @@ def test_dump_restore_keeps_the_policy(r):
     payload = r.dump("jobs")
     r.restore("copy", 0, payload)
     assert (policy(r, "copy"), policy(r, "copy", "h")) == before
+
+
+# -- docs/OPERATIONS.md, "Dead letters", as written -------------------------------------
+
+
+def test_the_operations_guide_dead_letter_block(srv, r):
+    r.xadd("orders", {"item": "book"}, id="1-1")
+    r.xgroup_create("orders", "billing", id="0")
+    r.execute_command("STREAMDB.GROUP", "SET", "orders", "billing", "MAXDELIVERIES", 1,
+                      "DEADLETTER", "orders:dlq")
+    r.xreadgroup("billing", "w", {"orders": ">"})
+    r.xreadgroup("billing", "w", {"orders": "0"})          # dead-letters 1-1
+    assert r.xlen("orders:dlq") == 1
+    out = run_block("docs/OPERATIONS.md", "dead-letter", cwd=ROOT, PORT=srv.port)
+    assert out.splitlines()[0] == "OK"
+    assert "dead-lettered" in out and "orders:dlq" in out
+    assert "item=book" in out and "1 replayed" in out
+    assert r.xlen("orders:dlq") == 0
+    assert [fields for _, fields in r.xrange("orders")] == [{b"item": b"book"}] * 2
+    assert policy(r, "orders", "billing")[b"max-deliveries"] == 5
