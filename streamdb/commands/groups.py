@@ -795,8 +795,9 @@ def xnack(ctx: Ctx, argv: list[bytes]):
     ids = parse_strict_stream_ids(raw_ids)
     released = 0
     # Released entries the group's policy dead-letters at once (their count has
-    # reached its MAXDELIVERIES: FATAL's always has): (id, last owner, count).
-    due = []
+    # reached its MAXDELIVERIES: FATAL's always has): id -> (last owner, count).  By
+    # id: an id named twice is released twice, and dead-lettered once if at all.
+    due = {}
     for sid in ids:
         pe = g.pel.get(sid)
         if pe is None:
@@ -812,13 +813,15 @@ def xnack(ctx: Ctx, argv: list[bytes]):
             g.nack(sid, count)
         released += 1
         if g.dead_letter_due(count):
-            due.append((sid, owner, count))
+            due[sid] = (due[sid][0] if sid in due else owner, count)
+        else:
+            due.pop(sid, None)
     if released:
         # Redis propagates XNACK as it was called: it reads no clock, so replayed
         # on the same PEL it releases the same entries with the same counts.  The
         # dead letters' effects follow it: replayed, the XACK removes what it released.
         ctx.propagate_as_is(released)
-    for sid, owner, count in due:
+    for sid, (owner, count) in due.items():
         _dead_lettered(ctx, key, g, sid, s.get(sid), owner, count)
     return released
 
