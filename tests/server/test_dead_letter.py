@@ -271,9 +271,21 @@ def _wait_rewrite(r) -> None:
     assert r.info("persistence")["aof_last_bgrewrite_status"] == "ok"
 
 
-@pytest.mark.parametrize("how", ["aof", "rewrite-preamble", "rewrite-commands", "snapshot"])
+def _backup(r, into) -> None:
+    """STREAMDB.BACKUP into ``into``, waited for."""
+    r.execute_command("STREAMDB.BACKUP", str(into))
+
+    def done():
+        reply = r.execute_command("STREAMDB.BACKUP", "STATUS")
+        st = dict(reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2]))
+        return st[b"in_progress"] == 0 and st
+    assert wait_until(done, 60, "the backup")[b"last_status"] == b"ok"
+
+
+@pytest.mark.parametrize("how", ["aof", "rewrite-preamble", "rewrite-commands", "snapshot",
+                                 "backup"])
 def test_policy_and_counter_survive_restart(tmp_path, how):
-    args = ("--appendonly", "no") if how == "snapshot" else ("--appendonly", "yes")
+    args = ("--appendonly", "yes") if how.startswith(("aof", "rewrite")) else ("--appendonly", "no")
     srv = start(tmp_path / "d", *args)
     try:
         r = client(srv)
@@ -284,6 +296,10 @@ def test_policy_and_counter_survive_restart(tmp_path, how):
                              b"dead-lettered": 1}
         if how == "snapshot":
             assert r.save()
+        elif how == "backup":                    # the server started on the backup instead
+            _backup(r, tmp_path / "backup")
+            srv.kill9()
+            srv = ServerProcess(tmp_path / "backup", "--save", "", "--appendonly", "no")
         elif how.startswith("rewrite"):
             r.config_set("aof-use-rdb-preamble", "yes" if how == "rewrite-preamble" else "no")
             r.bgrewriteaof()
