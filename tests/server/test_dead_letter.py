@@ -169,8 +169,13 @@ def test_set_get_reset_and_their_errors(r):
     r.execute_command("STREAMDB.GROUP", "SET", "jobs", "g", "DEADLETTERED", 7)
     assert r.execute_command("STREAMDB.GROUP", "RESET", "jobs", "g") == b"OK"
     assert policy(r) == {b"max-deliveries": None, b"dead-letter-key": None, b"dead-lettered": 7}
-    # Both keys are keys: for COMMAND GETKEYS and ACLs.
+    # Both keys are keys: for COMMAND GETKEYS, ACLs and COMMAND DOCS.
     assert r.command_getkeys(*cmd, 2, "DEADLETTER", "dlq") == ["jobs", "dlq"]
+    r.set_response_callback("COMMAND", lambda reply, **options: reply)
+    docs = r.execute_command("COMMAND", "DOCS", "STREAMDB.GROUP|SET")
+    policy_block = docs[b"streamdb.group|set"][b"arguments"][2][b"arguments"]
+    assert [(a[b"name"], a[b"type"]) for a in policy_block] == [
+        (b"max-deliveries", b"integer"), (b"dead-letter-key", b"key")]
 
 
 def test_acl_needs_write_access_to_the_dead_letter_key(r):
