@@ -243,6 +243,13 @@ def test_poison_entry_dead_lettered_exactly_once_everywhere(tmp_path):
         wait_until(lambda: rr.execute_command("DEBUG", "DIGEST") == digest, what="replica digest")
         assert_dead_lettered_once(rr, b"c", MAX)
         assert rr.xrange("jobs:dlq") == r.xrange("jobs:dlq")     # the primary's id
+        # A replica that joins now gets it all by a full sync (the codec's payload).
+        with ServerProcess(tmp_path / "r2", "--save", "", "--replicaof", "127.0.0.1",
+                           str(p.port)) as late:
+            rl = client(late)
+            wait_until(lambda: rl.execute_command("DEBUG", "DIGEST") == digest,
+                       what="full-synced replica digest")
+            assert policy(rl) == policy(r)
         p.kill9()
         p.start()                                # replays the AOF
         r = client(p)
