@@ -253,9 +253,10 @@ def cmd_dead_letter_list(r: redis.Redis, args, console: Console) -> int:
 
 def replay_one(r: redis.Redis, dlq, entry_id) -> str:
     """Append dead letter ``entry_id``'s original fields to its source stream and
-    remove it from ``dlq``, both or neither (MULTI under WATCH: a concurrent replay or
-    delete of the same entry makes this one see it gone).  Returns the new id, or
-    why nothing was done."""
+    remove it from ``dlq``, both or neither: MULTI under WATCH of both keys (a
+    concurrent replay or delete of the same entry makes this one see it gone, and
+    the source cannot turn into another type, whose XADD error would not stop the
+    XDEL).  Returns the new id, or why nothing was done."""
     with r.pipeline(transaction=True) as tx:
         while True:
             try:
@@ -267,13 +268,17 @@ def replay_one(r: redis.Redis, dlq, entry_id) -> str:
                     where, original = split_dead_letter(list(found[0][1]))
                 except NotADeadLetter as e:
                     return str(e)
+                source = where[DEAD_LETTER_FIELDS[0]]
+                tx.watch(source)
+                if tx.type(source) not in (b"stream", b"none"):
+                    return f"not replayed: {_text(source)} is no longer a stream"
                 tx.multi()
-                tx.execute_command("XADD", where[DEAD_LETTER_FIELDS[0]], "*", *original)
+                tx.execute_command("XADD", source, "*", *original)
                 tx.xdel(dlq, entry_id)
                 new_id, _ = tx.execute()
-                return f"-> {_text(where[DEAD_LETTER_FIELDS[0]])} {_text(new_id)}"
+                return f"-> {_text(source)} {_text(new_id)}"
             except redis.WatchError:
-                continue           # the dead-letter stream changed meanwhile: look again
+                continue           # a key changed meanwhile: look again
 
 
 def _all_dead_letters(r: redis.Redis, dlq, batch: int = 100):

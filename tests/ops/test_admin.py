@@ -171,11 +171,16 @@ def test_dead_letter_list_and_replay(sdb):
     assert out.returncode == 0 and "2 replayed" in out.stdout
     assert r.xlen("jobs:dlq") == 0
     assert [f[b"job"] for _, f in r.xrange("jobs")] == [b"0", b"1", b"2", b"1", b"0", b"2"]
-    # An entry the policy did not write is left alone.
+    # An entry the policy did not write is left alone, and so is one whose source key
+    # holds another type by now (its XADD would fail: the XDEL must not run).
     r.xadd("jobs:dlq", {"some": "thing"})
+    r.xadd("jobs:dlq", {"dlq-source": "gone", "dlq-id": "1-1", "dlq-group": "g",
+                        "dlq-consumer": "c", "dlq-deliveries": 1, "f": "v"})
+    r.set("gone", "a string")
     out = run_admin(sdb.port, "dead-letter", "replay", "jobs:dlq", "--all")
     assert out.returncode == 1 and "not written by a dead-letter policy" in out.stdout
-    assert r.xlen("jobs:dlq") == 1
+    assert "not replayed: gone is no longer a stream" in out.stdout
+    assert "0 replayed, 2 not replayed" in out.stdout and r.xlen("jobs:dlq") == 2
 
 
 def test_dead_letter_replay_pages_through_a_large_stream(sdb):
