@@ -108,17 +108,22 @@ def group_set(ctx: Ctx, argv: list[bytes]):
         raise syntax_error()
     g = _policy_group(ctx, argv)
     if policy is not None:
-        if policy.key == argv[2]:
-            raise CommandError("ERR the dead-letter key must be another key than the stream")
-        # (Replayed, the key may have changed type since: the effect happened.)
-        held = None if ctx.replaying else ctx.lookup(policy.key)
-        if held is not None and type(held) is not Stream:
-            raise CommandError(WRONGTYPE)
+        _check_dead_letter_key(ctx, argv[2], policy.key)
         g.dead_letter = policy
-    if counter is not None:
-        g.dead_lettered = counter
+    g.dead_lettered = g.dead_lettered if counter is None else counter
     ctx.propagate_as_is()
     return OK
+
+
+def _check_dead_letter_key(ctx: Ctx, key: bytes, target: bytes) -> None:
+    """Refuse a dead-letter key that is the stream ``key`` itself or holds another type
+    than a stream (Redis's WRONGTYPE, at SET rather than at each delivery)."""
+    if target == key:
+        raise CommandError("ERR the dead-letter key must be another key than the stream")
+    # (Replayed, the key may have changed type since: the effect happened.)
+    held = None if ctx.replaying else ctx.lookup(target)
+    if held is not None and type(held) is not Stream:
+        raise CommandError(WRONGTYPE)
 
 
 @subcommand("streamdb.group", "get", 4, "readonly fast", keys=(2, 2, 1), since=_SINCE)

@@ -62,16 +62,19 @@ def assert_dead_lettered_once(r, consumer: bytes, deliveries: int) -> None:
 
 @pytest.fixture
 def srv(tmp_path):
+    """A server without AOF, and ``srv.client``, a client of it (the ``r`` fixture)."""
     s = start(tmp_path / "sdb", "--appendonly", "no")
-    yield s
-    s.stop()
+    s.client = client(s)
+    try:
+        yield s
+    finally:
+        s.client.close()
+        s.stop()
 
 
 @pytest.fixture
 def r(srv):
-    c = client(srv)
-    yield c
-    c.close()
+    return srv.client
 
 
 # -- each path that would deliver the entry again -------------------------------------
