@@ -192,8 +192,9 @@ def _dead_lettered(ctx: Ctx, key: bytes, g: ConsumerGroup, sid: int, fv: list | 
 
     Not when replaying effects (their XADD and XACK follow), nor for a deleted entry
     (nothing to keep).  A dead-letter key that holds another type by now (SET refuses
-    one), or a stream whose ids are used up, dead-letters nothing: the entry is
-    delivered as usual and a warning says why."""
+    one), a stream whose ids are used up, or the stream itself (a RENAME onto the
+    dead-letter key) dead-letters nothing: the entry is delivered as usual and a
+    warning says why."""
     if fv is None or ctx.replaying or not g.dead_letter_due(delivery_count):
         return False
     target_key = g.dead_letter.key
@@ -201,12 +202,12 @@ def _dead_lettered(ctx: Ctx, key: bytes, g: ConsumerGroup, sid: int, fv: list | 
     if target is None:
         target = Stream()
         ctx.db.set(target_key, target)
-    elif type(target) is not Stream or target.last_id >= MAX_ID:
+    elif type(target) is not Stream or target.last_id >= MAX_ID or target_key == key:
+        why = ("is the stream itself" if target_key == key else "holds a full stream"
+               if type(target) is Stream else "holds another type")
         log.log(log.WARNING, f"Not dead-lettering entry {format_id(sid).decode()} of group "
                              f"'{_s(g.name)}' on '{_s(key)}': the dead-letter key "
-                             f"'{_s(target_key)}' holds "
-                             f"{'a full stream' if type(target) is Stream else 'another type'}; "
-                             f"delivered again instead")
+                             f"'{_s(target_key)}' {why}; delivered again instead")
         return False
     text = format_id(sid)
     append_auto(ctx, target_key, target,

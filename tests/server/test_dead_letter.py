@@ -203,6 +203,16 @@ def test_a_dead_letter_key_of_another_type_delivers_as_usual_and_says_so(srv, r)
                what="the warning")
 
 
+def test_a_stream_renamed_onto_its_dead_letter_key_delivers_as_usual(srv, r):
+    poison_setup(r)
+    deliver_max_times(r)
+    r.rename("jobs", "jobs:dlq")                # the policy moves with the stream
+    assert r.xreadgroup("g", "c", {"jobs:dlq": "0"})[0][1][0][0] == b"5-1"
+    assert r.xlen("jobs:dlq") == 1
+    wait_until(lambda: "dead-letter key 'jobs:dlq' is the stream itself" in srv.log_text(),
+               what="the warning")
+
+
 def test_blocked_reader_and_watch_of_the_dead_letter_stream_see_it(srv, r):
     poison_setup(r)
     r.xadd("jobs:dlq", {"first": "entry"}, id="1-1")
