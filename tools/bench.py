@@ -19,6 +19,8 @@ Workloads (names for --only), targets as the table states them:
   xaddp16   XADD, 50 clients, pipeline 16 (redis-benchmark)           req/s, p99
   xrange    XRANGE key - + COUNT 10 on a 1M-entry stream, 50 clients  req/s
   xgroup    XREADGROUP COUNT 10 + XACK loop, 10 consumers (threads)   entries/s
+  xgroupdlq the same with a dead-letter policy on the group (STREAMDB.GROUP SET)
+            against without, both on StreamDB (no Redis run)          entries/s
   ping      PING, 50 clients (redis-benchmark)                        req/s
   xlen      XLEN on a 1000-entry stream, 50 clients (redis-benchmark) req/s
   memory    1M entries ``sensor-id 1234 temperature 19.8``            bytes/entry
@@ -513,17 +515,36 @@ def w_xrange(servers, cfg) -> list[Row]:
                      "req/s", res, "rps", ">=", 0.9)]
 
 
+def _group_rate(srv, n: int, dead_letter_policy: bool = False) -> dict:
+    """group_consume of ``n`` fresh entries by 10 consumers; with ``dead_letter_policy``
+    the group has one (StreamDB only), which ">" reads never apply."""
+    srv.call(b"DEL", b"grp", b"grp:dlq")
+    preload(srv.port, b"grp", n)
+    srv.call(b"XGROUP", b"CREATE", b"grp", b"g", b"0")
+    if dead_letter_policy:
+        srv.call(b"STREAMDB.GROUP", b"SET", b"grp", b"g", b"MAXDELIVERIES", b"3",
+                 b"DEADLETTER", b"grp:dlq")
+    rate = group_consume(srv.port, b"grp", b"g", 10, n)
+    srv.call(b"DEL", b"grp")
+    return {"eps": rate}
+
+
 def w_xgroup(servers, cfg) -> list[Row]:
-    def run(srv):
-        srv.call(b"DEL", b"grp")
-        preload(srv.port, b"grp", cfg.group_n)
-        srv.call(b"XGROUP", b"CREATE", b"grp", b"g", b"0")
-        rate = group_consume(srv.port, b"grp", b"g", 10, cfg.group_n)
-        srv.call(b"DEL", b"grp")
-        return {"eps": rate}
-    res = alternate(servers, cfg.rounds, "xreadgroup+xack", run)
+    res = alternate(servers, cfg.rounds, "xreadgroup+xack",
+                    lambda srv: _group_rate(srv, cfg.group_n))
     return [measured("XREADGROUP COUNT 10 + XACK, 10 consumers", "entries/s", res, "eps",
                      ">=", 0.8)]
+
+
+def w_xgroupdlq(servers, cfg) -> list[Row]:
+    """Issue 30's target: a dead-letter policy costs the delivery of new entries nothing
+    (>= 0.97x).  StreamDB without a policy and with one, alternating on one server."""
+    srv = servers["streamdb"]
+    res = alternate({"without a policy": False, "with a policy": True}, cfg.rounds,
+                    "xreadgroup+xack", lambda policy: _group_rate(srv, cfg.group_n, policy))
+    return [Row("XREADGROUP + XACK with a dead-letter policy (StreamDB both)", "entries/s",
+                median_of(res["without a policy"], "eps"), median_of(res["with a policy"], "eps"),
+                ">=", 0.97, note="'Redis 7.0' column = StreamDB without a policy")]
 
 
 def w_ping(servers, cfg) -> list[Row]:
@@ -618,6 +639,7 @@ WORKLOADS = {
     "xaddp16": w_xaddp16,
     "xrange": w_xrange,
     "xgroup": w_xgroup,
+    "xgroupdlq": w_xgroupdlq,
     "ping": w_ping,
     "xlen": w_xlen,
     "memory": w_memory,

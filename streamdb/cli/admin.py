@@ -6,7 +6,8 @@ Subcommands:
   groups        the groups and consumers of one stream: lag, pending, idle times
   streams       every stream: length, groups, bytes, resident share, retention
   tail          follow a stream like tail -f, or consume it as a group's consumer
-  dead-letter   move entries delivered more than N times to a dead-letter stream
+  dead-letter   list the entries a group's dead-letter policy moved to a dead-letter
+                stream, or replay them into their source streams (StreamDB only)
   claim-idle    hand entries idle longer than a threshold to a live processor
                 (XAUTOCLAIM ... JUSTID loop)
   backup        STREAMDB.BACKUP DIR, then wait for it to finish (StreamDB only)
@@ -20,13 +21,15 @@ Who processes what: claim-idle only moves ownership.  It claims idle entries
 FOR the consumer named by --consumer, a live worker of the group that reads its
 own pending entries (XREADGROUP ... STREAMS key 0) and processes and XACKs
 them.  It claims with JUSTID, which does not count as a delivery, so an
-entry's delivery count grows only when a processor actually reads it, and
-dead-letter --max-deliveries N moves only entries that processors were given
-more than N times.  Running both tools together is safe.
+entry's delivery count grows only when a processor actually reads it.  A group's
+dead-letter policy (STREAMDB.GROUP SET key group MAXDELIVERIES n DEADLETTER dlq)
+is applied by the server: an entry already delivered n times that claim-idle
+would claim goes to the dead-letter stream instead.
 
 The stream subcommands use only standard Redis commands, so they work against
 redis-server as well as StreamDB (streams reads STREAMDB.RETENTION GET where the
-server has it); backup and verify-backup are StreamDB's own.
+server has it); dead-letter reads the entries StreamDB's dead-letter policy writes;
+backup and verify-backup are StreamDB's own.
 """
 
 from __future__ import annotations
@@ -47,10 +50,9 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-__all__ = ["main"]
+from ..engine.groups import DEAD_LETTER_FIELDS
 
-# Fields added to a dead-lettered entry next to its own fields.
-DLQ_FIELDS = ("dlq-stream", "dlq-original-id", "dlq-group", "dlq-consumer", "dlq-deliveries")
+__all__ = ["main"]
 
 
 def _text(value) -> str:
@@ -207,65 +209,115 @@ def cmd_groups(r: redis.Redis, args, console: Console) -> int:
 # ---------------------------------------------------------------------------
 
 
-def over_delivered(r: redis.Redis, key, group, max_deliveries: int, batch: int):
-    """Yield XPENDING extended rows whose delivery count exceeds ``max_deliveries``."""
-    start = "-"
-    while True:
-        rows = r.xpending_range(key, group, start, "+", batch)
-        for row in rows:
-            if row["times_delivered"] > max_deliveries:
-                yield row
-        if len(rows) < batch:
-            return
-        start = _next_id(rows[-1]["message_id"])
+class NotADeadLetter(ValueError):
+    """An entry of the dead-letter stream without the fields the server writes first."""
 
 
-def dead_letter_one(r: redis.Redis, args, row) -> str:
-    """Move one pending entry; returns what happened: moved, deleted, or acked-meanwhile."""
-    entry_id = row["message_id"]
-    found = r.xrange(args.key, entry_id, entry_id)
-    if not found:
-        # Deleted from the stream but still pending: nothing to keep, just ack.
-        r.xack(args.key, args.group, entry_id)
-        return "deleted"
-    fields = dict(found[0][1])
-    fields.update({
-        "dlq-stream": args.key, "dlq-original-id": entry_id, "dlq-group": args.group,
-        "dlq-consumer": row["consumer"], "dlq-deliveries": row["times_delivered"]})
-    with r.pipeline(transaction=True) as tx:     # MULTI: both or neither
-        tx.xadd(args.to, fields)
-        tx.xack(args.key, args.group, entry_id)
-        _, acked = tx.execute()
-    # A consumer may have acked it between XPENDING and EXEC; it is then in the
-    # dead-letter stream too, which the report says.
-    return "moved" if acked else "acked-meanwhile"
+def split_dead_letter(fields: list[bytes]) -> tuple[dict[bytes, bytes], list[bytes]]:
+    """A dead-lettered entry's flat field list as (where it came from, keyed by
+    DEAD_LETTER_FIELDS, its original fields as a flat list)."""
+    n = len(DEAD_LETTER_FIELDS)
+    names = fields[0:2 * n:2]
+    if tuple(names) != DEAD_LETTER_FIELDS or len(fields) < 2 * n + 2:
+        raise NotADeadLetter("not written by a dead-letter policy")
+    return dict(zip(names, fields[1:2 * n:2])), fields[2 * n:]
 
 
-def cmd_dead_letter(r: redis.Redis, args, console: Console) -> int:
-    total = r.xpending(args.key, args.group)["pending"]
-    rows = []
-    counts = {"moved": 0, "deleted": 0, "acked-meanwhile": 0, "would move": 0}
-    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
-        task = bar.add_task("scanning pending entries", total=total)
-        for row in over_delivered(r, args.key, args.group, args.max_deliveries, args.batch):
-            outcome = "would move" if args.dry_run else dead_letter_one(r, args, row)
-            counts[outcome] += 1
-            rows.append((row, outcome))
-            bar.advance(task)
-    table = Table(title=f"{'Would dead-letter' if args.dry_run else 'Dead-lettered'} "
-                        f"{args.key} / {args.group} -> {args.to}")
-    for name in ("id", "consumer", "deliveries", "outcome"):
+def _raw_ranges(r: redis.Redis) -> None:
+    """XRANGE and XREVRANGE replies as the server sends them: each entry's fields a flat
+    list (redis-py's dict would merge a repeated field name).  Pipelines made from
+    ``r`` afterwards inherit it."""
+    for name in ("XRANGE", "XREVRANGE"):
+        r.set_response_callback(name, lambda reply, **options: reply)
+
+
+def _flat_range(r: redis.Redis, key, start, end, count: int) -> list[tuple[bytes, list[bytes]]]:
+    """XRANGE of at most ``count`` entries, each (id, flat field list); after _raw_ranges."""
+    reply = r.execute_command("XRANGE", key, start, end, "COUNT", count)
+    return [(entry[0], list(entry[1])) for entry in reply]
+
+
+def cmd_dead_letter_list(r: redis.Redis, args, console: Console) -> int:
+    _raw_ranges(r)
+    total = r.xlen(args.dlq)
+    table = Table(title=f"Dead letters in {_text(args.dlq)} ({total})")
+    for name in ("id", "source", "source id", "group", "consumer", "deliveries", "fields"):
         table.add_column(name)
-    for row, outcome in rows[:args.show]:
-        table.add_row(_text(row["message_id"]), _text(row["consumer"]), str(row["times_delivered"]), outcome)
-    if rows:
-        console.print(table)
-    if len(rows) > args.show:
-        console.print(f"... and {len(rows) - args.show} more")
-    done = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
-    console.print(f"{len(rows)} of {total} pending entries delivered more than {args.max_deliveries} times"
-                  + (f": {done}" if done else ""))
+    for entry_id, fields in _flat_range(r, args.dlq, "-", "+", args.count):
+        try:
+            where, original = split_dead_letter(fields)
+        except NotADeadLetter as e:
+            table.add_row(_text(entry_id), "-", "-", "-", "-", "-", f"({e})")
+            continue
+        shown = " ".join(f"{_text(f)}={_text(v)}" for f, v in zip(original[::2], original[1::2]))
+        table.add_row(_text(entry_id), *(_text(where[f]) for f in DEAD_LETTER_FIELDS), shown)
+    console.print(table)
+    if total > args.count:
+        console.print(f"... and {total - args.count} more (--count)")
     return 0
+
+
+def replay_one(r: redis.Redis, dlq, entry_id) -> str:
+    """Append dead letter ``entry_id``'s original fields to its source stream and
+    remove it from ``dlq``, both or neither: MULTI under WATCH of both keys (a
+    concurrent replay or delete of the same entry makes this one see it gone, and
+    the source cannot turn into another type, whose XADD error would not stop the
+    XDEL).  Returns the new id, or why nothing was done."""
+    with r.pipeline(transaction=True) as tx:
+        while True:
+            try:
+                tx.watch(dlq)
+                found = tx.execute_command("XRANGE", dlq, entry_id, entry_id)
+                if not found:
+                    return "not found"
+                try:
+                    where, original = split_dead_letter(list(found[0][1]))
+                except NotADeadLetter as e:
+                    return str(e)
+                source = where[DEAD_LETTER_FIELDS[0]]
+                tx.watch(source)
+                if tx.type(source) not in (b"stream", b"none"):
+                    return f"not replayed: {_text(source)} is no longer a stream"
+                tx.multi()
+                tx.execute_command("XADD", source, "*", *original)
+                tx.xdel(dlq, entry_id)
+                new_id, _ = tx.execute()
+                return f"-> {_text(source)} {_text(new_id)}"
+            except redis.WatchError:
+                continue           # a key changed meanwhile: look again
+
+
+def _all_dead_letters(r: redis.Redis, dlq, batch: int = 100):
+    """The ids in ``dlq`` up to its last entry now (entries dead-lettered again while
+    the replay runs wait for the next one: a poison entry cannot keep it going)."""
+    last = r.execute_command("XREVRANGE", dlq, "+", "-", "COUNT", 1)
+    if not last:
+        return
+    end, start = last[0][0], "-"
+    while True:
+        entries = _flat_range(r, dlq, start, end, batch)
+        for entry_id, _ in entries:
+            yield entry_id
+        if len(entries) < batch:
+            return
+        start = _next_id(entries[-1][0])
+
+
+def cmd_dead_letter_replay(r: redis.Redis, args, console: Console) -> int:
+    if bool(args.ids) == args.all:
+        return _error("name the entries to replay, or --all")
+    _raw_ranges(r)
+    ids = _all_dead_letters(r, args.dlq) if args.all else args.ids
+    replayed = failed = 0
+    for entry_id in ids:
+        outcome = replay_one(r, args.dlq, entry_id)
+        if outcome.startswith("->"):
+            replayed += 1
+        else:
+            failed += 1
+        console.print(f"{_text(entry_id)} {outcome}", highlight=False)
+    console.print(f"{replayed} replayed" + (f", {failed} not replayed" if failed else ""))
+    return 1 if failed else 0
 
 
 # ---------------------------------------------------------------------------
@@ -296,7 +348,7 @@ def claim_pass(r: redis.Redis, args, console: Console, stop: StopFlag) -> int:
 
     JUSTID: claiming is not a delivery (Redis leaves the delivery count alone),
     so passes over entries the processor has not read yet do not push them
-    towards dead-letter's --max-deliveries.  The processor's own read of its
+    towards the group's dead-letter policy.  The processor's own read of its
     pending entries counts the delivery.
     """
     cursor, claimed = "0-0", 0
@@ -833,20 +885,27 @@ def build_parser() -> argparse.ArgumentParser:
     gr.set_defaults(run=cmd_groups)
 
     dl = sub.add_parser("dead-letter", add_help=False, parents=[common],
-                        help="move over-delivered pending entries to a dead-letter stream",
-                        description="Move pending entries delivered more than --max-deliveries times "
-                                    "to a dead-letter stream (XADD + XACK in one MULTI).  The delivery "
-                                    "count counts reads by consumers (XREADGROUP), not claim-idle's "
-                                    "claims, which use JUSTID: both tools can run together.")
-    dl.add_argument("key")
-    dl.add_argument("group")
-    dl.add_argument("--max-deliveries", type=int, required=True,
-                    help="entries delivered more than this many times are moved")
-    dl.add_argument("--to", required=True, help="the dead-letter stream")
-    dl.add_argument("--dry-run", action="store_true", help="only list what would be moved")
-    dl.add_argument("--batch", type=int, default=100, help="XPENDING page size (default 100)")
-    dl.add_argument("--show", type=int, default=50, help="rows listed at most (default 50)")
-    dl.set_defaults(run=cmd_dead_letter)
+                        help="list or replay the entries of a dead-letter stream",
+                        description="A group's dead-letter policy (STREAMDB.GROUP SET key group "
+                                    "MAXDELIVERIES n DEADLETTER dlq) makes the server move an entry "
+                                    "delivered n times to the stream dlq instead of delivering it "
+                                    "again, with its source key, id, group, last consumer and "
+                                    "delivery count before its own fields.  list shows them; replay "
+                                    "appends each one's original fields to its source stream again "
+                                    "(a new entry, delivered to the groups as new) and removes it from "
+                                    "dlq, both or neither (MULTI).")
+    dl_sub = dl.add_subparsers(dest="action", required=True)
+    dll = dl_sub.add_parser("list", add_help=False, parents=[common], help="show dead letters")
+    dll.add_argument("dlq", help="the dead-letter stream")
+    dll.add_argument("--count", type=int, default=50, help="entries shown at most (default 50)")
+    dll.set_defaults(run=cmd_dead_letter_list)
+    dlr = dl_sub.add_parser("replay", add_help=False, parents=[common],
+                            help="append dead letters to their source streams again")
+    dlr.add_argument("dlq", help="the dead-letter stream")
+    dlr.add_argument("ids", nargs="*", help="ids of entries of the dead-letter stream")
+    dlr.add_argument("--all", action="store_true",
+                     help="every entry the dead-letter stream holds when the replay starts")
+    dlr.set_defaults(run=cmd_dead_letter_replay)
 
     ci = sub.add_parser("claim-idle", add_help=False, parents=[common],
                         help="hand idle entries to a live processor (XAUTOCLAIM JUSTID), in a loop",
@@ -855,8 +914,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "own pending entries (XREADGROUP GROUP g <consumer> STREAMS key 0), "
                                     "processes and XACKs them.  This tool only moves ownership; it "
                                     "claims with JUSTID, which does not count as a delivery, so passes "
-                                    "over entries not yet processed do not raise their delivery count "
-                                    "and dead-letter --max-deliveries stays a count of real deliveries.  "
+                                    "over entries not yet processed do not raise their delivery count, "
+                                    "which the group's dead-letter policy (STREAMDB.GROUP SET) reads.  "
                                     "--once makes one pass and exits (2 if the server cannot be reached); "
                                     "the loop retries a lost connection with back-off, one line per retry.")
     ci.add_argument("key")

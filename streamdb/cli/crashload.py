@@ -1,6 +1,7 @@
 """The crash tools' load and what they record of it: producers (XADD) and group
-consumers (XREADGROUP + XACK) whose acknowledged operations go into a Ledger, and a
-server start-up that waits until it answers.  streamdb-crashtest's kill -9 rounds and
+consumers (XREADGROUP + XACK) whose acknowledged operations go into a Ledger, a
+consumer of a group with a dead-letter policy that fails every entry, and a server
+start-up that waits until it answers.  streamdb-crashtest's kill -9 rounds and
 its --failover rounds (crashfailover.py) both run this load."""
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from .procs import wait_until_ready
 
 STREAM = "crash:log"
 GROUP = "crash-group"
+# A second group of STREAM whose only consumer fails every entry: its dead-letter
+# policy (MAXDELIVERIES 1) moves each one to DEAD_LETTERS when it is read again.
+DLQ_GROUP = "crash-dlq-group"
+DEAD_LETTERS = "crash:dlq"
 # A reply that takes this long was held (the server waits for a disk that
 # fails before it answers): counted, not an error.
 HELD_AFTER_S = 1.0
@@ -55,6 +60,7 @@ class Ledger:
     # reply held HELD_AFTER_S or more (or never sent before the client's timeout).
     misconf: int = 0
     held: int = 0
+    dead_letter_reads: int = 0      # acknowledged re-reads of DLQ_GROUP (each dead-letters what it finds)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -150,13 +156,32 @@ def _consumer(connect, name: str, ledger: Ledger, stop: threading.Event, promise
     except (redis.RedisError, OSError):
         pass
 
+def _failing_consumer(connect, ledger: Ledger, stop: threading.Event) -> None:
+    """DLQ_GROUP's consumer: reads new entries, acknowledges none, and reads its own
+    pending ones again, which the group's policy dead-letters instead (every entry
+    delivered to the group ends up pending or in DEAD_LETTERS), until ``stop`` or an
+    error."""
+    r = connect()
+    try:
+        while not stop.is_set():
+            got = _request(ledger, r.xreadgroup, DLQ_GROUP, "failing", {STREAM: ">"}, count=10,
+                           block=100)
+            if got is NOT_ACKNOWLEDGED:
+                continue
+            if _request(ledger, r.xreadgroup, DLQ_GROUP, "failing", {STREAM: "0"},
+                        count=10) is not NOT_ACKNOWLEDGED:
+                with ledger.lock:
+                    ledger.dead_letter_reads += 1
+    except (redis.RedisError, OSError):
+        pass
 
 
-def _entries(r: redis.Redis) -> dict[bytes, dict]:
+def _entries(r: redis.Redis, key: str = STREAM) -> dict[bytes, dict]:
+    """Every entry of ``key``: id -> fields."""
     present = {}
     start = "-"
     while True:
-        chunk = r.xrange(STREAM, min=start, count=5000)
+        chunk = r.xrange(key, min=start, count=5000)
         if not chunk:
             return present
         for sid, fields in chunk:

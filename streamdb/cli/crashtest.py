@@ -18,7 +18,11 @@ After every restart it verifies:
 * every acknowledged XADD is present, with its fields;
 * every acknowledged XACK holds (the entry is not pending);
 * every delivered, not acknowledged entry is still pending;
-* no group's last-delivered id moved backwards.
+* no group's last-delivered id moved backwards;
+* a second group, with a dead-letter policy (MAXDELIVERIES 1, to crash:dlq) and a
+  consumer that fails every entry, has each entry it was given either pending or
+  in the dead-letter stream, never both, never twice (a dead-lettering and its
+  acknowledgement are one step: a kill or a cut keeps both or neither).
 
 Under ``appendfsync always`` any loss is a failure.  Under ``everysec`` and
 ``no`` a power cut may lose acknowledged writes that were not fsynced yet: such
@@ -85,8 +89,9 @@ from ..persistence.aof import (SEGMENT_MAGIC, AofCorruption, AofError, Manifest,
 from ..config import ConfigError, parse_memory
 from .faults import DISK_FULL, KINDS, Faults, FaultSetupError
 from .crashfailover import FailoverSetupError, print_failover_table, run_failover
-from .crashload import (GROUP, HELD_AFTER_S, STREAM, Ledger, ServerDidNotStart,
-                        _client, _consumer, _entries, _id_key, _now_ms, _producer, _start)
+from .crashload import (DEAD_LETTERS, DLQ_GROUP, GROUP, HELD_AFTER_S, STREAM, Ledger,
+                        ServerDidNotStart, _client, _consumer, _entries, _failing_consumer,
+                        _id_key, _now_ms, _producer, _start)
 from .procs import free_port
 
 # --faults: each round first writes a few entries to a stream of its own that no
@@ -189,6 +194,11 @@ class Check:
     last_id: bytes
     last_id_regressed: bool
     lost_cold: list[tuple[bytes, bytes]] = field(default_factory=list)   # (cold stream, id)
+    # DLQ_GROUP: entries it was given that are neither pending nor dead-lettered, and
+    # ones that are both or dead-lettered twice; how many dead letters there are.
+    dlq_lost: list[bytes] = field(default_factory=list)
+    dlq_duplicated: list[bytes] = field(default_factory=list)
+    dead_letters: int = 0
 
 
 @dataclass
@@ -203,6 +213,8 @@ class RoundResult:
     ack_violations: int = 0
     pending_violations: int = 0
     last_id_regressions: int = 0
+    dlq_violations: int = 0           # DLQ_GROUP's entries lost or duplicated (Check.dlq_*)
+    dead_letters: int = 0             # what DEAD_LETTERS held at the check after this round
     loss_window_ms: int = 0           # how far back before the cut the oldest loss reaches
     failures: int = 0
     notes: list[str] = field(default_factory=list)      # why it failed
@@ -229,14 +241,7 @@ def verify(port: int, ledger: Ledger, last_id_before: bytes) -> Check:
             lost.append(sid)
         elif f.get(b"producer") != name.encode() or f.get(b"seq") != str(seq).encode():
             bad += 1
-    pending = set()
-    start = "-"
-    while True:
-        rows = r.xpending_range(STREAM, GROUP, min=start, max="+", count=5000)
-        if not rows:
-            break
-        pending.update(row["message_id"] for row in rows)
-        start = "(" + rows[-1]["message_id"].decode()
+    pending = _pending_ids(r, GROUP)
     undone_acks = [sid for sid in ledger.acked if sid in pending]
     undone_deliveries = [sid for sid in ledger.delivered
                          if sid not in ledger.ack_sent and sid not in pending and sid in present]
@@ -247,7 +252,37 @@ def verify(port: int, ledger: Ledger, last_id_before: bytes) -> Check:
     for key, ids in ledger.cold.items():
         there = {sid for sid, _ in r.xrange(key)}
         lost_cold += [(key, sid) for sid in ids if sid not in there]
-    return Check(lost, bad, undone_acks, undone_deliveries, last, regressed, lost_cold)
+    check = Check(lost, bad, undone_acks, undone_deliveries, last, regressed, lost_cold)
+    _verify_dead_letters(r, present, groups[DLQ_GROUP.encode()]["last-delivered-id"], check)
+    return check
+
+
+def _pending_ids(r: redis.Redis, group: str) -> set[bytes]:
+    pending = set()
+    start = "-"
+    while True:
+        rows = r.xpending_range(STREAM, group, min=start, max="+", count=5000)
+        if not rows:
+            return pending
+        pending.update(row["message_id"] for row in rows)
+        start = "(" + rows[-1]["message_id"].decode()
+
+
+def _verify_dead_letters(r: redis.Redis, present: dict, last_given: bytes, check: Check) -> None:
+    """DLQ_GROUP after the restart: every entry of the stream up to the group's
+    last-delivered id (it was given to the failing consumer, which acknowledges
+    nothing) is pending in the group or in DEAD_LETTERS, exactly once."""
+    pending = _pending_ids(r, DLQ_GROUP)
+    letters = [fields[b"dlq-id"] for fields in _entries(r, DEAD_LETTERS).values()]
+    check.dead_letters = len(letters)
+    seen = set()
+    for sid in letters:
+        if sid in seen or sid in pending:
+            check.dlq_duplicated.append(sid)
+        seen.add(sid)
+    top = _id_key(last_given)
+    check.dlq_lost = [sid for sid in present
+                      if _id_key(sid) <= top and sid not in pending and sid not in seen]
 
 
 def judge(result: RoundResult, check: Check, ledger: Ledger, fsync: str) -> None:
@@ -257,6 +292,8 @@ def judge(result: RoundResult, check: Check, ledger: Ledger, fsync: str) -> None
     result.ack_violations = len(check.undone_acks)
     result.pending_violations = len(check.undone_deliveries)
     result.last_id_regressions = int(check.last_id_regressed)
+    result.dlq_violations = len(check.dlq_lost) + len(check.dlq_duplicated)
+    result.dead_letters = check.dead_letters
     # Every loss with the time it was acknowledged.
     losses = ([(sid, _id_key(sid)[0]) for sid in check.lost_xadds]
               + [(sid, _id_key(sid)[0]) for _, sid in check.lost_cold]
@@ -264,9 +301,15 @@ def judge(result: RoundResult, check: Check, ledger: Ledger, fsync: str) -> None
               + [(sid, ledger.delivered[sid]) for sid in check.undone_deliveries])
     if check.last_id_regressed:
         losses.append((ledger.max_delivered, ledger.max_delivered_ms))
-    result.failures = check.bad_fields
+    # Under any fsync policy: a cut keeps a dead-lettering's XADD and XACK or neither.
+    result.failures = check.bad_fields + result.dlq_violations
     if check.bad_fields:
         result.notes.append(f"{check.bad_fields} entries came back with other fields")
+    for what, ids in (("neither pending nor dead-lettered", check.dlq_lost),
+                      ("pending and dead-lettered, or dead-lettered twice", check.dlq_duplicated)):
+        if ids:
+            result.notes.append(f"{len(ids)} entries of {DLQ_GROUP} are {what} "
+                                f"(e.g. {ids[0].decode()})")
     if check.lost_cold:
         key, sid = check.lost_cold[0]
         result.notes.append(f"{len(check.lost_cold)} of the losses are entries of streams written only at a "
@@ -387,7 +430,12 @@ def _rounds(args, rng: random.Random, scratch: str, data_dir: str, faults: Fault
                                          f"the end of {log_path}:\n    {_log_tail(log_path)}")
                 return True
             if rnd == 1:
-                redis.Redis(port=port).xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+                r = redis.Redis(port=port)
+                r.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+                r.xgroup_create(STREAM, DLQ_GROUP, id="0")
+                r.execute_command("STREAMDB.GROUP", "SET", STREAM, DLQ_GROUP, "MAXDELIVERIES", 1,
+                                  "DEADLETTER", DEAD_LETTERS)
+                r.close()
                 if args.power_loss:
                     # The set-up is not under test: a cut must not take the stream
                     # and its group away before the first fsync.
@@ -487,6 +535,7 @@ def _load_and_kill(rnd: int, proc: subprocess.Popen, port: int, ledger: Ledger, 
                                 daemon=True) for i in range(args.producers)]
     threads += [threading.Thread(target=_consumer, args=(connect, f"c{i}", ledger, stop), daemon=True)
                 for i in range(args.consumers)]
+    threads.append(threading.Thread(target=_failing_consumer, args=(connect, ledger, stop), daemon=True))
     for t in threads:
         t.start()
     result = RoundResult(rnd, 0.0, 0, fault=fault)
@@ -626,6 +675,8 @@ def print_table(results: list[RoundResult], fsync: str, power_loss: bool) -> Non
     print(f"TOTAL rounds={len(results)} acked_xadds={tot('acked_xadds')} "
           f"lost={tot('lost_xadds')} bad_fields={tot('bad_fields')} ack_violations={tot('ack_violations')} "
           f"pending_violations={tot('pending_violations')} lastid_regressions={tot('last_id_regressions')} "
+          f"dead_letters={results[-1].dead_letters if results else 0} "
+          f"dlq_violations={tot('dlq_violations')} "
           f"max_loss_window_ms={window} failures={tot('failures')}")
     for r in results:
         for note in r.notes:

@@ -518,11 +518,12 @@ DOCS: dict[str, CommandDoc] = {
 # "x | y" (one of, whole phrases), <a|b>, "x [x ...]" (repeated), UPPER = token.
 # ---------------------------------------------------------------------------
 
-_KEY_NAMES = {"key", "newkey", "source", "destination"}
+_KEY_NAMES = {"key", "newkey", "source", "destination", "dead-letter-key"}
 _INTEGER_WORDS = ("count", "milliseconds", "seconds", "timeout", "index", "numids", "offset",
                   "bits", "numreplicas", "increment", "decrement", "cursor", "entries-read",
                   "entries-added", "duration", "maxsize", "min-idle-time", "ms", "s", "frequency",
-                  "ttl", "port", "protover", "db", "destination-db", "retrycount", "client-id")
+                  "ttl", "port", "protover", "db", "destination-db", "retrycount", "client-id",
+                  "max-deliveries")
 
 
 class GrammarError(ValueError):

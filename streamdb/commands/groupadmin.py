@@ -15,9 +15,12 @@ Every change is propagated as plain deterministic effects, like any write.
 
 from __future__ import annotations
 
-from ..dispatch.context import Ctx
+from ..dispatch.context import WRONGTYPE, Ctx, syntax_error
 from ..dispatch.registry import command, subcommand
-from ..protocol.reply import CommandError, Status
+from ..engine import Stream
+from ..engine.groups import ConsumerGroup, DeadLetterPolicy
+from ..protocol.reply import OK, CommandError, Map, Status
+from .args import eq, parse_int
 from .docs import DOCS, _doc
 
 __all__ = ["GROUP_HELP"]
@@ -55,10 +58,113 @@ def group_help(ctx: Ctx, argv: list[bytes]):
     return [Status(line.decode()) for line in GROUP_HELP]
 
 
+# -- SET / GET / RESET: the dead-letter policy ------------------------------------
+#
+# The policy and the group's dead-lettered counter live on the group
+# (ConsumerGroup.dead_letter, .dead_lettered): snapshots, DUMP payloads and full
+# syncs carry them in the codec, an AOF rewrite as SET (+ RESET).  What the server
+# does with the policy is in commands/groups.py (_dead_lettered).
+
+
+def _policy_group(ctx: Ctx, argv: list[bytes], read: bool = False) -> ConsumerGroup:
+    """The group ``argv[3]`` of the stream at ``argv[2]``: WRONGTYPE, or NOGROUP as
+    XREADGROUP words it when either is missing."""
+    s = ctx.lookup_stream(argv[2], read)
+    g = s.groups.get(argv[3]) if s is not None and s.groups else None
+    if g is None:
+        raise CommandError(f"NOGROUP No such key '{argv[2].decode('utf-8', 'replace')}' or "
+                           f"consumer group '{argv[3].decode('utf-8', 'replace')}'")
+    return g
+
+
+# SET's dead-letter key is always argv[7] (the policy's two options come first, in
+# their order): its key spec (2, 7, 5) names both keys for ACLs and COMMAND GETKEYS.
+@subcommand("streamdb.group", "set", -6, "write fast", keys=(2, 7, 5), since=_SINCE)
+def group_set(ctx: Ctx, argv: list[bytes]):
+    """STREAMDB.GROUP SET key group [MAXDELIVERIES max-deliveries DEADLETTER dead-letter-key] [DEADLETTERED count]
+
+    Sets the group's dead-letter policy: an entry pending in the group that was
+    delivered max-deliveries times goes to the stream at dead-letter-key instead of
+    being delivered again.  DEADLETTERED sets the group's counter of dead-lettered
+    entries (for the AOF and replicas, as XGROUP's ENTRIESREAD).  A dead-letter key
+    holding another type than a stream is refused (WRONGTYPE); it must not be the
+    stream itself.
+    """
+    n = len(argv)
+    policy = counter = None
+    i = 4
+    if n >= 8 and eq(argv[4], b"maxdeliveries") and eq(argv[6], b"deadletter"):
+        most = parse_int(argv[5])
+        if most < 1:
+            raise CommandError("ERR MAXDELIVERIES must be a positive integer")
+        policy = DeadLetterPolicy(most, argv[7])
+        i = 8
+    if i + 2 == n and eq(argv[i], b"deadlettered"):
+        counter = parse_int(argv[i + 1])
+        if counter < 0:
+            raise CommandError("ERR DEADLETTERED must be >= 0")
+        i += 2
+    if i != n:
+        raise syntax_error()
+    g = _policy_group(ctx, argv)
+    if policy is not None:
+        _check_dead_letter_key(ctx, argv[2], policy.key)
+        g.dead_letter = policy
+    g.dead_lettered = g.dead_lettered if counter is None else counter
+    ctx.propagate_as_is()
+    return OK
+
+
+def _check_dead_letter_key(ctx: Ctx, key: bytes, target: bytes) -> None:
+    """Refuse a dead-letter key that is the stream ``key`` itself or holds another type
+    than a stream (Redis's WRONGTYPE, at SET rather than at each delivery)."""
+    if target == key:
+        raise CommandError("ERR the dead-letter key must be another key than the stream")
+    # (Replayed, the key may have changed type since: the effect happened.)
+    held = None if ctx.replaying else ctx.lookup(target)
+    if held is not None and type(held) is not Stream:
+        raise CommandError(WRONGTYPE)
+
+
+@subcommand("streamdb.group", "get", 4, "readonly fast", keys=(2, 2, 1), since=_SINCE)
+def group_get(ctx: Ctx, argv: list[bytes]):
+    """STREAMDB.GROUP GET key group
+
+    The group's dead-letter policy (nil fields without one) and how many entries
+    it dead-lettered since it was created.
+    """
+    g = _policy_group(ctx, argv, read=True)
+    policy: DeadLetterPolicy | None = g.dead_letter
+    return Map([
+        (b"max-deliveries", policy.max_deliveries if policy is not None else None),
+        (b"dead-letter-key", policy.key if policy is not None else None),
+        (b"dead-lettered", g.dead_lettered),
+    ])
+
+
+@subcommand("streamdb.group", "reset", 4, "write fast", keys=(2, 2, 1), since=_SINCE)
+def group_reset(ctx: Ctx, argv: list[bytes]):
+    """STREAMDB.GROUP RESET key group
+
+    Removes the group's dead-letter policy (its dead-lettered counter stays).
+    """
+    g = _policy_group(ctx, argv)
+    if g.dead_letter is not None:
+        g.dead_letter = None
+        ctx.propagate_as_is()
+    return OK
+
+
 # COMMAND DOCS: StreamDB's own texts (Redis has no such command), kept with the command.
 DOCS.update({
     'streamdb.group': _doc("A container for StreamDB's consumer group commands", 'stream',
                            complexity='Depends on subcommand.'),
     'streamdb.group|help': _doc('Show helpful text about the different subcommands',
                                 'stream', complexity='O(1)'),
+    'streamdb.group|set': _doc("Sets a consumer group's dead-letter policy", 'stream',
+                               complexity='O(1)'),
+    'streamdb.group|get': _doc("Shows a consumer group's dead-letter policy and count",
+                               'stream', complexity='O(1)'),
+    'streamdb.group|reset': _doc("Removes a consumer group's dead-letter policy", 'stream',
+                                 complexity='O(1)'),
 })

@@ -17,7 +17,11 @@ Effects (see docs/ARCHITECTURE.md) are deterministic and self-sufficient:
 * a PEL entry dropped because its stream entry is gone becomes ``XACK``;
 * ``XGROUP CREATE ... $`` is recorded with the resolved id and ENTRIESREAD;
 * an XNACK that releases something is recorded as called, as Redis propagates it
-  (it reads no clock: replayed on the same PEL it does the same).
+  (it reads no clock: replayed on the same PEL it does the same);
+* a pending entry dead-lettered by the group's policy (instead of a redelivery, or
+  at an XNACK) becomes ``XADD <dead-letter key> <id> ..``, ``XACK key group <id>``
+  and ``STREAMDB.GROUP SET key group DEADLETTERED <n>`` (the group's counter).
+  Effects being replayed never dead-letter: their own XADD/XACK follow them.
 
 Entries an XREADGROUP leaves out because of MAXCOUNT/MAXSIZE are looked at before
 anything changes, so they have no effect at all.
@@ -29,9 +33,10 @@ from itertools import islice, repeat
 
 import cython
 
+from .. import log
 from ..engine import MAX_ID, MIN_ID, Stream, format_id
-from ..engine.groups import (ENTRIES_READ_INVALID, MAX_DELIVERY_COUNT, Consumer,
-                             ConsumerGroup, PendingEntry, next_delivery_count)
+from ..engine.groups import (DEAD_LETTER_FIELDS, ENTRIES_READ_INVALID, MAX_DELIVERY_COUNT,
+                             Consumer, ConsumerGroup, PendingEntry, next_delivery_count)
 from ..engine.lag import advance_entries_read_many, clamp_entries_read
 from ..engine.policies import DEL_DELETED, delete_with_policy
 from ..protocol import encode_reply
@@ -41,10 +46,10 @@ from .args import (eq, parse_int, parse_range_bound, parse_stream_id,
 from ..dispatch.context import BlockRequest, Ctx, syntax_error
 from ..dispatch.registry import command, subcommand
 from .streams import (XREAD_BLOCKED_DEFAULT_COUNT, ReadArgs, ReadBudget,
-                      _stream_key_positions, parse_ids_block, parse_policy_ids,
+                      _stream_key_positions, append_auto, parse_ids_block, parse_policy_ids,
                       parse_read_args, xread_reply)
 
-__all__ = ["xclaim_effect", "new_delivery_effects", "setid_effect"]
+__all__ = ["xclaim_effect", "new_delivery_effects", "setid_effect", "counter_effect"]
 
 NEW_ONLY = -1     # the ">" id of XREADGROUP
 
@@ -167,6 +172,53 @@ def _drop_pending(ctx: Ctx, key: bytes, g: ConsumerGroup, sid: int) -> None:
     """Remove a PEL entry whose stream entry no longer exists."""
     g.ack(sid)
     ctx.propagate([b"XACK", key, g.name, format_id(sid)])
+
+
+# ---------------------------------------------------------------------------
+# Dead letters (the group's policy: STREAMDB.GROUP SET, commands/groupadmin.py)
+# ---------------------------------------------------------------------------
+
+def counter_effect(key: bytes, g: ConsumerGroup) -> list[bytes]:
+    """The effect that sets the group's dead-lettered counter as it is now."""
+    return [b"STREAMDB.GROUP", b"SET", key, g.name, b"DEADLETTERED", b"%d" % g.dead_lettered]
+
+
+def _dead_lettered(ctx: Ctx, key: bytes, g: ConsumerGroup, sid: int, fv: list | None,
+                   owner: bytes, delivery_count: int) -> bool:
+    """Whether pending entry ``sid`` (fields ``fv``; None: deleted from the stream) is,
+    by the group's policy, not to be delivered again, and was just dead-lettered:
+    appended to the dead-letter stream with ``DEAD_LETTER_FIELDS`` (``owner``: its
+    last consumer) and acknowledged, in one step of the command.
+
+    Not when replaying effects (their XADD and XACK follow), nor for a deleted entry
+    (nothing to keep).  A dead-letter key that holds another type by now (SET refuses
+    one), a stream whose ids are used up, or the stream itself (a RENAME onto the
+    dead-letter key) dead-letters nothing: the entry is delivered as usual and a
+    warning says why."""
+    if fv is None or ctx.replaying or not g.dead_letter_due(delivery_count):
+        return False
+    target_key = g.dead_letter.key
+    target = ctx.lookup(target_key)
+    if target is None:
+        target = Stream()
+        ctx.db.set(target_key, target)
+    elif type(target) is not Stream or target.last_id >= MAX_ID or target_key == key:
+        why = ("is the stream itself" if target_key == key else "holds a full stream"
+               if type(target) is Stream else "holds another type")
+        log.log(log.WARNING, f"Not dead-lettering entry {format_id(sid).decode()} of group "
+                             f"'{_s(g.name)}' on '{_s(key)}': the dead-letter key "
+                             f"'{_s(target_key)}' {why}; delivered again instead")
+        return False
+    text = format_id(sid)
+    append_auto(ctx, target_key, target,
+                [DEAD_LETTER_FIELDS[0], key, DEAD_LETTER_FIELDS[1], text,
+                 DEAD_LETTER_FIELDS[2], g.name, DEAD_LETTER_FIELDS[3], owner,
+                 DEAD_LETTER_FIELDS[4], b"%d" % delivery_count, *fv])
+    g.ack(sid)
+    ctx.propagate([b"XACK", key, g.name, text])
+    g.dead_lettered += 1
+    ctx.propagate(counter_effect(key, g), dirty=0)
+    return True
 
 
 # ---------------------------------------------------------------------------
@@ -425,6 +477,8 @@ def _claim_idle(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: Con
         if fv is None:
             continue      # deleted entry: left for XAUTOCLAIM/XCLAIM to clean up
         previous = pe.delivery_count
+        if _dead_lettered(ctx, key, g, sid, fv, pe.owner_name, previous):
+            continue
         # The idle time since the last delivery; a NACKed entry's delivery time is
         # 0, so Redis reports the current time for it (not XPENDING's -1).
         entry = [format_id(sid), fv, max(now - pe.delivery_time, 0), previous]
@@ -450,6 +504,9 @@ def _serve_history(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: 
         if count and len(out) >= count:
             break
         fv = s.get(sid)
+        pe = g.pel[sid]
+        if _dead_lettered(ctx, key, g, sid, fv, consumer.name, pe.delivery_count):
+            continue
         entry = [format_id(sid), NULL_ARRAY if fv is None else fv]
         if budget is not None and not budget.take(
                 _entry_size(entry, ctx.resp3) if budget.sized else 0):
@@ -457,7 +514,6 @@ def _serve_history(ctx: Ctx, key: bytes, s: Stream, g: ConsumerGroup, consumer: 
         out.append(entry)
         if fv is None:
             continue
-        pe = g.pel[sid]
         pe.delivery_time = now
         pe.delivery_count = next_delivery_count(pe.delivery_count)
         # Redis neither propagates nor counts a history read's new delivery time and
@@ -739,6 +795,10 @@ def xnack(ctx: Ctx, argv: list[bytes]):
         raise CommandError("ERR syntax error, expected IDS keyword")
     ids = parse_strict_stream_ids(raw_ids)
     released = 0
+    # Released entries the group's policy dead-letters at once (their count has
+    # reached its MAXDELIVERIES: FATAL's always has): id -> (last owner, count).  By
+    # id: an id named twice is released twice, and dead-lettered once if at all.
+    due = {}
     for sid in ids:
         pe = g.pel.get(sid)
         if pe is None:
@@ -746,15 +806,24 @@ def xnack(ctx: Ctx, argv: list[bytes]):
             if not force or s.get(sid) is None:
                 continue
             count = retrycount if retrycount >= 0 else _nacked_count(mode, 0)
+            owner = b""
             g.add_nacked(sid, count)
         else:
             count = retrycount if retrycount >= 0 else _nacked_count(mode, pe.delivery_count)
+            owner = pe.owner_name
             g.nack(sid, count)
         released += 1
+        if g.dead_letter_due(count):
+            due[sid] = (due[sid][0] if sid in due else owner, count)
+        else:
+            due.pop(sid, None)
     if released:
         # Redis propagates XNACK as it was called: it reads no clock, so replayed
-        # on the same PEL it releases the same entries with the same counts.
+        # on the same PEL it releases the same entries with the same counts.  The
+        # dead letters' effects follow it: replayed, the XACK removes what it released.
         ctx.propagate_as_is(released)
+    for sid, (owner, count) in due.items():
+        _dead_lettered(ctx, key, g, sid, s.get(sid), owner, count)
     return released
 
 
@@ -903,6 +972,8 @@ def xclaim(ctx: Ctx, argv: list[bytes]):
                 continue
         elif min_idle and not pe.claimable(now, min_idle):
             continue
+        elif _dead_lettered(ctx, key, g, sid, fv, pe.owner_name, pe.delivery_count):
+            continue
         if consumer is None:
             consumer = _claiming_consumer(g, argv[3], now)
         # A PEL entry FORCE creates starts, as in Redis, at one delivery.
@@ -982,6 +1053,8 @@ def xautoclaim(ctx: Ctx, argv: list[bytes]):
         pe = g.pel[sid]
         if min_idle and not pe.claimable(now, min_idle):
             continue
+        if _dead_lettered(ctx, key, g, sid, fv, pe.owner_name, pe.delivery_count):
+            continue      # (not delivered: neither in the reply nor counted)
         if consumer is None:
             consumer = _claiming_consumer(g, argv[3], now)
         g.add_pending(sid, consumer, now,

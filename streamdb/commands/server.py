@@ -281,6 +281,11 @@ def digest_value(key: bytes, value, expire: int | None):
     for name in sorted(s.groups or {}):
         g = s.groups[name]
         h.update(b"g%d:%s/%d/%d" % (len(name), name, g.last_id, g.entries_read))
+        policy = g.dead_letter          # (absent from groups without: older digests stay)
+        if policy is not None or g.dead_lettered:
+            h.update(b"d%d" % g.dead_lettered if policy is None else
+                     b"d%d/%d/%d:%s" % (g.dead_lettered, policy.max_deliveries,
+                                        len(policy.key), policy.key))
         for sid, pe in g.pel.items():
             if pe.consumer is None:     # NACKed (XNACK): no owner, time 0
                 h.update(b"n%d/%d" % (sid, pe.delivery_count))

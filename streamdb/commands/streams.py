@@ -316,6 +316,19 @@ def xadd(ctx: Ctx, argv: list[bytes]):
     return reply
 
 
+def append_auto(ctx: Ctx, key: bytes, s: Stream, fv: list) -> bytes:
+    """Append ``fv`` to the stream ``s`` at ``key`` (already in the keyspace) with the id
+    ``XADD key *`` would give it, and propagate ``XADD key <id> ..``; returns the id text.
+    For the server's own appends (dead letters): the caller has checked that the
+    stream's ids are not used up (``s.last_id < MAX_ID``)."""
+    sid = next_auto_id(s.last_id, ctx.now_ms)
+    cfg: dict = ctx.config.values
+    s.append(sid, fv, cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
+    text = format_id(sid)
+    ctx.propagate([b"XADD", key, text, *fv])
+    return text
+
+
 def idmp_settings(cfg, s: Stream) -> tuple[int, int]:
     """The stream's effective (duration seconds, maxsize) for IDMP; ``cfg``: the
     server's config (``ctx.config`` or its values)."""

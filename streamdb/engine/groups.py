@@ -30,8 +30,9 @@ import cython
 from .ids import MIN_ID
 from .sortedids import SortedIds
 
-__all__ = ["ConsumerGroup", "Consumer", "PendingEntry", "ENTRIES_READ_INVALID",
-           "MAX_DELIVERY_COUNT", "next_delivery_count"]
+__all__ = ["ConsumerGroup", "Consumer", "PendingEntry", "DeadLetterPolicy",
+           "DEAD_LETTER_FIELDS", "ENTRIES_READ_INVALID", "MAX_DELIVERY_COUNT",
+           "next_delivery_count"]
 
 # Redis's SCG_INVALID_ENTRIES_READ: the group's logical read counter is unknown.
 ENTRIES_READ_INVALID = -1
@@ -97,6 +98,33 @@ class Consumer:
         self.pending = SortedIds()          # ids, as a set (values None)
 
 
+# What a dead-lettered entry holds before its own fields, in this order: the stream
+# and id it came from, its group, who had it last ("" when it was NACKed) and how
+# often it was delivered.  Fixed and first, so that a replay (streamdb-admin
+# dead-letter replay) finds the original fields after them whatever their names.
+DEAD_LETTER_FIELDS = (b"dlq-source", b"dlq-id", b"dlq-group", b"dlq-consumer",
+                      b"dlq-deliveries")
+
+
+class DeadLetterPolicy:
+    """A group's dead-letter policy (STREAMDB.GROUP SET): an entry pending in the group
+    that was delivered ``max_deliveries`` times (>= 1) goes to the stream at ``key``
+    instead of being delivered again.  Never changed once made (SET makes a new one)."""
+
+    __slots__ = ("max_deliveries", "key")
+
+    def __init__(self, max_deliveries: int, key: bytes) -> None:
+        self.max_deliveries = max_deliveries
+        self.key = key
+
+    def __eq__(self, other) -> bool:
+        return (type(other) is DeadLetterPolicy and other.max_deliveries == self.max_deliveries
+                and other.key == self.key)
+
+    def __repr__(self) -> str:
+        return f"DeadLetterPolicy({self.max_deliveries}, {self.key!r})"
+
+
 @cython.final
 @cython.cclass
 class ConsumerGroup:
@@ -106,6 +134,8 @@ class ConsumerGroup:
     pel = cython.declare(object, visibility="public")   # a SortedIds
     consumers = cython.declare(dict, visibility="public")
     nacked = cython.declare(dict, visibility="public")
+    dead_letter = cython.declare(object, visibility="public")     # a DeadLetterPolicy or None
+    dead_lettered = cython.declare(object, visibility="public")
 
     def __init__(self, name: bytes, last_id: int = MIN_ID,
                  entries_read: int = ENTRIES_READ_INVALID) -> None:
@@ -115,6 +145,16 @@ class ConsumerGroup:
         self.pel = SortedIds()                       # id -> PendingEntry
         self.consumers = {}                          # name -> Consumer
         self.nacked = {}                             # NACKed id -> None, in release order
+        self.dead_letter = None
+        # Entries this group dead-lettered since it was created (RESET of the policy
+        # keeps it: it counts what happened, not what the policy is).
+        self.dead_lettered = 0
+
+    def dead_letter_due(self, delivery_count: int) -> bool:
+        """Whether an entry pending with ``delivery_count`` deliveries is dead-lettered
+        rather than delivered again (never without a policy)."""
+        policy = self.dead_letter
+        return policy is not None and delivery_count >= policy.max_deliveries
 
     # -- consumers ----------------------------------------------------------
 

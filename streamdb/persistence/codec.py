@@ -16,6 +16,7 @@ import zlib
 import msgpack
 
 from ..engine import ConsumerGroup, Stream
+from ..engine.groups import DeadLetterPolicy
 from ..engine.nodecache import CACHE
 from ..engine.retention import RetentionPolicy
 from ..engine.stream import (HEADER_APART, HEADER_OPEN, NODE_HEADER, Node, decode_node,
@@ -103,8 +104,35 @@ def _encode_stream(s: Stream, external: list | None, nodes=None) -> dict:
     }
     if s.retention is not None and s.retention.has_settings():
         doc["retention"] = s.retention.dump()    # absent otherwise: older readers ignore it
+    dead_letters = _encode_dead_letters(s)
+    if dead_letters:
+        doc["dead_letter"] = dead_letters        # as "retention": absent when there is none
     doc.update(_encode_nodes(nodes, external))
     return doc
+
+
+def _encode_dead_letters(s: Stream) -> list:
+    """[group, max deliveries, dead-letter key, dead-lettered] of each group with a
+    dead-letter policy or a count (nil max and key without a policy)."""
+    out = []
+    for g in (s.groups or {}).values():
+        policy = g.dead_letter
+        if policy is not None or g.dead_lettered:
+            out.append([g.name, policy.max_deliveries if policy is not None else None,
+                        policy.key if policy is not None else None, g.dead_lettered])
+    return out
+
+
+def _decode_dead_letters(s: Stream, items) -> None:
+    for name, most, key, count in items:
+        g = (s.groups or {}).get(_bytes(name))
+        if g is None:
+            raise CodecError("dead-letter policy of an unknown group")
+        if most is not None:
+            if _int(most) < 1:
+                raise CodecError("bad dead-letter policy")
+            g.dead_letter = DeadLetterPolicy(most, _bytes(key))
+        g.dead_lettered = _int(count)
 
 
 def encode_value(value, external: list | None = None) -> bytes:
@@ -257,6 +285,7 @@ def decode_value(raw: bytes, fetch=None, cold_where=None):
             if s.groups is None:
                 s.groups = {}
             s.groups[g.name] = g
+        _decode_dead_letters(s, doc.get("dead_letter") or ())
     except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, CodecError):
             raise

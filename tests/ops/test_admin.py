@@ -135,54 +135,66 @@ def test_groups_table(sdb):
     assert missing.returncode == 1 and "no such key" in missing.stderr
 
 
-def test_dead_letter_moves_over_delivered_entries_atomically(sdb):
+def _dead_letter_policy(r, key: str, group: str, most: int, dlq: str) -> None:
+    r.execute_command("STREAMDB.GROUP", "SET", key, group, "MAXDELIVERIES", most, "DEADLETTER", dlq)
+
+
+def test_dead_letter_list_and_replay(sdb):
     r = sdb.client
-    ids = [r.xadd("jobs", {"job": str(i), "payload": f"p{i}"}) for i in range(6)]
+    ids = [r.xadd("jobs", {"job": str(i), "payload": f"p{i}"}) for i in range(3)]
     r.xgroup_create("jobs", "workers", id="0")
-    r.xreadgroup("workers", "alice", {"jobs": ">"})            # every entry delivered once
-    # Two more deliveries of the first four (re-reading the PEL increments the count).
-    for _ in range(2):
-        r.xclaim("jobs", "workers", "bob", 0, ids[:4])
-    r.xdel("jobs", ids[3])                                     # pending but gone
+    _dead_letter_policy(r, "jobs", "workers", 1, "jobs:dlq")
+    r.xreadgroup("workers", "alice", {"jobs": ">"})
+    r.xreadgroup("workers", "alice", {"jobs": "0"})      # the server dead-letters all three
+    letters = [i for i, _ in r.xrange("jobs:dlq")]
+    assert len(letters) == 3
 
-    dry = run_admin(sdb.port, "dead-letter", "jobs", "workers", "--max-deliveries", "2", "--to", "jobs:dlq", "--dry-run")
-    assert dry.returncode == 0, dry.stderr
-    assert "4 of 6 pending entries delivered more than 2 times: 4 would move" in dry.stdout
-    assert r.exists("jobs:dlq") == 0 and r.xpending("jobs", "workers")["pending"] == 6
-
-    out = run_admin(sdb.port, "dead-letter", "jobs", "workers", "--max-deliveries", "2", "--to", "jobs:dlq")
+    out = run_admin(sdb.port, "dead-letter", "list", "jobs:dlq", "--count", "2")
     assert out.returncode == 0, out.stderr
-    assert "3 moved, 1 deleted" in out.stdout
-    outcomes = {row[0]: row[3] for row in table_rows(out.stdout)}
-    assert outcomes[ids[3].decode()] == "deleted"
-    assert [outcomes[i.decode()] for i in ids[:3]] == ["moved"] * 3
+    rows = table_rows(out.stdout)
+    assert rows == [[letters[0].decode(), "jobs", ids[0].decode(), "workers", "alice", "1",
+                     "job=0 payload=p0"],
+                    [letters[1].decode(), "jobs", ids[1].decode(), "workers", "alice", "1",
+                     "job=1 payload=p1"]]
+    assert "... and 1 more" in out.stdout
 
-    dlq = r.xrange("jobs:dlq")
-    assert [fields[b"dlq-original-id"] for _, fields in dlq] == ids[:3]
-    first = dlq[0][1]
-    assert first[b"job"] == b"0" and first[b"payload"] == b"p0"
-    assert first[b"dlq-group"] == b"workers" and first[b"dlq-consumer"] == b"bob"
-    assert first[b"dlq-deliveries"] == b"3" and first[b"dlq-stream"] == b"jobs"
-    still_pending = [p["message_id"] for p in r.xpending_range("jobs", "workers", "-", "+", 100)]
-    assert still_pending == ids[4:]
+    # One by id, with one that is not there: exit 1, the other one replayed.
+    out = run_admin(sdb.port, "dead-letter", "replay", "jobs:dlq", letters[1].decode(), "9-9")
+    assert out.returncode == 1
+    assert "9-9 not found" in out.stdout and "1 replayed, 1 not replayed" in out.stdout
+    assert r.xlen("jobs:dlq") == 2 and r.xlen("jobs") == 4
+    new_id, fields = r.xrange("jobs")[-1]
+    assert fields == {b"job": b"1", b"payload": b"p1"}
+    assert r.xreadgroup("workers", "bob", {"jobs": ">"})[0][1] == [(new_id, fields)]
 
-    again = run_admin(sdb.port, "dead-letter", "jobs", "workers", "--max-deliveries", "2", "--to", "jobs:dlq")
-    assert "0 of 2 pending entries" in again.stdout and r.xlen("jobs:dlq") == 3
+    out = run_admin(sdb.port, "dead-letter", "replay", "jobs:dlq", "--all")
+    assert out.returncode == 0 and "2 replayed" in out.stdout
+    assert r.xlen("jobs:dlq") == 0
+    assert [f[b"job"] for _, f in r.xrange("jobs")] == [b"0", b"1", b"2", b"1", b"0", b"2"]
+    # An entry the policy did not write is left alone, and so is one whose source key
+    # holds another type by now (its XADD would fail: the XDEL must not run).
+    r.xadd("jobs:dlq", {"some": "thing"})
+    r.xadd("jobs:dlq", {"dlq-source": "gone", "dlq-id": "1-1", "dlq-group": "g",
+                        "dlq-consumer": "c", "dlq-deliveries": 1, "f": "v"})
+    r.set("gone", "a string")
+    out = run_admin(sdb.port, "dead-letter", "replay", "jobs:dlq", "--all")
+    assert out.returncode == 1 and "not written by a dead-letter policy" in out.stdout
+    assert "not replayed: gone is no longer a stream" in out.stdout
+    assert "0 replayed, 2 not replayed" in out.stdout and r.xlen("jobs:dlq") == 2
 
 
-def test_dead_letter_pages_through_a_large_pel(sdb):
+def test_dead_letter_replay_pages_through_a_large_stream(sdb):
     r = sdb.client
     pipe = r.pipeline(transaction=False)
     for i in range(250):
-        pipe.xadd("many", {"i": i}, id=f"1-{i + 1}")
+        pipe.xadd("dl", {"dlq-source": "many", "dlq-id": f"1-{i + 1}", "dlq-group": "g",
+                         "dlq-consumer": "c", "dlq-deliveries": 2, "i": i}, id=f"1-{i + 1}")
     pipe.execute()
-    r.xgroup_create("many", "g", id="0")
-    r.xreadgroup("g", "c", {"many": ">"})
-    r.xreadgroup("g", "c", {"many": "0"})           # a second delivery of all 250
-    out = run_admin(sdb.port, "dead-letter", "many", "g", "--max-deliveries", "1", "--to", "dl", "--batch", "30")
+    out = run_admin(sdb.port, "dead-letter", "replay", "dl", "--all")
     assert out.returncode == 0, out.stderr
-    assert "250 of 250 pending entries delivered more than 1 times: 250 moved" in out.stdout
-    assert r.xlen("dl") == 250 and r.xpending("many", "g")["pending"] == 0
+    assert "250 replayed" in out.stdout
+    assert r.xlen("dl") == 0 and [f[b"i"] for _, f in r.xrange("many")] == \
+        [b"%d" % i for i in range(250)]
 
 
 def test_claim_idle_once_claims_only_idle_entries(sdb):
@@ -199,10 +211,11 @@ def test_claim_idle_once_claims_only_idle_entries(sdb):
     assert owners == {ids[0]: b"rescuer", ids[1]: b"rescuer", ids[2]: b"crashed", ids[3]: b"crashed"}
 
 
-def test_claim_idle_passes_do_not_count_as_deliveries_so_dead_letter_leaves_entries_alone(sdb):
+def test_claim_idle_passes_do_not_count_as_deliveries_for_the_dead_letter_policy(sdb):
     r = sdb.client
     ids = [r.xadd("jobs", {"t": i}) for i in range(3)]
     r.xgroup_create("jobs", "g", id="0")
+    _dead_letter_policy(r, "jobs", "g", 2, "jobs:dlq")
     r.xreadgroup("g", "crashed", {"jobs": ">"})          # delivered once, never processed
     for _ in range(3):
         out = run_admin(sdb.port, "claim-idle", "jobs", "g", "--min-idle", "0", "--consumer", "worker",
@@ -211,13 +224,14 @@ def test_claim_idle_passes_do_not_count_as_deliveries_so_dead_letter_leaves_entr
         assert f"claimed 3: {' '.join(i.decode() for i in ids)}" in out.stdout
         rows = r.xpending_range("jobs", "g", "-", "+", 10)
         assert [(p["consumer"], p["times_delivered"]) for p in rows] == [(b"worker", 1)] * 3
-    out = run_admin(sdb.port, "dead-letter", "jobs", "g", "--max-deliveries", "1", "--to", "jobs:dlq")
-    assert out.returncode == 0 and "0 of 3 pending entries" in out.stdout
     assert r.xlen("jobs:dlq") == 0
-    # The processor reading its claimed entries is a delivery, which dead-letter counts.
+    # The processor reading its claimed entries is a delivery (the second): the next
+    # claim would hand them out a third time, so the server dead-letters them instead.
     r.xreadgroup("g", "worker", {"jobs": "0"})
-    out = run_admin(sdb.port, "dead-letter", "jobs", "g", "--max-deliveries", "1", "--to", "jobs:dlq")
-    assert "3 of 3 pending entries" in out.stdout and r.xlen("jobs:dlq") == 3
+    out = run_admin(sdb.port, "claim-idle", "jobs", "g", "--min-idle", "0", "--consumer", "worker",
+                    "--once")
+    assert out.returncode == 0 and "done: 0 claimed" in out.stdout
+    assert r.xlen("jobs:dlq") == 3 and r.xpending("jobs", "g")["pending"] == 0
 
 
 def test_claim_idle_once_fails_fast_when_the_server_is_down():

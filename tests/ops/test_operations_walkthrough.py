@@ -32,7 +32,8 @@ DOC_BLOCKS = {"docs/OPERATIONS.md": {"variables"}}
 WALK = ["variables", "online-backup", "verify-backup", "restore-backup", "start-restored",
         "point-of-restore", "backup-window", "backup", "restore", "check", "repair",
         "persistence-status", "bgsave-after-fork-failure", "crashtest-faults", "replicate",
-        "compare", "promote", "crashtest-failover", "stream-cache", "retention", "stream-tools", "import-rdb", "fsync", "stop"]
+        "compare", "promote", "crashtest-failover", "stream-cache", "retention", "stream-tools",
+        "dead-letter", "import-rdb", "fsync", "stop"]
 # Blocks the walk reads but does not run again: they start servers of their own, use no
 # variable and no state of the walk, and the test named runs them as written.
 SELF_CONTAINED = {"crashtest-faults": "tests/persistence/test_crashtest.py (as root)",
@@ -162,6 +163,16 @@ def test_the_guide_from_top_to_bottom(tmp_path):
             reader.run(name)
         # The tools read sensor:0: its third entry is i = 6 of fill_sensor_streams (19 + 6).
         assert reader.run("stream-tools").splitlines()[-1].endswith(" temperature=25.5")
+
+        # Dead letters: a billing worker failed an order once too often.
+        r = redis.Redis(port=port)
+        r.xadd("orders", {"item": "book"}, id="1-1")
+        r.xgroup_create("orders", "billing", id="0")
+        r.xreadgroup("billing", "worker", {"orders": ">"})
+        for _ in range(5):
+            r.xreadgroup("billing", "worker", {"orders": "0"})
+        dead = reader.run("dead-letter")
+        assert "orders:dlq" in dead and "1 replayed" in dead
 
         # Move streams from Redis: the reader has a Redis server's dump.rdb at $REDIS_RDB.
         rdb_path = reader.path("REDIS_RDB")

@@ -22,8 +22,8 @@ import redis
 from docblocks import run_block
 from helpers import ServerProcess
 from streamdb.cli.crashfailover import FailoverRound, verify_promises
-from streamdb.cli.crashtest import (AOF_AT_KILL, GROUP, STREAM, Check, Ledger, PowerCut, RoundResult,
-                                     _trace_losses, judge)
+from streamdb.cli.crashtest import (AOF_AT_KILL, DEAD_LETTERS, DLQ_GROUP, GROUP, STREAM, Check, Ledger,
+                                     PowerCut, RoundResult, _trace_losses, judge, verify)
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = "docs/OPERATIONS.md"
@@ -64,6 +64,8 @@ def test_always_loses_nothing_acknowledged_across_kill9(tmp_path):
     assert t["acked_xadds"] > 100
     assert t["lost"] == t["bad_fields"] == t["ack_violations"] == 0
     assert t["pending_violations"] == t["lastid_regressions"] == t["failures"] == 0
+    # The group with a dead-letter policy: its failing consumer's entries were moved.
+    assert t["dead_letters"] > 100 and t["dlq_violations"] == 0
     # acked_xadds is per round: the rows add up to the total.
     rows = _rows(out)
     assert len(rows) == 3 and all(int(r["acked_xadds"]) > 0 for r in rows)
@@ -74,6 +76,28 @@ def test_always_survives_power_loss_cuts(tmp_path):
     t = _totals(_crashtest("--rounds", "3", "--max-seconds", "1.0", "--seed", "2", "--power-loss",
                            "--dir", str(tmp_path / "d")))
     assert t["lost"] == t["ack_violations"] == t["pending_violations"] == t["failures"] == 0
+    assert t["dlq_violations"] == 0
+
+
+def test_the_dead_letter_check_finds_an_entry_lost_and_one_duplicated(tmp_path):
+    """What the check after a restart reports when a dead-lettering and its XACK did
+    not stay together (made here by hand: the server keeps them together)."""
+    with ServerProcess(tmp_path / "d", "--save", "") as srv:
+        r = redis.Redis(port=srv.port)
+        for i in (1, 2, 3):
+            r.xadd(STREAM, {"producer": "p", "seq": i}, id=f"1-{i}")
+        r.xgroup_create(STREAM, GROUP, id="$")
+        r.xgroup_create(STREAM, DLQ_GROUP, id="0")
+        r.xreadgroup(DLQ_GROUP, "failing", {STREAM: ">"})
+        r.xack(STREAM, DLQ_GROUP, "1-1")                          # acked, never dead-lettered
+        r.xadd(DEAD_LETTERS, {"dlq-source": STREAM, "dlq-id": "1-2"})   # and still pending
+        check = verify(srv.port, Ledger(), b"0-0")
+        assert (check.dlq_lost, check.dlq_duplicated, check.dead_letters) == ([b"1-1"], [b"1-2"], 1)
+        result = RoundResult(1, 1.0, 0)
+        judge(result, check, Ledger(), "everysec")
+        assert result.failures == result.dlq_violations == 2
+        assert any(f"of {DLQ_GROUP} are neither pending nor dead-lettered (e.g. 1-1)" in n
+                   for n in result.notes)
 
 
 def test_everysec_power_loss_reports_its_loss_and_exits_0(tmp_path):

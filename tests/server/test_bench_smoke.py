@@ -142,6 +142,16 @@ def test_bench_without_the_python_path_runs_two_servers_and_prints_without_writi
 
 
 @needs_redis
+def test_bench_dead_letter_row_compares_streamdb_with_and_without_a_policy(tmp_path):
+    out = run_tool("bench.py", "--quick", "--only", "xgroupdlq", "--rounds", "1", "--n", "2000",
+                   "--no-python-path")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "| XREADGROUP + XACK with a dead-letter policy (StreamDB both) " in out.stdout
+    assert "| >= 0.97x " in out.stdout and "column = StreamDB without a policy" in out.stdout
+    assert "round 1/1 on with a policy" in out.stderr and "on redis" not in out.stderr
+
+
+@needs_redis
 @pytest.mark.parametrize("tool, args", [
     ("bench_persistence.py", ["--quick", "--only", "everysec", "--rounds", "1"]),
     ("bench_replication.py", ["--only", "fullsync", "--entries", "2000", "--rounds", "1"]),

@@ -1,7 +1,7 @@
 """Effects are the whole truth: replaying them into a fresh engine gives the same state.
 
-A long random workload (every write command we have, XNACK and capped or CLAIM
-reads among them, blocking reads that XADD serves, MULTI/EXEC, several databases) runs in-process against a Core; every effect batch the
+A long random workload (every write command we have, XNACK, capped or CLAIM reads
+and dead-letter policies among them, blocking reads that XADD serves, MULTI/EXEC, several databases) runs in-process against a Core; every effect batch the
 core emits is recorded.  Replaying the batches through a replay client (the path the
 AOF loader and replicas use) into a fresh Core must give an equal DEBUG DIGEST.
 """
@@ -44,7 +44,7 @@ def random_workload(core: Core, clock: FakeClock, rng: random.Random, steps: int
         g = rng.choice(groups)
         who = rng.choice(consumers)
         some_id = rng.choice(seen_ids)
-        op = rng.randrange(24)
+        op = rng.randrange(26)
         if op < 6:
             fields = ["f", rng.randrange(100)] if rng.random() < 0.7 else ["x", 1, "y", rng.randrange(9)]
             trim = []
@@ -115,6 +115,13 @@ def random_workload(core: Core, clock: FakeClock, rng: random.Random, steps: int
                 opts.append("FORCE")
             run(c, "XNACK", k, g, rng.choice(["SILENT", "FAIL", "FATAL"]), "IDS", len(ids),
                 *ids, *opts)
+        elif op == 24 and "streamdb.group" in have:
+            # A dead-letter policy: redeliveries and XNACKs then move entries to another
+            # stream (one of the workload's own streams, too), or not (a string there).
+            run(c, "STREAMDB.GROUP", "SET", k, g, "MAXDELIVERIES", rng.randrange(1, 4),
+                "DEADLETTER", rng.choice(["dlq", "s3", "str"]))
+        elif op == 25 and "streamdb.group" in have and rng.random() < 0.3:
+            run(c, "STREAMDB.GROUP", "RESET", k, g)
 
 
 @pytest.mark.parametrize("seed", range(6))

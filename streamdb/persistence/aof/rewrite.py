@@ -281,6 +281,7 @@ def value_commands(key: bytes, value, expire_at_ms: int | None):
             for sid in g.nacked:
                 yield [b"XNACK", key, name, b"FAIL", b"IDS", b"1", format_id(sid),
                        b"RETRYCOUNT", b"%d" % g.pel[sid].delivery_count, b"FORCE"]
+            yield from _dead_letter_commands(key, g)
         st = s.idmp
         if st is not None:
             settings = []
@@ -297,6 +298,19 @@ def value_commands(key: bytes, value, expire_at_ms: int | None):
             yield [b"STREAMDB.RETENTION", b"SET", key, *s.retention.arguments()]
     if expire_at_ms is not None:
         yield [b"PEXPIREAT", key, b"%d" % expire_at_ms]
+
+
+def _dead_letter_commands(key: bytes, g):
+    """STREAMDB.GROUP SET of the group's dead-letter policy and counter, if it has
+    either.  (Written after the PEL: replayed effects never dead-letter, and a
+    dead-letter key of another type is refused only to clients.)"""
+    policy = g.dead_letter
+    if policy is not None:
+        yield [b"STREAMDB.GROUP", b"SET", key, g.name, b"MAXDELIVERIES",
+               b"%d" % policy.max_deliveries, b"DEADLETTER", policy.key,
+               b"DEADLETTERED", b"%d" % g.dead_lettered]
+    elif g.dead_lettered:
+        yield [b"STREAMDB.GROUP", b"SET", key, g.name, b"DEADLETTERED", b"%d" % g.dead_lettered]
 
 
 def write_base(path: str, keyspace, snapshot_form: bool = True) -> None:
