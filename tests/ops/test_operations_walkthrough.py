@@ -168,8 +168,10 @@ def test_the_guide_from_top_to_bottom(tmp_path):
         r = redis.Redis(port=port)
         r.xadd("orders", {"item": "book"}, id="1-1")
         r.xgroup_create("orders", "billing", id="0")
+        r.execute_command("STREAMDB.GROUP", "SET", "orders", "billing", "MAXDELIVERIES", 5,
+                          "DEADLETTER", "orders:dlq")
         r.xreadgroup("billing", "worker", {"orders": ">"})
-        for _ in range(5):
+        for _ in range(5):                         # the fifth time back dead-letters it
             r.xreadgroup("billing", "worker", {"orders": "0"})
         dead = reader.run("dead-letter")
         assert "orders:dlq" in dead and "1 replayed" in dead
