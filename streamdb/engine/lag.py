@@ -201,14 +201,35 @@ def _live_up_to(s: Stream, sid: int) -> int:
     return before + upto
 
 
-def entries_read_at(s: Stream, sid: int) -> int:
-    """The entries-read counter of a group whose last id is ``sid``, such that its lag
-    (entries-added minus it) is exactly the number of entries after ``sid``.
+def _recorded_after(s: Stream, sid: int) -> int:
+    """How many entries above ``sid`` the stream's nodes still record: those that exist,
+    and those deleted (XDEL) from a node that remains.  The deletion marks are in
+    memory; only nodes up to the one holding max-deleted-entry-id can have any."""
+    after = s.length - _live_up_to(s, sid)
+    if s.max_deleted_id <= sid:
+        return after
+    nodes = s.nodes
+    i = bisect_right(s.firsts, sid) - 1
+    if i >= 0 and nodes[i].deleted:
+        after += sum(1 for d in nodes[i].deleted if d > sid)
+    for node in nodes[i + 1:bisect_right(s.firsts, s.max_deleted_id)]:
+        if node.deleted:
+            after += len(node.deleted)
+    return after
 
-    With nothing ever deleted or trimmed, that is the number of entries up to ``sid``
-    (counting XRANGE - sid); otherwise the entries gone (deleted or trimmed) count as
-    read, as Redis counts the trimmed ones of a group created at 0."""
-    return s.entries_added - (s.length - _live_up_to(s, sid))
+
+def entries_read_at(s: Stream, sid: int) -> int:
+    """The entries-read counter of a group whose last id is ``sid``: how many entries
+    were ever added up to ``sid``, as Redis counts a group's reads (deleted and trimmed
+    ones included), so that its lag (entries-added minus it) is the number of entries
+    after ``sid``.  With nothing deleted or trimmed up to ``sid``, that is what counting
+    XRANGE - sid gives.
+
+    Computed as entries-added minus the entries recorded after ``sid``: exact but when
+    every entry of a node after ``sid`` was deleted (the node is gone, its count with
+    it); a deleted entry then lies ahead of the group, and Redis's rules report its lag
+    as unknown until it has read past it."""
+    return s.entries_added - _recorded_after(s, sid)
 
 
 def position_earliest(s: Stream) -> tuple[int, int]:
