@@ -32,7 +32,7 @@ DOC_BLOCKS = {"docs/OPERATIONS.md": {"variables"}}
 WALK = ["variables", "online-backup", "verify-backup", "restore-backup", "start-restored",
         "point-of-restore", "backup-window", "backup", "restore", "check", "repair",
         "persistence-status", "bgsave-after-fork-failure", "crashtest-faults", "replicate",
-        "compare", "promote", "crashtest-failover", "stream-cache", "retention", "import-rdb", "fsync", "stop"]
+        "compare", "promote", "crashtest-failover", "stream-cache", "retention", "group-time", "import-rdb", "fsync", "stop"]
 # Blocks the walk reads but does not run again: they start servers of their own, use no
 # variable and no state of the walk, and the test named runs them as written.
 SELF_CONTAINED = {"crashtest-faults": "tests/persistence/test_crashtest.py (as root)",
@@ -158,7 +158,7 @@ def test_the_guide_from_top_to_bottom(tmp_path):
         assert "digest: equal" in reader.run("compare")
         assert reader.run("promote").splitlines()[1] == "master"
 
-        for name in ("stream-cache", "retention"):
+        for name in ("stream-cache", "retention", "group-time"):
             reader.run(name)
 
         # Move streams from Redis: the reader has a Redis server's dump.rdb at $REDIS_RDB.
