@@ -605,20 +605,19 @@ def build_parser() -> argparse.ArgumentParser:
     grp = sub.add_parser("group", add_help=False, parents=[common],
                          help="one consumer group: info, or reset it to a time (StreamDB only)")
     grp_sub = grp.add_subparsers(dest="group_command", required=True)
-    gi = grp_sub.add_parser("info", add_help=False, parents=[common],
+    key_group = argparse.ArgumentParser(add_help=False)
+    key_group.add_argument("key")
+    key_group.add_argument("group")
+    gi = grp_sub.add_parser("info", add_help=False, parents=[common, key_group],
                             help="lag in entries and in time, pending, NACKed (STREAMDB.GROUP INFO)")
-    gi.add_argument("key")
-    gi.add_argument("group")
     gi.set_defaults(run=cmd_group_info)
-    gre = grp_sub.add_parser("reset", add_help=False, parents=[common],
+    gre = grp_sub.add_parser("reset", add_help=False, parents=[common, key_group],
                              help="move the group to a time, the start or the end",
                              description="Move the group so that it next reads the first entry at or "
                                          "after a time (--to-time), the stream's first entry (--earliest) "
                                          "or only entries added from now on (--latest), with an exact "
                                          "entries-read, so its lag stays exact (STREAMDB.GROUP SETID).  "
                                          "Pending entries stay pending.")
-    gre.add_argument("key")
-    gre.add_argument("group")
     to = gre.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-time", type=unix_ms, metavar="ISO_TIME",
                     help="e.g. 2026-11-27T09:00:00Z (a time zone is required)")

@@ -20,22 +20,16 @@ import pytest
 import redis
 
 from docblocks import run_block
-from helpers import ROOT, ServerProcess, wait_until
+from helpers import ROOT, wait_until
 from streamdb.cli.procs import free_port
+# The retention tests' servers (stream-node-max-entries NODE: many nodes from few entries).
+from test_retention import (NODE, client, killed_and_replayed,  # noqa: F401  (rc, srv:
+                            primary_and_replica, rc, srv, start,  # fixtures)
+                            wait_synced)
 
-NODE = 10                     # stream-node-max-entries: many nodes from few entries
 BASE_MS = 1_000_000_000_000   # 2001: old for any clock, and for any retention age
 SPACING = 1_000_000           # ms between consecutive test entries (about 17 minutes)
 DOC_BLOCKS = {"docs/OPERATIONS.md": {"group-time"}}
-
-
-def start(path, *args: str) -> ServerProcess:
-    return ServerProcess(path, "--save", "", "--hz", "50", "--stream-node-max-entries",
-                         str(NODE), *args).start()
-
-
-def client(srv) -> redis.Redis:
-    return redis.Redis(port=srv.port, socket_timeout=60)
 
 
 def ms_of(i: int) -> int:
@@ -96,20 +90,6 @@ def assert_time_lag(r: redis.Redis, key: str, group: str) -> dict:
 
 def entries_after(r: redis.Redis, key: str, last_id: bytes) -> int:
     return len(r.xrange(key, b"(" + last_id, "+"))
-
-
-@pytest.fixture
-def srv(tmp_path):
-    s = start(tmp_path / "sdb", "--appendonly", "no")
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def rc(srv):
-    c = client(srv)
-    yield c
-    c.close()
 
 
 # ---------------------------------------------------------------------------
@@ -316,9 +296,7 @@ def test_errors_say_what_is_wrong(rc, args, error):
 
 
 def test_a_replica_and_aof_replay_give_the_same_group(tmp_path):
-    primary = start(tmp_path / "p", "--appendonly", "yes", "--appendfsync", "always")
-    replica = start(tmp_path / "r", "--appendonly", "no", "--replicaof", "127.0.0.1",
-                    str(primary.port))
+    primary, replica = primary_and_replica(tmp_path)
     try:
         p, rep = client(primary), client(replica)
         fill(p, "s", range(100))
@@ -332,21 +310,11 @@ def test_a_replica_and_aof_replay_give_the_same_group(tmp_path):
         p.xgroup_create("s", "k", id="0")
         p.execute_command("STREAMDB.GROUP", "SETID", "s", "k", "LATEST")
         groups = p.xinfo_groups("s")
-
-        def synced():
-            off = p.info("replication")["master_repl_offset"]
-            return rep.info("replication").get("slave_repl_offset", -1) >= off and \
-                p.execute_command("DEBUG", "DIGEST") == rep.execute_command("DEBUG", "DIGEST")
-        wait_until(synced, what="replica with the primary's digest")
+        wait_synced(p, rep)
         assert rep.xinfo_groups("s") == groups
         with pytest.raises(redis.exceptions.ReadOnlyError):
             rep.execute_command("STREAMDB.GROUP", "SETID", "s", "g", "LATEST")
-        digest = p.execute_command("DEBUG", "DIGEST")
-        p.close()
-        primary.kill9()
-        primary.start()                        # AOF replay only (no snapshot)
-        p = client(primary)
-        assert p.execute_command("DEBUG", "DIGEST") == digest
+        p = killed_and_replayed(primary, p)    # AOF replay only (no snapshot)
         assert p.xinfo_groups("s") == groups
         aof = b"".join(f.read_bytes() for f in (tmp_path / "p" / "appendonlydir").glob("*.incr.aof"))
         assert b"STREAMDB.GROUP" not in aof.upper()      # plain XGROUP SETID effects
