@@ -245,8 +245,13 @@ def position_latest(s: Stream) -> tuple[int, int]:
 def position_at_time(s: Stream, time_ms: int) -> tuple[int, int]:
     """(last id, entries-read) of a group placed at ``time_ms``: its last id is the last
     entry before that time (every entry from ``time_ms`` on is still to be read);
-    before the first entry when there is none."""
-    sid = last_entry_before(s, time_ms << 64)
+    before the first entry when there is none.  A time after the stream's last id is
+    its end, as LATEST (the last id, even when that entry was deleted: no deleted entry
+    then lies ahead, and the lag stays countable)."""
+    bound = time_ms << 64
+    if s.last_id < bound:
+        return position_latest(s)
+    sid = last_entry_before(s, bound)
     if sid is None:
         return position_earliest(s)
     return sid, entries_read_at(s, sid)

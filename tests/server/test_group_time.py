@@ -253,6 +253,12 @@ def test_reset_after_deletions_and_trims_keeps_the_lag_exact(rc):
     rc.execute_command("STREAMDB.GROUP", "SETID", "s", "g", "LATEST")
     info = assert_time_lag(rc, "s", "g")
     assert (info[b"last-delivered-id"], info[b"lag"], info[b"lag-ms"]) == (sid(229), 0, 0)
+    # A time after the end is the end, also when the last entry was deleted: no deleted
+    # entry lies ahead, so the lag is still counted.
+    rc.xdel("s", sid(229))
+    rc.execute_command("STREAMDB.GROUP", "SETID", "s", "g", "TIME", ms_of(500))
+    info = assert_time_lag(rc, "s", "g")
+    assert (info[b"last-delivered-id"], info[b"lag"], info[b"lag-ms"]) == (sid(229), 0, 0)
 
 
 def test_earliest_on_an_untouched_stream_and_latest_as_setid_dollar(rc):
