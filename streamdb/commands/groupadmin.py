@@ -123,8 +123,9 @@ def _parse_unix_ms(raw: bytes) -> int:
 def group_setid(ctx: Ctx, argv: list[bytes]):
     """STREAMDB.GROUP SETID key group TIME unix-ms | EARLIEST | LATEST
 
-    Moves the group's last-delivered-id to the last entry before the time (EARLIEST:
-    before the first entry; LATEST: the stream's last id, as XGROUP SETID $) and sets
+    Moves the group's last-delivered-id to the last entry before the time (a time after
+    the stream's last id is LATEST; EARLIEST: before the first entry; LATEST: the
+    stream's last id, as XGROUP SETID $) and sets
     its entries-read so that its lag is exactly the number of entries after that id.
     Pending entries stay, as with XGROUP SETID, which is what is propagated.
     """
