@@ -131,9 +131,10 @@ def test_acked_keeps_what_a_group_has_not_read_and_acknowledged(rc):
 # ---------------------------------------------------------------------------
 
 
-def primary_and_replica(tmp_path) -> tuple[ServerProcess, ServerProcess]:
+def primary_and_replica(tmp_path, *primary_args: str) -> tuple[ServerProcess, ServerProcess]:
     """A primary with an AOF (appendfsync always) and a replica of it without one."""
-    primary = start(tmp_path / "p", "--appendonly", "yes", "--appendfsync", "always")
+    primary = start(tmp_path / "p", "--appendonly", "yes", "--appendfsync", "always",
+                    *primary_args)
     replica = start(tmp_path / "r", "--appendonly", "no", "--replicaof", "127.0.0.1",
                     str(primary.port))
     return primary, replica
