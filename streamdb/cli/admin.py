@@ -4,6 +4,8 @@ Subcommands:
   status        one-screen summary: role, version, memory, clients, persistence,
                 replicas, top streams by length and by consumer-group lag
   groups        the groups and consumers of one stream: lag, pending, idle times
+  group         one group: its lag in entries and in time (info), or move it to a
+                time, to the start or to the end (reset; StreamDB only)
   streams       every stream: length, groups, bytes, resident share, retention
   tail          follow a stream like tail -f, or consume it as a group's consumer
   dead-letter   list the entries a group's dead-letter policy moved to a dead-letter
@@ -201,6 +203,62 @@ def cmd_groups(r: redis.Redis, args, console: Console) -> int:
     console.print(table)
     if not groups:
         console.print(f"{args.key} has no consumer groups")
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# group info, group reset (STREAMDB.GROUP INFO / SETID)
+# ---------------------------------------------------------------------------
+
+
+def unix_ms(text: str) -> int:
+    """An ISO 8601 time with its zone (2026-11-27T09:00:00Z, ...+01:00) as unix ms.
+
+    A time without a zone is refused: on a server in another zone it would name
+    another instant, and a group moved to the wrong hour re-delivers or skips an hour."""
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO 8601 time: {text!r} (e.g. 2026-11-27T09:00:00Z)") from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no time zone: add Z (UTC) or an offset such as +01:00")
+    return round(when.timestamp() * 1000)
+
+
+def group_info(r: redis.Redis, key, group) -> dict[str, object]:
+    """STREAMDB.GROUP INFO as a dict of text names (the reply is a flat list under RESP2)."""
+    flat = r.execute_command("STREAMDB.GROUP", "INFO", key, group)
+    return {_text(k): v for k, v in zip(flat[::2], flat[1::2])}
+
+
+def _print_group(console: Console, key: str, info: dict[str, object]) -> None:
+    table = Table(title=f"Consumer group {_text(info['name'])} of {key}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    for name, value in info.items():
+        if name == "name":
+            continue
+        table.add_row(name, _seconds(value) if name.endswith("-ms") else _text(value))
+    console.print(table)
+
+
+def cmd_group_info(r: redis.Redis, args, console: Console) -> int:
+    _print_group(console, args.key, group_info(r, args.key, args.group))
+    return 0
+
+
+def cmd_group_reset(r: redis.Redis, args, console: Console) -> int:
+    if args.to_time is not None:
+        where = ["TIME", str(args.to_time)]
+    else:
+        where = ["EARLIEST" if args.earliest else "LATEST"]
+    r.execute_command("STREAMDB.GROUP", "SETID", args.key, args.group, *where)
+    info = group_info(r, args.key, args.group)
+    console.print(f"{args.group} of {args.key} now reads after "
+                  f"{_text(info['last-delivered-id'])}: {_text(info['lag'])} entries to read, "
+                  f"entries-read {_text(info['entries-read'])}", highlight=False)
     return 0
 
 
@@ -883,6 +941,29 @@ def build_parser() -> argparse.ArgumentParser:
     gr = sub.add_parser("groups", add_help=False, parents=[common], help="groups and consumers of a stream")
     gr.add_argument("key")
     gr.set_defaults(run=cmd_groups)
+
+    grp = sub.add_parser("group", add_help=False, parents=[common],
+                         help="one consumer group: info, or reset it to a time (StreamDB only)")
+    grp_sub = grp.add_subparsers(dest="group_command", required=True)
+    key_group = argparse.ArgumentParser(add_help=False)
+    key_group.add_argument("key")
+    key_group.add_argument("group")
+    gi = grp_sub.add_parser("info", add_help=False, parents=[common, key_group],
+                            help="lag in entries and in time, pending, NACKed (STREAMDB.GROUP INFO)")
+    gi.set_defaults(run=cmd_group_info)
+    gre = grp_sub.add_parser("reset", add_help=False, parents=[common, key_group],
+                             help="move the group to a time, the start or the end",
+                             description="Move the group so that it next reads the first entry at or "
+                                         "after a time (--to-time), the stream's first entry (--earliest) "
+                                         "or only entries added from now on (--latest), with an exact "
+                                         "entries-read, so its lag stays exact (STREAMDB.GROUP SETID).  "
+                                         "Pending entries stay pending.")
+    to = gre.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-time", type=unix_ms, metavar="ISO_TIME",
+                    help="e.g. 2026-11-27T09:00:00Z (a time zone is required)")
+    to.add_argument("--earliest", action="store_true", help="before the stream's first entry")
+    to.add_argument("--latest", action="store_true", help="after the stream's last entry")
+    gre.set_defaults(run=cmd_group_reset)
 
     dl = sub.add_parser("dead-letter", add_help=False, parents=[common],
                         help="list or replay the entries of a dead-letter stream",

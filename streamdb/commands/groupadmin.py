@@ -17,11 +17,15 @@ from __future__ import annotations
 
 from ..dispatch.context import WRONGTYPE, Ctx, syntax_error
 from ..dispatch.registry import command, subcommand
-from ..engine import Stream
-from ..engine.groups import ConsumerGroup, DeadLetterPolicy
+from ..engine import format_id
+from ..engine.groups import ENTRIES_READ_INVALID, ConsumerGroup, DeadLetterPolicy
+from ..engine.lag import (group_lag, oldest_pending_ms, position_at_time, position_earliest,
+                          position_latest, time_lag_ms)
+from ..engine.stream import Stream
 from ..protocol.reply import OK, CommandError, Map, Status
 from .args import eq, parse_int
 from .docs import DOCS, _doc
+from .groups import setid_effect
 
 __all__ = ["GROUP_HELP"]
 
@@ -58,23 +62,28 @@ def group_help(ctx: Ctx, argv: list[bytes]):
     return [Status(line.decode()) for line in GROUP_HELP]
 
 
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+def _stream_and_group(ctx: Ctx, key: bytes, name: bytes, read: bool) -> tuple[Stream, ConsumerGroup]:
+    """The stream at ``key`` and its group ``name``, or the error that says which is missing."""
+    s = ctx.lookup_stream(key, read=read)
+    if s is None:
+        raise CommandError(f"ERR no such key '{_text(key)}'")
+    g = (s.groups or {}).get(name)
+    if g is None:
+        raise CommandError(f"NOGROUP No such consumer group '{_text(name)}' "
+                           f"for key name '{_text(key)}'")
+    return s, g
+
+
 # -- SET / GET / RESET: the dead-letter policy ------------------------------------
 #
 # The policy and the group's dead-lettered counter live on the group
 # (ConsumerGroup.dead_letter, .dead_lettered): snapshots, DUMP payloads and full
 # syncs carry them in the codec, an AOF rewrite as SET (+ RESET).  What the server
 # does with the policy is in commands/groups.py (_dead_lettered).
-
-
-def _policy_group(ctx: Ctx, argv: list[bytes], read: bool = False) -> ConsumerGroup:
-    """The group ``argv[3]`` of the stream at ``argv[2]``: WRONGTYPE, or NOGROUP as
-    XREADGROUP words it when either is missing."""
-    s = ctx.lookup_stream(argv[2], read)
-    g = s.groups.get(argv[3]) if s is not None and s.groups else None
-    if g is None:
-        raise CommandError(f"NOGROUP No such key '{argv[2].decode('utf-8', 'replace')}' or "
-                           f"consumer group '{argv[3].decode('utf-8', 'replace')}'")
-    return g
 
 
 # SET's dead-letter key is always argv[7] (the policy's two options come first, in
@@ -106,7 +115,7 @@ def group_set(ctx: Ctx, argv: list[bytes]):
         i += 2
     if i != n:
         raise syntax_error()
-    g = _policy_group(ctx, argv)
+    _, g = _stream_and_group(ctx, argv[2], argv[3], read=False)
     if policy is not None:
         _check_dead_letter_key(ctx, argv[2], policy.key)
         g.dead_letter = policy
@@ -133,7 +142,7 @@ def group_get(ctx: Ctx, argv: list[bytes]):
     The group's dead-letter policy (nil fields without one) and how many entries
     it dead-lettered since it was created.
     """
-    g = _policy_group(ctx, argv, read=True)
+    _, g = _stream_and_group(ctx, argv[2], argv[3], read=True)
     policy: DeadLetterPolicy | None = g.dead_letter
     return Map([
         (b"max-deliveries", policy.max_deliveries if policy is not None else None),
@@ -148,10 +157,80 @@ def group_reset(ctx: Ctx, argv: list[bytes]):
 
     Removes the group's dead-letter policy (its dead-lettered counter stays).
     """
-    g = _policy_group(ctx, argv)
+    _, g = _stream_and_group(ctx, argv[2], argv[3], read=False)
     if g.dead_letter is not None:
         g.dead_letter = None
         ctx.propagate_as_is()
+    return OK
+
+
+# ---------------------------------------------------------------------------
+# INFO and SETID ... TIME: the group's lag in time, and moving it to a time
+# ---------------------------------------------------------------------------
+
+
+@subcommand("streamdb.group", "info", 4, "readonly", keys=(2, 2, 1), since=_SINCE)
+def group_info(ctx: Ctx, argv: list[bytes]):
+    """STREAMDB.GROUP INFO key group
+
+    The group's progress: XINFO GROUPS's counters (lag in entries, nil when Redis's
+    rules cannot count it), NACKed entries, and its lag in time: ``lag-ms``, the age
+    of the oldest entry it has not been given, and ``oldest-pending-ms``, the age of
+    its oldest pending entry (0 when none; an entry's time is its id's); then the
+    dead-letter policy's count and settings, as GET shows them.
+    """
+    s, g = _stream_and_group(ctx, argv[2], argv[3], read=True)
+    policy: DeadLetterPolicy | None = g.dead_letter
+    now = ctx.now_ms
+    fields = [
+        (b"name", g.name),
+        (b"consumers", len(g.consumers)),
+        (b"pending", len(g.pel)),
+        (b"nacked", g.nacked_count()),
+        (b"last-delivered-id", format_id(g.last_id)),
+        (b"entries-read", None if g.entries_read == ENTRIES_READ_INVALID else g.entries_read),
+        (b"lag", group_lag(s, g)),
+        (b"lag-ms", time_lag_ms(s, g, now)),
+        (b"oldest-pending-ms", oldest_pending_ms(g, now)),
+        (b"dead-lettered", g.dead_lettered),
+        (b"max-deliveries", policy.max_deliveries if policy is not None else None),
+        (b"dead-letter-key", policy.key if policy is not None else None),
+    ]
+    return Map(fields)
+
+
+def _parse_unix_ms(raw: bytes) -> int:
+    """A TIME argument: milliseconds since the epoch, an integer >= 0."""
+    error = f"ERR TIME must be a unix time in milliseconds (an integer >= 0), not '{_text(raw)}'"
+    time_ms = parse_int(raw, error)
+    if time_ms < 0:
+        raise CommandError(error)
+    return time_ms
+
+
+@subcommand("streamdb.group", "setid", -5, "write", keys=(2, 2, 1), since=_SINCE)
+def group_setid(ctx: Ctx, argv: list[bytes]):
+    """STREAMDB.GROUP SETID key group TIME unix-ms | EARLIEST | LATEST
+
+    Moves the group's last-delivered-id to the last entry before the time (a time after
+    the stream's last id is LATEST; EARLIEST: before the first entry; LATEST: the
+    stream's last id, as XGROUP SETID $) and sets
+    its entries-read so that its lag is exactly the number of entries after that id.
+    Pending entries stay, as with XGROUP SETID, which is what is propagated.
+    """
+    where = argv[4]
+    if eq(where, b"time") and len(argv) == 6:
+        time_ms = _parse_unix_ms(argv[5])
+    elif len(argv) != 5 or not (eq(where, b"earliest") or eq(where, b"latest")):
+        raise syntax_error()
+    s, g = _stream_and_group(ctx, argv[2], argv[3], read=False)
+    if eq(where, b"time"):
+        g.last_id, g.entries_read = position_at_time(s, time_ms)
+    elif eq(where, b"earliest"):
+        g.last_id, g.entries_read = position_earliest(s)
+    else:
+        g.last_id, g.entries_read = position_latest(s)
+    ctx.propagate(setid_effect(argv[2], g))
     return OK
 
 
@@ -167,4 +246,12 @@ DOCS.update({
                                'stream', complexity='O(1)'),
     'streamdb.group|reset': _doc("Removes a consumer group's dead-letter policy", 'stream',
                                  complexity='O(1)'),
+    'streamdb.group|info': _doc("Shows a consumer group's lag in entries and in time, and its "
+                                "pending and NACKed counts", 'stream',
+                                complexity='O(1), reading at most the node that holds the '
+                                           "group's next entry."),
+    'streamdb.group|setid': _doc('Moves a consumer group to a time, with an exact entries-read',
+                                 'stream',
+                                 complexity='O(N) with N the number of nodes of the stream, '
+                                            'reading at most the node that holds the time.'),
 })

@@ -6,16 +6,28 @@ is their difference, but only when no deleted entry (tombstone) lies ahead of
 the group; otherwise the counter is estimated or reported as unknown (nil).
 These functions follow Redis's streamEstimateDistanceFromFirstEverEntry(),
 streamRangeHasTombstones() and the XINFO lag rules.
+
+Lag in time (StreamDB's own, STREAMDB.GROUP INFO and the metrics) and a group's
+position at a time (STREAMDB.GROUP SETID ... TIME): an id's time part is its
+milliseconds, and the time "now" is the caller's (the engine reads no clock).  These
+walk node headers (first and last id, live count, the in-memory deletion marks) and
+read at most the node that holds the boundary (two when every entry of it past the
+boundary was deleted), so cold history (engine/nodecache.py) stays on disk.
 """
 
 from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from operator import attrgetter
 
 from .groups import ENTRIES_READ_INVALID, ConsumerGroup
 from .ids import MAX_ID, MIN_ID
 from .stream import Stream
 
 __all__ = ["range_has_tombstones", "estimate_entries_read", "group_lag", "advance_entries_read",
-           "advance_entries_read_many", "clamp_entries_read", "counter_trusted"]
+           "advance_entries_read_many", "clamp_entries_read", "counter_trusted",
+           "first_entry_after", "last_entry_before", "entries_read_at", "time_lag_ms",
+           "oldest_pending_ms", "position_at_time", "position_earliest", "position_latest"]
 
 
 def range_has_tombstones(s: Stream, start: int | None, end: int | None) -> bool:
@@ -111,3 +123,152 @@ def group_lag(s: Stream, g: ConsumerGroup) -> int | None:
     if est != ENTRIES_READ_INVALID:
         return s.entries_added - est
     return None
+
+
+# -- lag in time and positions at a time ---------------------------------------------
+
+_live = attrgetter("live")
+
+
+def _id_ms(sid: int) -> int:
+    return sid >> 64
+
+
+def _age_ms(sid: int, now_ms: int) -> int:
+    """Milliseconds from entry ``sid``'s time to ``now_ms``; 0 for an id in the future."""
+    return max(now_ms - _id_ms(sid), 0)
+
+
+def first_entry_after(s: Stream, after: int) -> int | None:
+    """The id of the first entry that exists (not deleted, not trimmed) above ``after``;
+    None when there is none.  Reads a node's ids only when ``after`` falls inside it or
+    the next node's first entry was deleted."""
+    nodes = s.nodes
+    i = max(bisect_right(s.firsts, after) - 1, 0)
+    while i < len(nodes):
+        node = nodes[i]
+        i += 1
+        if node.last <= after:
+            continue
+        if node.first > after and not node.is_deleted(node.first):
+            return node.first
+        ids, _ = node.contents()
+        for j in range(bisect_right(ids, after), len(ids)):
+            if not node.is_deleted(ids[j]):
+                return ids[j]
+    return None
+
+
+def last_entry_before(s: Stream, bound: int) -> int | None:
+    """The id of the last entry that exists below ``bound``; None when there is none.
+    Reads a node's ids only when ``bound`` falls inside it or its last entry was
+    deleted."""
+    nodes = s.nodes
+    i = bisect_left(s.firsts, bound) - 1
+    while i >= 0:
+        node = nodes[i]
+        i -= 1
+        if node.last < bound and not node.is_deleted(node.last):
+            return node.last
+        ids, _ = node.contents()
+        for j in range(bisect_left(ids, bound) - 1, -1, -1):
+            if not node.is_deleted(ids[j]):
+                return ids[j]
+    return None
+
+
+def _live_up_to(s: Stream, sid: int) -> int:
+    """How many entries that exist have an id <= ``sid`` (what XRANGE - sid counts).
+
+    The nodes wholly before the one holding ``sid`` add their live counts (summed
+    from whichever end of the stream is nearer: at most half the nodes' headers);
+    that node itself is read only when ``sid`` is not its last id."""
+    nodes = s.nodes
+    i = bisect_right(s.firsts, sid) - 1
+    if i < 0:
+        return 0
+    if 2 * i < len(nodes):
+        before = sum(map(_live, nodes[:i]))
+    else:
+        before = s.length - sum(map(_live, nodes[i:]))
+    node = nodes[i]
+    if sid >= node.last:
+        return before + node.live
+    ids, _ = node.contents()
+    upto = bisect_right(ids, sid)
+    if node.deleted:
+        upto -= sum(1 for d in node.deleted if d <= sid)
+    return before + upto
+
+
+def _recorded_after(s: Stream, sid: int) -> int:
+    """How many entries above ``sid`` the stream's nodes still record: those that exist,
+    and those deleted (XDEL) from a node that remains.  The deletion marks are in
+    memory; only nodes up to the one holding max-deleted-entry-id can have any."""
+    after = s.length - _live_up_to(s, sid)
+    if s.max_deleted_id <= sid:
+        return after
+    nodes = s.nodes
+    i = bisect_right(s.firsts, sid) - 1
+    if i >= 0 and nodes[i].deleted:
+        after += sum(1 for d in nodes[i].deleted if d > sid)
+    for node in nodes[i + 1:bisect_right(s.firsts, s.max_deleted_id)]:
+        if node.deleted:
+            after += len(node.deleted)
+    return after
+
+
+def entries_read_at(s: Stream, sid: int) -> int:
+    """The entries-read counter of a group whose last id is ``sid``: how many entries
+    were ever added up to ``sid``, as Redis counts a group's reads (deleted and trimmed
+    ones included), so that its lag (entries-added minus it) is the number of entries
+    after ``sid``.  With nothing deleted or trimmed up to ``sid``, that is what counting
+    XRANGE - sid gives.
+
+    Computed as entries-added minus the entries recorded after ``sid``: exact but when
+    every entry of a node after ``sid`` was deleted (the node is gone, its count with
+    it); a deleted entry then lies ahead of the group, and Redis's rules report its lag
+    as unknown until it has read past it."""
+    return s.entries_added - _recorded_after(s, sid)
+
+
+def position_earliest(s: Stream) -> tuple[int, int]:
+    """(last id, entries-read) of a group placed before the stream's first entry."""
+    return MIN_ID, s.entries_added - s.length
+
+
+def position_latest(s: Stream) -> tuple[int, int]:
+    """(last id, entries-read) of a group placed at the stream's end (XGROUP SETID $)."""
+    return s.last_id, s.entries_added
+
+
+def position_at_time(s: Stream, time_ms: int) -> tuple[int, int]:
+    """(last id, entries-read) of a group placed at ``time_ms``: its last id is the last
+    entry before that time (every entry from ``time_ms`` on is still to be read);
+    before the first entry when there is none.  A time after the stream's last id is
+    its end, as LATEST (the last id, even when that entry was deleted: no deleted entry
+    then lies ahead, and the lag stays countable)."""
+    bound = time_ms << 64
+    if s.last_id < bound:
+        return position_latest(s)
+    sid = last_entry_before(s, bound)
+    if sid is None:
+        return position_earliest(s)
+    return sid, entries_read_at(s, sid)
+
+
+def time_lag_ms(s: Stream, g: ConsumerGroup, now_ms: int) -> int:
+    """The age at ``now_ms`` of the oldest entry the group has not been given (the
+    first entry that exists after its last id); 0 when it has been given everything."""
+    if not s.length or g.last_id >= s.last_id:
+        return 0
+    sid = first_entry_after(s, g.last_id)
+    return 0 if sid is None else _age_ms(sid, now_ms)
+
+
+def oldest_pending_ms(g: ConsumerGroup, now_ms: int) -> int:
+    """The age at ``now_ms`` of the group's oldest pending entry (its lowest id; NACKed
+    ones included); 0 when nothing is pending."""
+    if not g.pel:
+        return 0
+    return _age_ms(g.pel.peekitem(0)[0], now_ms)

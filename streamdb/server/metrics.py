@@ -23,7 +23,7 @@ import time
 
 from .. import log
 from ..engine.groups import ENTRIES_READ_INVALID
-from ..engine.lag import group_lag
+from ..engine.lag import group_lag, oldest_pending_ms, time_lag_ms
 from ..engine.nodecache import CACHE
 from ..engine.stream import Stream
 from ..memory import rss_memory, used_memory
@@ -124,6 +124,8 @@ _FAMILIES = [
     ("streamdb_group_pending", "gauge", "Entries delivered to the group and not acknowledged (PEL size)."),
     ("streamdb_group_oldest_pending_idle_seconds", "gauge", "Seconds since the lowest-id pending entry was last delivered; absent when nothing is pending."),
     ("streamdb_group_entries_read", "gauge", "The group's entries-read counter; absent when unknown."),
+    ("streamdb_stream_group_lag_seconds", "gauge", "Age of the oldest entry the group has not been given (its id's time; STREAMDB.GROUP INFO lag-ms); 0 when it has been given everything."),
+    ("streamdb_stream_group_oldest_pending_seconds", "gauge", "Age of the group's oldest pending entry (its id's time; STREAMDB.GROUP INFO oldest-pending-ms); 0 when nothing is pending."),
     ("streamdb_consumer_pending", "gauge", "Entries pending for the consumer."),
     ("streamdb_consumer_idle_seconds", "gauge", "Seconds since the consumer's last interaction (XINFO CONSUMERS idle)."),
     ("streamdb_metrics_series_truncated", "gauge", "Streams, groups and consumers left out of this scrape by metrics-max-series."),
@@ -232,6 +234,12 @@ def _stream_metrics(core, out: Exposition, now: float, budget: int) -> None:
                     out.add("streamdb_group_oldest_pending_idle_seconds", round(idle_ms / 1000.0, 3), glabels)
                 if group.entries_read != ENTRIES_READ_INVALID:
                     out.add("streamdb_group_entries_read", group.entries_read, glabels)
+                # Labelled as redis_exporter labels its stream group series (stream, group).
+                tlabels = {"db": dbl, "stream": _key_text(key), "group": _key_text(gname)}
+                out.add("streamdb_stream_group_lag_seconds",
+                        round(time_lag_ms(value, group, now_ms) / 1000.0, 3), tlabels)
+                out.add("streamdb_stream_group_oldest_pending_seconds",
+                        round(oldest_pending_ms(group, now_ms) / 1000.0, 3), tlabels)
                 for cname, consumer in group.consumers.items():
                     if budget <= 0:
                         truncated += 1

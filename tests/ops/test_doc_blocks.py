@@ -13,7 +13,7 @@ from docblocks import documents, shell_blocks
 from helpers import ROOT
 
 BENCHMARKS = {"bench.py", "bench_breakdown.py", "bench_cold.py", "bench_persistence.py",
-              "bench_replication.py", "bench_spark.py"}
+              "bench_replication.py", "bench_spark.py", "bench_group_reset.py"}
 
 
 def _claims() -> list[tuple[str, str, str]]:

@@ -33,7 +33,7 @@ WALK = ["variables", "online-backup", "verify-backup", "restore-backup", "start-
         "point-of-restore", "backup-window", "backup", "restore", "check", "repair",
         "persistence-status", "bgsave-after-fork-failure", "crashtest-faults", "replicate",
         "compare", "promote", "crashtest-failover", "stream-cache", "retention", "stream-tools",
-        "dead-letter", "import-rdb", "fsync", "stop"]
+        "dead-letter", "group-time", "import-rdb", "fsync", "stop"]
 # Blocks the walk reads but does not run again: they start servers of their own, use no
 # variable and no state of the walk, and the test named runs them as written.
 SELF_CONTAINED = {"crashtest-faults": "tests/persistence/test_crashtest.py (as root)",
@@ -175,6 +175,7 @@ def test_the_guide_from_top_to_bottom(tmp_path):
             r.xreadgroup("billing", "worker", {"orders": "0"})
         dead = reader.run("dead-letter")
         assert "orders:dlq" in dead and "1 replayed" in dead
+        reader.run("group-time")
 
         # Move streams from Redis: the reader has a Redis server's dump.rdb at $REDIS_RDB.
         rdb_path = reader.path("REDIS_RDB")

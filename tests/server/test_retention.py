@@ -131,10 +131,38 @@ def test_acked_keeps_what_a_group_has_not_read_and_acknowledged(rc):
 # ---------------------------------------------------------------------------
 
 
-def test_replica_and_aof_replay_end_identical_and_the_policy_survives_restart(tmp_path):
-    primary = start(tmp_path / "p", "--appendonly", "yes", "--appendfsync", "always")
+def primary_and_replica(tmp_path, *primary_args: str) -> tuple[ServerProcess, ServerProcess]:
+    """A primary with an AOF (appendfsync always) and a replica of it without one."""
+    primary = start(tmp_path / "p", "--appendonly", "yes", "--appendfsync", "always",
+                    *primary_args)
     replica = start(tmp_path / "r", "--appendonly", "no", "--replicaof", "127.0.0.1",
                     str(primary.port))
+    return primary, replica
+
+
+def wait_synced(p: redis.Redis, rep: redis.Redis) -> None:
+    """Until the replica has all the primary wrote and their DEBUG DIGESTs are equal."""
+    def synced():
+        off = p.info("replication")["master_repl_offset"]
+        return rep.info("replication").get("slave_repl_offset", -1) >= off and \
+            p.execute_command("DEBUG", "DIGEST") == rep.execute_command("DEBUG", "DIGEST")
+    wait_until(synced, what="replica with the primary's digest")
+
+
+def killed_and_replayed(primary: ServerProcess, p: redis.Redis) -> redis.Redis:
+    """kill -9 the primary and start it again from its files; its DEBUG DIGEST must be
+    what it was.  Returns a client of the restarted server (``p`` is closed)."""
+    digest = p.execute_command("DEBUG", "DIGEST")
+    p.close()
+    primary.kill9()
+    primary.start()
+    p = client(primary)
+    assert p.execute_command("DEBUG", "DIGEST") == digest
+    return p
+
+
+def test_replica_and_aof_replay_end_identical_and_the_policy_survives_restart(tmp_path):
+    primary, replica = primary_and_replica(tmp_path)
     try:
         p, rep = client(primary), client(replica)
         add_old(p, "s", 200)
@@ -143,12 +171,7 @@ def test_replica_and_aof_replay_end_identical_and_the_policy_survives_restart(tm
         p.xack("s", "g", *[f"{1000 + i}-0" for i in range(95)])
         p.execute_command("STREAMDB.RETENTION", "SET", "s", "MAXAGE", 1, "ACKED")
         wait_until(lambda: p.xlen("s") == 110, what="retention on the primary")
-
-        def synced():
-            off = p.info("replication")["master_repl_offset"]
-            return rep.info("replication").get("slave_repl_offset", -1) >= off and \
-                p.execute_command("DEBUG", "DIGEST") == rep.execute_command("DEBUG", "DIGEST")
-        wait_until(synced, what="replica with the primary's digest")
+        wait_synced(p, rep)
         assert rep.xlen("s") == 110
         # The replica applies the primary's trims and runs none of its own.
         assert rep.info("stats")["stream_retention_trimmed_entries"] == 0
@@ -156,11 +179,7 @@ def test_replica_and_aof_replay_end_identical_and_the_policy_survives_restart(tm
         with pytest.raises(redis.exceptions.ReadOnlyError):
             rep.execute_command("STREAMDB.RETENTION", "SET", "s", "MAXAGE", 5)
         digest = p.execute_command("DEBUG", "DIGEST")
-        p.close()
-        primary.kill9()
-        primary.start()                        # AOF replay only (no snapshot)
-        p = client(primary)
-        assert p.execute_command("DEBUG", "DIGEST") == digest
+        p = killed_and_replayed(primary, p)    # AOF replay only (no snapshot)
         assert policy(p, "s")[b"own-settings"] == [b"MAXAGE", b"1", b"ACKED"]
         # After BGREWRITEAOF the policy is in the base (a RESTORE payload).
         p.execute_command("BGREWRITEAOF")
