@@ -106,9 +106,11 @@ def test_info_fields_in_order_under_resp2_and_resp3(srv, rc):
     flat = r2.execute_command("STREAMDB.GROUP", "INFO", "s", "g")
     r2.close()
     assert flat[0::2] == [b"name", b"consumers", b"pending", b"nacked", b"last-delivered-id",
-                          b"entries-read", b"lag", b"lag-ms", b"oldest-pending-ms"]
+                          b"entries-read", b"lag", b"lag-ms", b"oldest-pending-ms",
+                          b"dead-lettered", b"max-deliveries", b"dead-letter-key"]
     info = dict(zip(flat[0::2], flat[1::2]))
     assert (info[b"name"], info[b"consumers"], info[b"pending"], info[b"nacked"]) == (b"g", 1, 4, 1)
+    assert (info[b"dead-lettered"], info[b"max-deliveries"], info[b"dead-letter-key"]) == (0, None, None)
     assert (info[b"last-delivered-id"], info[b"entries-read"], info[b"lag"]) == (sid(3), 4, 26)
     r3 = redis.Redis(port=srv.port, protocol=3)
     try:
