@@ -1,0 +1,168 @@
+"""The console over plain HTTP (http.client and raw sockets) against a real server:
+the session and CSRF rules, actions through the server's ACL, and requests that
+are malformed, too large or use the wrong method (each gets its 4xx; the server
+keeps serving its Redis clients and the next console request)."""
+
+from __future__ import annotations
+
+import socket
+import urllib.parse
+
+import pytest
+
+from console_helpers import ADMIN, READER, ConsoleServer, csrf_of, login, pending_ids, request
+from helpers import wait_until
+
+GROUP_PAGE = "/group?key=orders&group=billing"
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory):
+    with ConsoleServer(tmp_path_factory.mktemp("console-http")) as cs:
+        yield cs
+
+
+@pytest.fixture
+def fresh(console):
+    console.fill()
+    return console
+
+
+def _raw(port: int, data: bytes) -> bytes:
+    """What the console answers to ``data`` sent as is (and then nothing more:
+    the sending side is shut), until it closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _still_serving(cs: ConsoleServer) -> None:
+    assert cs.redis.ping()
+    assert request(cs.console_port, "GET", "/login")[0] == 200
+
+
+@pytest.mark.parametrize("method,path", [
+    ("GET", "/"), ("GET", "/streams"), ("GET", "/stream?key=orders"), ("GET", GROUP_PAGE),
+    ("GET", "/no-such-page"), ("POST", GROUP_PAGE), ("POST", "/logout")])
+def test_without_a_session_every_page_redirects_to_the_login(console, method, path):
+    body = "action=ack&id=0-1" if method == "POST" else None
+    status, headers, _ = request(console.console_port, method, path, body)
+    assert (status, headers["location"]) == (303, "/login")
+    # A made-up token is no session either.
+    status, headers, _ = request(console.console_port, method, path, body,
+                                 cookie="streamdb_console=forged-token")
+    assert (status, headers["location"]) == (303, "/login")
+
+
+def test_the_login_checks_the_password_with_the_servers_users(console):
+    port = console.console_port
+    status, headers, body = request(port, "POST", "/login", "user=admin&password=wrong")
+    assert status == 200 and "set-cookie" not in headers and "invalid username or password" in body
+    # The failed login is in the server's ACL log, as a failed AUTH is.
+    assert any(e["username"] in ("admin", b"admin") and e["reason"] in ("auth", b"auth")
+               for e in console.redis.acl_log())
+    # The default user has no password here: the console refuses it.
+    status, headers, body = request(port, "POST", "/login", "user=default&password=x")
+    assert status == 200 and "set-cookie" not in headers and "has no password" in body
+    cookie_header = request(port, "POST", "/login",
+                            urllib.parse.urlencode({"user": ADMIN[0], "password": ADMIN[1]}))[1]["set-cookie"]
+    assert {"HttpOnly", "SameSite=Strict", "Path=/"} <= {p.strip() for p in cookie_header.split(";")}
+
+
+def test_a_session_is_a_client_of_the_server_and_client_kill_ends_it(console):
+    cookie = login(console.console_port, *ADMIN)
+    assert request(console.console_port, "GET", "/", cookie=cookie)[0] == 200
+    clients = console.redis.client_list()
+    mine = [c for c in clients if c["name"] == "console:admin" and c["user"] == "admin"]
+    assert mine
+    for c in mine:
+        console.redis.client_kill_filter(_id=c["id"])
+    status, headers, _ = request(console.console_port, "GET", "/", cookie=cookie)
+    assert (status, headers["location"]) == (303, "/login")
+
+
+def test_logout_ends_the_session(console):
+    port = console.console_port
+    cookie = login(port, *ADMIN)
+    page = request(port, "GET", "/", cookie=cookie)[2]
+    status, headers, _ = request(port, "POST", "/logout", f"csrf={csrf_of(page)}", cookie=cookie)
+    assert (status, headers["location"]) == (303, "/login")
+    assert "Max-Age=0" in headers["set-cookie"]
+    assert request(port, "GET", "/", cookie=cookie)[0] == 303
+    assert not [c for c in console.redis.client_list() if c["name"] == "console:admin"]
+
+
+def test_an_action_runs_as_a_command_of_the_sessions_client(fresh):
+    port = fresh.console_port
+    cookie = login(port, *ADMIN)
+    page = request(port, "GET", GROUP_PAGE, cookie=cookie)[2]
+    first = pending_ids(fresh.redis)[0]
+    body = urllib.parse.urlencode({"csrf": csrf_of(page), "action": "ack", "id": first.decode()})
+    status, headers, _ = request(port, "POST", GROUP_PAGE, body, cookie=cookie)
+    assert status == 303
+    assert first not in pending_ids(fresh.redis)
+    assert "Acknowledged 1 entries." in request(port, "GET", headers["location"], cookie=cookie)[2]
+    # It went through the request path: counted, and written to the AOF (a restart keeps it).
+    assert fresh.redis.info("commandstats")["cmdstat_xack"]["calls"] >= 1
+    fresh.srv.kill9()
+    fresh.srv.start()
+    wait_until(lambda: fresh.redis.ping(), what="the restarted server")
+    assert first not in pending_ids(fresh.redis)
+    assert len(pending_ids(fresh.redis)) == 7
+
+
+def test_a_post_without_the_csrf_token_is_refused(fresh):
+    port = fresh.console_port
+    cookie = login(port, *ADMIN)
+    before = pending_ids(fresh.redis)
+    for body in (f"action=ack&id={before[0].decode()}",
+                 f"action=ack&id={before[0].decode()}&csrf=not-the-token"):
+        status, _, page = request(port, "POST", GROUP_PAGE, body, cookie=cookie)
+        assert status == 403 and "CSRF" in page
+    assert pending_ids(fresh.redis) == before
+
+
+def test_a_read_only_user_sees_no_action_and_the_server_refuses_a_forged_one(fresh):
+    port = fresh.console_port
+    cookie = login(port, *READER)
+    page = request(port, "GET", GROUP_PAGE, cookie=cookie)[2]
+    assert "pending-form" not in page and "setid-form" not in page and "delconsumer" not in page
+    assert 'id="pending"' in page          # it still sees the pending entries
+    before = pending_ids(fresh.redis)
+    # A POST with the reader's own valid session and token: the ACL refuses the XACK.
+    body = urllib.parse.urlencode({"csrf": csrf_of(page), "action": "ack", "id": before[0].decode()})
+    status, headers, _ = request(port, "POST", GROUP_PAGE, body, cookie=cookie)
+    shown = request(port, "GET", headers["location"], cookie=cookie)[2]
+    assert "NOPERM" in shown and "xack" in shown
+    assert pending_ids(fresh.redis) == before
+
+
+@pytest.mark.parametrize("data,status", [
+    (b"GARBAGE\r\n\r\n", 400),
+    (b"GET / HTTP/9.9\r\n\r\n", 400),
+    (b"GET http://evil/ HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    (b"GET / HTTP/1.1\r\nno colon here\r\n\r\n", 400),
+    (b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400),
+    (b"GET / HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n", 431),
+    (b"GET / HTTP/1.1\r\n" + b"X-A: 1\r\n" * 100 + b"\r\n", 431),
+    (b"PUT / HTTP/1.1\r\n\r\n", 405),
+    (b"DELETE /streams HTTP/1.1\r\n\r\n", 405),
+    (b"POST /login HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 501),
+    (b"POST /login HTTP/1.1\r\n\r\n", 411),
+    (b"POST /login HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n", 413),
+    (b"POST /login HTTP/1.1\r\nContent-Length: 10\r\n\r\nuser", 400),
+    (b"POST /login HTTP/1.1\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nuser=", 400),
+])
+def test_a_bad_request_gets_its_4xx_and_everyone_else_is_served(console, data, status):
+    reply = _raw(console.console_port, data)
+    assert reply.startswith(f"HTTP/1.1 {status} ".encode()), reply[:200]
+    _still_serving(console)
+
+
+def test_a_connection_that_sends_nothing_and_closes_is_no_error(console):
+    assert _raw(console.console_port, b"") == b""
+    _still_serving(console)
