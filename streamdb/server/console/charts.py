@@ -77,7 +77,8 @@ def line_chart(values: list[float], title: str, unit: str, seconds_per_point: in
         x = pad_left + (plot_w * i / (n - 1) if n > 1 else plot_w)
         y = pad_top + plot_h * (1 - v / top)
         points.append(f"{x:.1f},{y:.1f}")
-    span_min = n * seconds_per_point / 60
+    span = n * seconds_per_point
+    span_text = f"-{span} s" if span < 120 else f"-{span // 60} min"
     label = escape(title)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -87,7 +88,7 @@ def line_chart(values: list[float], title: str, unit: str, seconds_per_point: in
         f'<line x1="{pad_left}" y1="{pad_top}" x2="{pad_left}" y2="{pad_top + plot_h}" class="axis"/>',
         f'<text x="{pad_left - 4}" y="{pad_top + 4}" text-anchor="end">{_tick_label(top)}</text>',
         f'<text x="{pad_left - 4}" y="{pad_top + plot_h}" text-anchor="end">0</text>',
-        f'<text x="{pad_left}" y="{height - 4}">-{span_min:.0f} min</text>',
+        f'<text x="{pad_left}" y="{height - 4}">{span_text}</text>',
         f'<text x="{width - 8}" y="{height - 4}" text-anchor="end">now</text>',
     ]
     if points:

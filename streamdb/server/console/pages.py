@@ -49,6 +49,7 @@ pre{margin:0;white-space:pre-wrap;word-break:break-all;font-size:12px}
 .chart text{font-size:11px;fill:#57606a}.chart .chart-title{fill:#1b1f24;font-weight:600}
 .chart .axis{stroke:#8c959f}.chart .series{fill:none;stroke:#0969da;stroke-width:1.5}
 tr.stuck td{background:#ffebe9}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(360px,1fr));gap:0 12px}
 """
 
 
@@ -116,13 +117,14 @@ def login_page(message: str = "") -> bytes:
 
 def _table(headers: list[str], rows: list[list[str]], row_classes: list[str] | None = None,
            table_id: str = "") -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    """A table of already rendered cells (``_td``); no header row when ``headers`` is empty."""
+    head = "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in headers) + "</tr>" if headers else ""
     body = []
     for i, row in enumerate(rows):
         cls = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
         body.append(f"<tr{cls}>" + "".join(row) + "</tr>")
     ident = f' id="{table_id}"' if table_id else ""
-    return f"<table{ident}><tr>{head}</tr>{''.join(body)}</table>"
+    return f"<table{ident}>{head}{''.join(body)}</table>"
 
 
 def _td(value, num: bool = False) -> str:
@@ -178,23 +180,28 @@ async def overview_page(session, sampler) -> bytes:
     ]
 
     def kv(rows, ident):
-        return _table(["", ""], [[_td(k), _td(v)] for k, v in rows], table_id=ident)
+        return _table([], [[_td(k), _td(v)] for k, v in rows], table_id=ident)
 
-    body = (f'<div class="panel"><h2>Server</h2>{kv(server_rows, "server")}'
-            f'<h2>Replicas</h2>'
-            + (_table(["Replica", "State"], replica_rows, table_id="replicas") if replica_rows else "<p>No replica connected.</p>")
-            + f'</div><div class="panel"><h2>Persistence</h2>{kv(persistence_rows, "persistence")}</div>'
-            f'<div class="panel"><h2>Memory</h2>{kv(memory_rows, "memory")}</div>'
+    replicas = (_table(["Replica", "State"], replica_rows, table_id="replicas") if replica_rows
+                else "<p>No replica connected.</p>")
+    body = (f'<div class="grid"><div class="panel"><h2>Server</h2>{kv(server_rows, "server")}'
+            f'<h2>Replicas</h2>{replicas}</div>'
+            f'<div class="panel"><h2>Persistence</h2>{kv(persistence_rows, "persistence")}</div>'
+            f'<div class="panel"><h2>Memory</h2>{kv(memory_rows, "memory")}</div></div>'
             f'<div class="panel"><h2>Throughput, last hour</h2>'
-            f'{line_chart(_per_minute(sampler.commands.values()), "Commands", "per second, per-minute mean", 60)}'
-            f'{line_chart(_per_minute(sampler.input_bytes.values()), "Input", "bytes per second, per-minute mean", 60)}'
+            f'{_throughput_chart(sampler.commands.values(), "Commands", "per second")}'
+            f'{_throughput_chart(sampler.input_bytes.values(), "Input", "bytes per second")}'
             f'</div>')
     return layout("Overview", body, session)
 
 
-def _per_minute(values: list[float]) -> list[float]:
-    """Per-second samples as per-minute means (the last, partial minute included)."""
-    return [sum(values[i:i + 60]) / len(values[i:i + 60]) for i in range(0, len(values), 60)]
+def _throughput_chart(per_second: list[float], title: str, unit: str) -> str:
+    """Per-second samples drawn as they are for the first ten minutes, then as
+    per-minute means (the last, partial minute included): at most 60 points."""
+    if len(per_second) <= 600:
+        return line_chart(per_second, title, unit)
+    means = [sum(per_second[i:i + 60]) / len(per_second[i:i + 60]) for i in range(0, len(per_second), 60)]
+    return line_chart(means, title, f"{unit}, per-minute mean", 60)
 
 
 async def streams_page(session, query: dict[str, bytes]) -> bytes:
