@@ -9,6 +9,7 @@ import socket
 import urllib.parse
 
 import pytest
+import redis
 
 from console_helpers import ADMIN, READER, ConsoleServer, csrf_of, login, pending_ids, request
 from helpers import wait_until
@@ -166,3 +167,16 @@ def test_a_bad_request_gets_its_4xx_and_everyone_else_is_served(console, data, s
 def test_a_connection_that_sends_nothing_and_closes_is_no_error(console):
     assert _raw(console.console_port, b"") == b""
     _still_serving(console)
+
+
+def test_the_console_directives_are_start_up_only(console):
+    """CONFIG SET refuses them (the listener stays where it started); streamdb.conf lists
+    both with their defaults: off, on loopback."""
+    from helpers import ROOT
+    for name, value in (("console-port", "1"), ("console-bind", "0.0.0.0")):
+        with pytest.raises(redis.ResponseError, match="can't set immutable config"):
+            console.redis.config_set(name, value)
+    assert console.redis.config_get("console-port") == {"console-port": str(console.console_port)}
+    _still_serving(console)
+    conf = (ROOT / "streamdb.conf").read_text()
+    assert "\nconsole-port 0\n" in conf and "\nconsole-bind 127.0.0.1\n" in conf
