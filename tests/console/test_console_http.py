@@ -5,6 +5,9 @@ keeps serving its Redis clients and the next console request)."""
 
 from __future__ import annotations
 
+import datetime
+import html
+import re
 import socket
 import urllib.parse
 
@@ -180,3 +183,57 @@ def test_the_console_directives_are_start_up_only(console):
     _still_serving(console)
     conf = (ROOT / "streamdb.conf").read_text()
     assert "\nconsole-port 0\n" in conf and "\nconsole-bind 127.0.0.1\n" in conf
+
+
+def _entry_ids(page: str) -> list[str]:
+    return re.findall(r'<td class="entry-id">([^<]+)</td>', page)
+
+
+def test_a_stream_is_browsed_from_a_time_backwards_and_as_json(fresh):
+    port, r = fresh.console_port, fresh.redis
+    cookie = login(port, *ADMIN)
+    ids = [i.decode() for i, _ in r.xrange("orders")]
+    tenth_ms = int(ids[10].split("-")[0])
+    from_time = datetime.datetime.fromtimestamp(tenth_ms / 1000, datetime.timezone.utc) \
+        .isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    page = request(port, "GET", f"/stream?key=orders&count=5&time={urllib.parse.quote(from_time)}",
+                   cookie=cookie)[2]
+    first_at_that_ms = next(i for i in ids if int(i.split("-")[0]) == tenth_ms)
+    assert _entry_ids(page)[0] == first_at_that_ms and len(_entry_ids(page)) == 5
+    back = request(port, "GET", f"/stream?key=orders&count=5&dir=back&start={urllib.parse.quote('(' + ids[10])}",
+                   cookie=cookie)[2]
+    assert _entry_ids(back) == list(reversed(ids[5:10]))
+    as_json = request(port, "GET", "/stream?key=orders&count=1&fmt=json", cookie=cookie)[2]
+    assert "{\n  &quot;n&quot;: 0\n}" in as_json
+    bad = request(port, "GET", "/stream?key=orders&time=yesterday", cookie=cookie)[2]
+    assert "neither ISO-8601" in bad
+
+
+def test_a_binary_key_is_listed_and_opened(fresh):
+    port, r = fresh.console_port, fresh.redis
+    key = b"bin\xff key&x"
+    r.xadd(key, {"f": "v"})
+    try:
+        cookie = login(port, *ADMIN)
+        listing = request(port, "GET", "/streams", cookie=cookie)[2]
+        link = re.search(r'href="(/stream\?key=bin%FF[^"]*)"', listing).group(1)
+        page = request(port, "GET", html.unescape(link), cookie=cookie)[2]
+        assert len(_entry_ids(page)) == 1
+    finally:
+        r.delete(key)
+
+
+def test_claim_and_delete_consumer_run_on_the_server(fresh):
+    port, r = fresh.console_port, fresh.redis
+    cookie = login(port, *ADMIN)
+    csrf = csrf_of(request(port, "GET", GROUP_PAGE, cookie=cookie)[2])
+    worker1 = [p["message_id"] for p in r.xpending_range("orders", "billing", "-", "+", 100, "worker-1")]
+    body = urllib.parse.urlencode([("csrf", csrf), ("action", "claim"), ("consumer", "worker-3"),
+                                   *[("id", i.decode()) for i in worker1[:2]]])
+    status, headers, _ = request(port, "POST", GROUP_PAGE, body, cookie=cookie)
+    assert "Claimed 2 entries for worker-3." in request(port, "GET", headers["location"], cookie=cookie)[2]
+    claimed = r.xpending_range("orders", "billing", "-", "+", 100, "worker-3")
+    assert [p["message_id"] for p in claimed] == worker1[:2]
+    body = urllib.parse.urlencode({"csrf": csrf, "action": "delconsumer", "consumer": "worker-2"})
+    request(port, "POST", GROUP_PAGE, body, cookie=cookie)
+    assert {c["name"] for c in r.xinfo_consumers("orders", "billing")} == {b"worker-1", b"worker-3"}
