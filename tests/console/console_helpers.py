@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import ssl
 import urllib.parse
 from pathlib import Path
 
@@ -57,9 +58,14 @@ class ConsoleServer:
 
 
 def request(port: int, method: str, path: str, body: bytes | str | None = None,
-            cookie: str | None = None, headers: dict | None = None) -> tuple[int, dict, str]:
-    """(status, headers with lower-case names, body text) of one HTTP request."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            cookie: str | None = None, headers: dict | None = None,
+            tls: ssl.SSLContext | None = None) -> tuple[int, dict, str]:
+    """(status, headers with lower-case names, body text) of one HTTP request
+    (HTTPS with ``tls``)."""
+    if tls is None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    else:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=tls)
     sent = dict(headers or {})
     if body is not None:
         sent.setdefault("Content-Type", "application/x-www-form-urlencoded")
