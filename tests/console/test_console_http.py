@@ -14,7 +14,7 @@ import urllib.parse
 import pytest
 import redis
 
-from console_helpers import ADMIN, READER, ConsoleServer, csrf_of, login, pending_ids, request
+from console_helpers import ADMIN, READER, STREAM_ENTRIES, ConsoleServer, csrf_of, login, pending_ids, request
 from helpers import wait_until
 
 GROUP_PAGE = "/group?key=orders&group=billing"
@@ -207,6 +207,17 @@ def test_a_stream_is_browsed_from_a_time_backwards_and_as_json(fresh):
     assert "{\n  &quot;n&quot;: 0\n}" in as_json
     bad = request(port, "GET", "/stream?key=orders&time=yesterday", cookie=cookie)[2]
     assert "neither ISO-8601" in bad
+
+
+def test_the_stream_list_shows_each_streams_size_groups_and_worst_lag(fresh):
+    cookie = login(fresh.console_port, *ADMIN)
+    page = request(fresh.console_port, "GET", "/streams", cookie=cookie)[2]
+    rows = {re.search(r">([^<]+)</a>", row).group(1): re.findall(r'<td class="num">([^<]*)</td>', row)
+            for row in re.findall(r"<tr><td><a.*?</tr>", page)}
+    usage = fresh.redis.memory_usage("orders")
+    # entries, bytes, groups, worst lag, entries added
+    assert rows["orders"] == [str(STREAM_ENTRIES), str(usage), "1", str(STREAM_ENTRIES - 8), str(STREAM_ENTRIES)]
+    assert rows["audit"] == ["3", str(fresh.redis.memory_usage("audit")), "0", "-", "3"]
 
 
 def test_a_binary_key_is_listed_and_opened(fresh):

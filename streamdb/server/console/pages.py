@@ -224,15 +224,28 @@ async def streams_page(session, query: dict[str, bytes]) -> bytes:
                      _td(info.get("length"), True),
                      _td(usage if isinstance(usage, int) else "-", True),
                      _td(info.get("groups"), True),
+                     _td(await _worst_lag(session, key) if info.get("groups") else "-", True),
                      _td(info.get("last-generated-id")),
                      _td(info.get("entries-added"), True)])
-    body = _table(["Stream", "Entries", "Bytes", "Groups", "Last id", "Entries added"], rows,
-                  table_id="streams")
+    body = _table(["Stream", "Entries", "Bytes", "Groups", "Worst lag (entries)", "Last id",
+                   "Entries added"], rows, table_id="streams")
     if not keys:
         body += "<p>No stream on this page.</p>"
     if next_cursor != b"0":
         body += f'<p><a id="next-page" href="/streams?cursor={url_value(next_cursor)}">Next page</a></p>'
     return layout("Streams", body, session)
+
+
+async def _worst_lag(session, key: bytes) -> str:
+    """The largest entries lag of the stream's groups ("?" when one is unknown).
+    The worst lag in time joins it with STREAMDB.GROUP INFO (issue 30)."""
+    groups = await session.run("XINFO", "GROUPS", key)
+    if _error_of(groups):
+        return "-"
+    lags = [_pairs(g).get("lag") for g in groups]
+    if any(lag is None for lag in lags):
+        return "?"
+    return str(max(lags, default=0))
 
 
 def _time_to_id(text: str) -> bytes | None:
