@@ -8,6 +8,7 @@ directory, so a test run leaves the repository as it was."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 from pathlib import Path
@@ -159,9 +160,20 @@ def test_an_operator_browses_and_acts_on_a_group(ui, console, shots):
     group = r.xinfo_groups("orders")[0]
     assert group["last-delivered-id"] == b"0-0" and group["lag"] == STREAM_ENTRIES
     Select(ui.find("#setid-target")).select_by_value("id")
-    ui.find("#setid-id").send_keys(all_ids[9])
+    ui.find("#setid-to").send_keys(all_ids[9])
     ui.click("#setid")
     assert r.xinfo_groups("orders")[0]["last-delivered-id"] == all_ids[9].encode()
+
+    # Reset to a time: the group next reads the first entry at or after it.
+    ms = int(all_ids[20].split("-")[0])
+    when = datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+    Select(ui.find("#setid-target")).select_by_value("time")
+    ui.find("#setid-to").send_keys(when.isoformat(timespec="milliseconds").replace("+00:00", "Z"))
+    ui.click("#setid")
+    assert r.xinfo_groups("orders")[0]["last-delivered-id"] == f"{ms - 1}-{2**64 - 1}".encode()
+    first_at_or_after = next(i for i in all_ids if int(i.split("-")[0]) >= ms)
+    delivered = r.xreadgroup("billing", "worker-9", {"orders": ">"}, count=1)
+    assert delivered[0][1][0][0] == first_at_or_after.encode()
 
     ui.log_out()
     ui.open("/streams")

@@ -9,7 +9,9 @@ server's ACL decides again when a form is posted.
 Places left for issue 30's commands (STREAMDB.GROUP), named so they are found:
 ``time_lag_section`` (lag in time and its chart, STREAMDB.GROUP INFO),
 ``dead_letter_section`` (policy, dead-letter stream, replay: STREAMDB.GROUP
-GET/SET) and ``SETID_TARGETS`` (reset to a time: STREAMDB.GROUP SETID ... TIME).
+GET/SET) and ``setid_target`` (reset to a time: today XGROUP SETID to the last
+possible id before that time, which leaves entries-read unknown as Redis does;
+STREAMDB.GROUP SETID ... TIME sets it exactly).
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ ENTRIES_PAGE_SIZE = 20
 MAX_ENTRIES_PAGE = 500
 PENDING_SHOWN = 200
 FORMATS = ("text", "json", "hex")
-# XGROUP SETID targets offered by the group page: (value, label).  Reset to a time
-# joins them when STREAMDB.GROUP SETID ... TIME exists (issue 30).
-SETID_TARGETS = (("$", "latest ($: only new entries)"), ("0", "earliest (0: the whole stream again)"))
+# What the group page offers to reset a group to: (value, label); "id" and "time"
+# take the text typed next to the choice (setid_target).
+SETID_TARGETS = (("$", "latest ($: only new entries)"), ("0", "earliest (0: the whole stream again)"),
+                 ("id", "the id:"), ("time", "the time:"))
+_MAX_SEQ = 2**64 - 1
 
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f8fa}
@@ -436,12 +440,31 @@ async def group_page(session, query: dict[str, bytes]) -> bytes:
         body += (f'<form method="post" action="{action}" class="panel" id="setid-form">{_csrf_field(session)}'
                  f'<input type="hidden" name="action" value="setid">'
                  f'<label>Reset the group to <select name="target" id="setid-target">{options}'
-                 f'<option value="id">the id:</option></select></label> '
-                 f'<input name="id" id="setid-id" size="24" placeholder="1700000000000-0"> '
+                 f'</select></label> '
+                 f'<input name="to" id="setid-to" size="24" placeholder="1700000000000-0 or 2026-11-27T09:00:00Z"> '
                  f'<button type="submit" id="setid">Reset</button></form>')
     body += dead_letter_section(session, key, group)
     body += f'<p><a href="/stream?key={url_value(key)}">Back to the stream</a></p>'
     return layout(title, body, session, flash, flash_error)
+
+
+def setid_target(choice: bytes, typed: bytes) -> bytes | None:
+    """XGROUP SETID's id for the reset chosen on the group page (None: the text typed
+    is not what the choice needs).  A time T becomes the last id before T,
+    (T-1)-<max sequence>, so the group next reads the first entry at or after T;
+    XGROUP SETID leaves entries-read unknown, as in Redis (STREAMDB.GROUP SETID ...
+    TIME, issue 30, will set it exactly)."""
+    if choice in (b"$", b"0"):
+        return choice
+    if choice == b"id":
+        return typed or None
+    if choice == b"time":
+        first_id = _time_to_id(as_text(typed)) if typed else None
+        if first_id is None:
+            return None
+        ms = int(first_id.split(b"-", 1)[0])
+        return f"{ms - 1}-{_MAX_SEQ}".encode() if ms > 0 else b"0"
+    return None
 
 
 async def group_action(session, query: dict[str, bytes], form: dict[str, list[bytes]]) -> tuple[str, bool]:
@@ -461,11 +484,9 @@ async def group_action(session, query: dict[str, bytes], form: dict[str, list[by
         reply = await session.run("XCLAIM", key, group, consumer, "0", *ids, "JUSTID")
         done = f"Claimed {len(reply) if isinstance(reply, list) else 0} entries for {as_text(consumer)}."
     elif action == b"setid":
-        target = form.get("target", [b""])[-1]
-        if target == b"id":
-            target = form.get("id", [b""])[-1].strip()
-        if not target:
-            return "Give the id to reset the group to.", True
+        target = setid_target(form.get("target", [b""])[-1], form.get("to", [b""])[-1].strip())
+        if target is None:
+            return "Give an id, or a time as ISO-8601 or unix milliseconds.", True
         reply = await session.run("XGROUP", "SETID", key, group, target)
         done = f"The group's last delivered id is now {as_text(target)}."
     elif action == b"delconsumer":
