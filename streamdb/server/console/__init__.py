@@ -62,6 +62,7 @@ class Console:
                     return
                 reply = await self.route(request, addr)
             except HttpError as e:
+                log.log(log.VERBOSE, f"Console: refused a request from {addr}: {e.status} {e.reason}")
                 reply = response(e.status, f"{e.reason}\n".encode(), "text/plain; charset=utf-8")
             except Exception as e:     # a bug in a page costs that page, never the server
                 log.log(log.WARNING, f"Console request failed: {type(e).__name__}: {e}")
@@ -94,8 +95,9 @@ class Console:
         if session is None:
             return self._redirect("/login")
         if method == "POST":
+            form = request.form()
             # Every action needs the token only the session's own pages carry.
-            if not session.csrf_ok(request.form().get("csrf", [None])[-1]):
+            if not session.csrf_ok(form.get("csrf", [None])[-1]):
                 return response(403, layout("Refused", "<p>The form's CSRF token is missing or wrong: "
                                             "reload the page and try again.</p>", session))
             if path == "/logout":
@@ -104,7 +106,7 @@ class Console:
             if path == "/group":
                 # Post/redirect/get: the outcome shows on the group page the browser
                 # loads next, and reloading that page does not post again.
-                session.flash = await group_action(session, request.query, request.form())
+                session.flash = await group_action(session, request.query, form)
                 key, group = request.query.get("key", b""), request.query.get("group", b"")
                 return self._redirect(f"/group?key={url_value(key)}&group={url_value(group)}")
             raise HttpError(404, "no such action")
