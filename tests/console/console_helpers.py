@@ -25,7 +25,9 @@ class ConsoleServer:
     """A StreamDB process with ``console-port`` set, the AOF on, an admin and a
     read-only user, and streams with groups and pending entries."""
 
-    def __init__(self, data_dir: Path, *args: str) -> None:
+    def __init__(self, data_dir: Path, *args: str, with_data: bool = True) -> None:
+        """``with_data=False``: only the users (a replica, whose data comes from its primary)."""
+        self.with_data = with_data
         self.console_port = free_port()
         self.srv = ServerProcess(data_dir, "--appendonly", "yes",
                                  "--console-port", str(self.console_port), *args)
@@ -33,20 +35,26 @@ class ConsoleServer:
     def __enter__(self) -> "ConsoleServer":
         self.srv.start()
         self.redis = redis.Redis(port=self.srv.port)
-        self.fill()
+        if self.with_data:
+            self.fill()
+        else:
+            self.add_users()
         return self
 
     def __exit__(self, *exc) -> None:
         self.redis.close()
         self.srv.stop()
 
+    def add_users(self) -> None:
+        self.redis.execute_command("ACL", "SETUSER", ADMIN[0], "on", f">{ADMIN[1]}", "~*", "+@all")
+        self.redis.execute_command("ACL", "SETUSER", READER[0], *READER_RULES)
+
     def fill(self) -> None:
         """The users (again: ACL SETUSER is not kept over a restart); orders:
         STREAM_ENTRIES entries (JSON and binary fields), group billing with 5 entries
         pending for worker-1 and 3 for worker-2; audit: 3 entries, no group."""
+        self.add_users()
         r = self.redis
-        r.execute_command("ACL", "SETUSER", ADMIN[0], "on", f">{ADMIN[1]}", "~*", "+@all")
-        r.execute_command("ACL", "SETUSER", READER[0], *READER_RULES)
         r.delete("orders", "audit")
         for i in range(STREAM_ENTRIES):
             r.xadd("orders", {"item": f"book-{i}", "doc": f'{{"n": {i}}}', "raw": b"\x00\xff"})

@@ -248,3 +248,27 @@ def test_claim_and_delete_consumer_run_on_the_server(fresh):
     body = urllib.parse.urlencode({"csrf": csrf, "action": "delconsumer", "consumer": "worker-2"})
     request(port, "POST", GROUP_PAGE, body, cookie=cookie)
     assert {c["name"] for c in r.xinfo_consumers("orders", "billing")} == {b"worker-1", b"worker-3"}
+
+
+
+def test_an_action_reaches_a_replica_and_a_replicas_console_cannot_write(fresh, tmp_path):
+    port, r = fresh.console_port, fresh.redis
+    with ConsoleServer(tmp_path / "replica", "--replicaof", "127.0.0.1", str(fresh.srv.port),
+                       with_data=False) as rep:
+        wait_until(lambda: rep.redis.info("replication")["master_link_status"] == "up",
+                   what="the replica's link")
+        # (The replica's users are its own: ConsoleServer made them; ACLs are not replicated.)
+        wait_until(lambda: pending_ids(rep.redis) == pending_ids(r), what="the replica's copy")
+        cookie = login(port, *ADMIN)
+        first = pending_ids(r)[0]
+        csrf = csrf_of(request(port, "GET", GROUP_PAGE, cookie=cookie)[2])
+        request(port, "POST", GROUP_PAGE, f"csrf={csrf}&action=ack&id={first.decode()}", cookie=cookie)
+        wait_until(lambda: first not in pending_ids(rep.redis), what="the ack on the replica")
+        # On the replica the same action is refused by the server: READONLY.
+        rep_cookie = login(rep.console_port, *ADMIN)
+        rep_csrf = csrf_of(request(rep.console_port, "GET", GROUP_PAGE, cookie=rep_cookie)[2])
+        second = pending_ids(rep.redis)[0]
+        _, headers, _ = request(rep.console_port, "POST", GROUP_PAGE,
+                                f"csrf={rep_csrf}&action=ack&id={second.decode()}", cookie=rep_cookie)
+        assert "READONLY" in request(rep.console_port, "GET", headers["location"], cookie=rep_cookie)[2]
+        assert second in pending_ids(rep.redis)

@@ -4,7 +4,7 @@ A session is made by running ``AUTH user password`` on a new client through
 ``Core.execute``, so the password check, the ACL log of a failed login and the
 user's rules are the server's own.  Every read and action of the session then
 runs on that client through ``Core.execute`` as well: ACL checks, MISCONF,
-READONLY on a replica, the AOF, replicas and keyspace notifications apply as
+READONLY on a replica, the AOF, replicas, MONITOR and the slow log apply as
 they do to any client, and the client shows up in CLIENT LIST (named
 ``console:<user>``); CLIENT KILL of it ends the session.
 
