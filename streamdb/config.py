@@ -301,6 +301,9 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     _d("metrics-port", "0", _parse_int(0, 65535), "Port of the Prometheus HTTP endpoint GET /metrics (0 = off). Start-up only: CONFIG SET refuses it; restart to change it.", False),
     _d("metrics-bind", "127.0.0.1", _S, "Space-separated addresses the metrics endpoint listens on. Start-up only, as metrics-port.", False),
     _d("metrics-max-series", "10000", _parse_int(1, 2**31 - 1), "Most stream/group/consumer series one scrape exports (the rest are counted as truncated)."),
+    # -- web console (streamdb/server/console/, docs/CONSOLE.md)
+    _d("console-port", "0", _parse_int(0, 65535), "Port of the web console (0 = off). Start-up only: CONFIG SET refuses it; restart to change it.", False),
+    _d("console-bind", "127.0.0.1", _S, "Space-separated addresses the web console listens on. Start-up only, as console-port.", False),
     # -- replication
     _d("replicaof", "", _S, "<host> <port> of the primary to follow (empty = primary).", False),
     _d("masterauth", "", _S, "Password for the primary."),

@@ -8,7 +8,7 @@ Every ```sh, ```bash or ```console block carries a marker on the line before its
 tests/ops/test_doc_blocks.py fails on an unmarked block and on a marked name no test claims.
 
 The documents speak of the default ports (6379 for a server, 6380 for a replica, 6381 for a
-server started on restored data, 9121 for metrics) and relative paths; a test runs a block in a scratch directory with those port
+server started on restored data, 9121 for metrics, 8080 for the console) and relative paths; a test runs a block in a scratch directory with those port
 numbers rewritten to its servers' free ports, and with ``redis-cli`` and ``streamdb-admin``
 defaulting to the first server's port (as they default to 6379), so every other word of
 the block runs as a reader would type it.
@@ -27,7 +27,7 @@ from helpers import ROOT
 
 SHELL_FENCE = re.compile(r"^```(sh|bash|console)\n(.*?)^```", re.M | re.S)
 MARKER = re.compile(r"<!-- (guide-test|not-tested): (.+?) -->\n\Z")
-DOC_PORTS = (6379, 6380, 6381, 9121)
+DOC_PORTS = (6379, 6380, 6381, 9121, 8080)
 # Clients that default to port 6379 when no -p is given: later -p arguments win over the
 # one these wrappers put first, as in redis-cli and streamdb-admin themselves.
 DEFAULT_PORT_CLIENTS = ("redis-cli", "streamdb-admin")

@@ -305,6 +305,11 @@ class Server:
             # Same loop as the Redis listener: a scrape reads the keyspace between turns.
             from .metrics import start_metrics
             self.servers += await start_metrics(self.core)
+        if cfg["console-port"]:
+            # Also on this loop: its sessions run their commands through Core.execute
+            # between turns, and their replies wait for this server's group commit.
+            from .console import start_console
+            self.servers += await start_console(self.core, self)
         for srv in self.servers:                 # (lifecycle.py says why)
             for sock in srv.sockets:
                 close_in_forked_children(sock.fileno())

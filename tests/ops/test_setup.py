@@ -19,7 +19,7 @@ import pytest
 from helpers import ROOT
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-SPARK_AND_TEST_PACKAGES = {"pyspark", "pyarrow", "pytest", "pytest-timeout", "hypothesis"}
+SPARK_AND_TEST_PACKAGES = {"pyspark", "pyarrow", "pytest", "pytest-timeout", "hypothesis", "selenium"}
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 
