@@ -324,6 +324,37 @@ def test_a_replica_announces_the_address_and_priority_sentinel_uses(tmp_path):
                                                       "replica-announce-port": "7777"}
 
 
+@pytest.mark.parametrize("kind", ["streamdb", "redis"])
+def test_announce_settings_changed_on_a_linked_replica_reach_the_primary_at_the_next_handshake(
+        tmp_path, kind):
+    """CONFIG SET replica-announce-ip/port on a replica whose link is up changes nothing
+    the primary lists (Redis sends REPLCONF ip-address/listening-port only in the
+    handshake), even once the replica has acknowledged later writes; after the primary
+    drops the link (CLIENT KILL TYPE replica) the replica reconnects and is listed under
+    the new address. The same on a real redis-server 7.0 pair."""
+    with node(kind, tmp_path / "primary", "--repl-diskless-sync-delay", "0") as primary:
+        replica = node(kind, tmp_path / "replica", "--replicaof", "127.0.0.1", str(primary.port)).start()
+        try:
+            p = redis.Redis(port=primary.port, decode_responses=True)
+
+            def listed(state="online"):
+                slave0 = p.info("replication").get("slave0")
+                return slave0 and slave0["state"] == state and (slave0["ip"], slave0["port"])
+
+            assert wait_until(listed, what="the replica to come online") == ("127.0.0.1", replica.port)
+            r = redis.Redis(port=replica.port)
+            r.config_set("replica-announce-ip", "10.9.9.9")
+            r.config_set("replica-announce-port", "7777")
+            p.xadd("events", {"v": "after the change"})
+            assert p.execute_command("WAIT", 1, 10000) == 1       # the link carried acks since
+            assert listed() == ("127.0.0.1", replica.port)
+            p.execute_command("CLIENT", "KILL", "TYPE", "replica")
+            wait_until(lambda: listed() == ("10.9.9.9", 7777),
+                       what="the reconnected replica to be listed under its new address")
+        finally:
+            replica.stop()
+
+
 def test_a_replica_that_never_reached_its_primary_reports_its_link_down_since_minus_1(tmp_path):
     """As Redis: -1, not the seconds since start-up, which Sentinel would take for a link
     down too long to promote the replica."""
