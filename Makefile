@@ -73,11 +73,18 @@ chromium:
 run: deps
 	$(VPY) -m streamdb streamdb.conf
 
-# ioredis (Node.js) for the client-compatibility test, when Node.js is present.
+# ioredis (Node.js) for the client-compatibility test and the Sentinel failover test
+# of its `sentinels` option (they skip without it); Node.js and npm from Debian's
+# packages when either is missing, so that a fresh machine runs them too.
 node-clients:
-	@if command -v npm >/dev/null 2>&1 && [ ! -d .cache/node/node_modules/ioredis ]; then \
+	@{ command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; } || { \
+	  echo "installing Node.js and npm from Debian's packages (for the ioredis tests)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nodejs npm >/dev/null; }
+	@[ -d .cache/node/node_modules/ioredis ] || { \
+	  echo "installing ioredis into .cache/node with npm"; \
 	  mkdir -p .cache/node && npm install --prefix .cache/node --silent --no-audit --no-fund ioredis@5 >/dev/null 2>&1 \
-	  || echo "ioredis not installed (npm failed): its test will be skipped"; fi
+	  || echo "ioredis not installed (npm failed): its tests will be skipped"; }
 
 # A Java runtime for Spark from Debian's packages, when there is none.
 java:

@@ -19,6 +19,7 @@ from .args import parse_int
 from ..dispatch.context import Ctx, syntax_error
 from .docs import DOCS, GrammarError, grammar_arguments
 from .observe import latencystats_fields, memory_numbers, rewrite_config_file
+from .pubsub import NOT_KEY_SPECS
 from ..dispatch.registry import COMMANDS, CommandSpec, command, resolve, subcommand
 
 # ---------------------------------------------------------------------------
@@ -311,17 +312,43 @@ def client_help(ctx: Ctx, argv):
 # ---------------------------------------------------------------------------
 
 
+# COMMAND INFO's flags in Redis's order (server.c addReplyCommandFlags), with its
+# spelling of the names the table writes with a hyphen.
+_FLAG_ORDER = {name: n for n, name in enumerate((
+    "write", "readonly", "denyoom", "module", "admin", "pubsub", "noscript", "blocking",
+    "loading", "stale", "skip_monitor", "skip_slowlog", "asking", "fast", "no_auth",
+    "no_mandatory_keys", "no_async_loading", "no_multi", "movablekeys", "allow_busy"))}
+
+
 def _flags_reply(spec: CommandSpec) -> RSet:
-    return RSet([Status(f) for f in sorted(spec.flags) if f not in ("no-auth",)] +
-                ([Status("no_auth")] if "no-auth" in spec.flags else []))
+    names = sorted((f.replace("-", "_") for f in spec.flags),
+                   key=lambda f: (_FLAG_ORDER.get(f, len(_FLAG_ORDER)), f))
+    return RSet([Status(f) for f in names])
+
+
+def _not_key_spec(begin: int, lastkey: int) -> Map:
+    """A key spec flagged not_key (pubsub.NOT_KEY_SPECS), in Redis's form."""
+    return Map([(b"flags", RSet([Status("not_key")])),
+                (b"begin_search", Map([(b"type", b"index"), (b"spec", Map([(b"index", begin)]))])),
+                (b"find_keys", Map([(b"type", b"range"), (b"spec", Map(
+                    [(b"lastkey", lastkey), (b"keystep", 1), (b"limit", 0)]))]))])
 
 
 def command_info(spec: CommandSpec) -> list:
     first, last, step = spec.first_key, spec.last_key, spec.key_step
+    key_specs = []
+    not_key = NOT_KEY_SPECS.get(spec.name)
+    if not_key is not None:
+        # Redis derives first/last/step from every key spec, a not_key one included.
+        begin, lastkey = not_key
+        first, last, step = begin, begin + lastkey if lastkey >= 0 else lastkey, 1
+        key_specs.append(_not_key_spec(begin, lastkey))
+    # Tips and key specs are sets under RESP3, and so are no subcommands (but not some),
+    # as Redis 7.0 answers them.
     return [
         spec.name.encode(), spec.arity, _flags_reply(spec), first, last, step,
-        RSet([Status(c) for c in spec.acl_categories]), [], [],
-        [command_info(s) for s in spec.subcommands.values()],
+        RSet([Status(c) for c in spec.acl_categories]), RSet(), RSet(key_specs),
+        [command_info(s) for s in spec.subcommands.values()] or RSet(),
     ]
 
 
@@ -363,12 +390,17 @@ def command_docs(spec: CommandSpec) -> Map:
     return Map(fields)
 
 
+# COMMAND DOCS's argument flags in Redis's order (server.c addReplyFlagsForArg).
+_ARGUMENT_FLAG_ORDER = ("optional", "multiple", "multiple_token")
+
+
 def _argument_reply(arg: dict) -> Map:
     fields = [(b"name", arg["name"].encode()), (b"type", arg["type"].encode())]
     if "token" in arg:
         fields.append((b"token", arg["token"].encode()))
     if arg.get("flags"):
-        fields.append((b"flags", RSet([Status(f) for f in arg["flags"]])))
+        flags = sorted(arg["flags"], key=_ARGUMENT_FLAG_ORDER.index)
+        fields.append((b"flags", RSet([Status(f) for f in flags])))
     if "arguments" in arg:
         fields.append((b"arguments", [_argument_reply(a) for a in arg["arguments"]]))
     return Map(fields)

@@ -20,11 +20,19 @@ from ..dispatch.registry import command, subcommand
 from ..protocol import encode_reply
 from ..protocol.reply import CommandError, Push, Raw, Status
 
-__all__: list[str] = []
+__all__ = ["NOT_KEY_SPECS"]
 
 # Redis's COMMAND flags of the (un)subscribe commands.
 _SUBSCRIBING = "pubsub noscript loading stale"
 _PUBLISHING = "pubsub loading stale fast"
+
+# Redis 7 describes a shard channel argument with a key spec flagged not_key (a cluster
+# routes it by its slot), which COMMAND INFO shows: command -> (the index where the
+# channels begin, the last one relative to it: 0 itself, -1 the last argument). They
+# are no keys: the commands are registered with none, so no ACL key pattern, WATCH,
+# keyspace or COMMAND GETKEYS sees them; ACL channel rules govern them.
+NOT_KEY_SPECS: dict[str, tuple[int, int]] = {
+    "spublish": (1, 0), "ssubscribe": (1, -1), "sunsubscribe": (1, -1)}
 
 # The first word of a confirmation, per kind.
 _SUBSCRIBED = {CHANNELS: b"subscribe", PATTERNS: b"psubscribe", SHARD_CHANNELS: b"ssubscribe"}

@@ -303,15 +303,19 @@ class Core:
             if name == "exec":
                 return self._abort_exec(client, _OOM)
             return self._refuse(client, CommandError(_OOM), spec.name)
-        # Before MULTI queueing, as in Redis: a write queued on a replica flags the
-        # transaction (EXEC then answers EXECABORT) instead of running at EXEC.
-        if self.is_replica and spec.is_write and client.kind == "normal" \
-                and self.config["replica-read-only"]:
-            return self._refuse(client, CommandError(_READONLY), spec.name)
-        # min-replicas-to-write (primary only, so never together with READONLY): Redis
-        # refuses before queueing, so a queued write makes EXEC answer EXECABORT.
-        if self.replicas_refusal is not None and spec.is_write and client.kind == "normal":
-            return self._refuse(client, CommandError(self.replicas_refusal), spec.name)
+        # NOREPLICAS (a primary short of good replicas under min-replicas-to-write) or
+        # READONLY (a replica; never both), in Redis's order and before MULTI queueing:
+        # a write refused while queued flags the transaction, and an EXEC whose queued
+        # writes a refusal began to cover after they were queued is aborted whole, as
+        # Redis counts that EXEC as a write (processCommand's is_write_command).
+        if client.kind == "normal":
+            refusal = self.replicas_refusal
+            if refusal is None and self.is_replica and self.config["replica-read-only"]:
+                refusal = _READONLY
+            if refusal is not None and _is_write_command(spec, client):
+                if name == "exec":
+                    return self._abort_exec(client, refusal)
+                return self._refuse(client, CommandError(refusal), spec.name)
         # RESP2's subscribed mode: Redis checks it here, after READONLY, before LOADING.
         if client.pubsub is not None:
             refusal = subscribed_mode_refusal(client, spec)
@@ -326,8 +330,7 @@ class Core:
             client.multi_queue.append(argv)
             return QUEUED
         refusal = self.save_refusal or self.write_refusal     # MISCONF (in Redis's order)
-        if refusal and client.kind == "normal" and (
-                spec.is_write or (name == "exec" and _any_write(client.multi_queue))):
+        if refusal and client.kind == "normal" and _is_write_command(spec, client):
             if name == "exec":
                 return self._abort_exec(client, refusal)
             return self._refuse(client, CommandError(refusal), spec.name)
@@ -362,7 +365,7 @@ class Core:
 
     @cython.cfunc
     def _abort_exec(self, client: Client, reason: str):
-        """An EXEC refused as a whole (-OOM, MISCONF): Redis's EXECABORT with the
+        """An EXEC refused as a whole (OOM, NOREPLICAS, READONLY, MISCONF): Redis's EXECABORT with the
         reason; its transaction is discarded, as an EXEC that ran would have ended it."""
         client.in_multi = False
         client.multi_queue = []
@@ -769,10 +772,12 @@ def _is_write(argv: list[bytes]) -> bool:
     return spec is not None and spec.is_write
 
 
-def _any_write(queue: list) -> bool:
-    """Whether a queued transaction holds a write (out of execute: a ccall holds no
-    generator expression)."""
-    return any(_is_write(argv) for argv in queue)
+def _is_write_command(spec, client: Client) -> bool:
+    """Redis's is_write_command: a write, or an EXEC whose transaction queued one (out
+    of execute: a ccall holds no generator expression)."""
+    if spec.is_write:
+        return True
+    return spec.name == "exec" and any(_is_write(argv) for argv in client.multi_queue)
 
 
 def _trunc(raw: bytes, n: int = 128) -> str:

@@ -220,6 +220,20 @@ REDIS70_NOPERM_CHANNEL = "NOPERM this user has no permissions to access one of t
 NOPERM_CHANNEL = "NOPERM No permissions to access a channel"
 
 
+def run_as(connect, user: str, script: list[tuple]) -> None:
+    """Each command of ``script`` as ``user`` (password pw) on both servers: the same
+    replies, but for the channel denial 7.2 renamed."""
+    c = connect()
+    c.call("AUTH", user, "pw")
+    for cmd in script:
+        ours, theirs = c.both(*cmd)
+        if theirs == Err(REDIS70_NOPERM_CHANNEL):
+            assert ours == Err(NOPERM_CHANNEL), cmd
+        else:
+            assert ours == theirs, cmd
+    c.close()
+
+
 def test_acl_channel_denials(connect, pair):
     admin = connect()
     admin.call("ACL", "SETUSER", "chan", "on", ">pw", "~*", "+@all", "&n.*")
@@ -232,15 +246,7 @@ def test_acl_channel_denials(connect, pair):
                                    ("PUBLISH", "n.1", "m"), ("SPUBLISH", "x", "m"),
                                    ("UNSUBSCRIBE", "x")]),
                          ("none", [("PUBLISH", "a", "m"), ("SSUBSCRIBE", "a")])):
-        c = connect()
-        c.call("AUTH", user, "pw")
-        for cmd in script:
-            ours, theirs = c.both(*cmd)
-            if theirs == Err(REDIS70_NOPERM_CHANNEL):
-                assert ours == Err(NOPERM_CHANNEL), cmd
-            else:
-                assert ours == theirs, cmd
-        c.close()
+        run_as(connect, user, script)
     ours, theirs = admin.both("ACL", "LOG")
     fields = [[dict(zip(e[::2], e[1::2])) for e in log] for log in (ours, theirs)]
     keep = (b"count", b"reason", b"context", b"object", b"username")
@@ -251,6 +257,28 @@ def test_acl_channel_denials(connect, pair):
     ours, theirs = admin.both("ACL", "DRYRUN", "chan", "PUBLISH", "x", "m")
     assert theirs == b"This user has no permissions to access the 'x' channel"
     assert ours == b"User chan has no permissions to access the 'x' channel"
+
+
+def test_a_shard_channel_is_no_key(connect, pair):
+    """COMMAND INFO describes a shard channel with a key spec (not_key), yet it is no key:
+    a user without key patterns may SPUBLISH/SSUBSCRIBE/SUNSUBSCRIBE it, one without
+    channel rules may not; a WATCH of a key of the same name stays clean; it never
+    appears in the keyspace."""
+    admin = connect()
+    admin.call("ACL", "SETUSER", "keyless", "on", ">pw", "resetkeys", "&*", "+@all")
+    admin.call("ACL", "SETUSER", "channelless", "on", ">pw", "~*", "resetchannels", "+@all")
+    for user, script in (("keyless", [("SPUBLISH", "shard:k", "m"), ("SSUBSCRIBE", "shard:k"),
+                                      ("SUNSUBSCRIBE", "shard:k"), ("SUNSUBSCRIBE",)]),
+                         ("channelless", [("SPUBLISH", "shard:k", "m"), ("SSUBSCRIBE", "shard:k")])):
+        run_as(connect, user, script)
+    admin.call("ACL", "DRYRUN", "keyless", "SPUBLISH", "shard:k", "m")
+    watcher = connect()
+    watcher.call("WATCH", "shard:k")
+    admin.call("SPUBLISH", "shard:k", "m")
+    admin.call("SSUBSCRIBE", "shard:k")
+    watcher.call("MULTI")
+    watcher.call("EXISTS", "shard:k")
+    assert watcher.call("EXEC") == [0]          # not nil: no key of that name changed
 
 
 def test_subscribe_queued_in_multi(connect):

@@ -10,6 +10,7 @@ TYPE normal; CLIENT KILL TYPE pubsub; EXEC transaction.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import socket
@@ -22,7 +23,7 @@ import redis
 import redis.sentinel
 
 from differential.resp import Err, RawClient, Status
-from helpers import ROOT, ServerProcess, wait_until
+from helpers import ROOT, RedisProcess, ServerProcess, wait_until
 from streamdb.cli.procs import free_port, wait_until_ready
 
 # Sentinel's own clock: a primary silent for a second is down, and a second failover
@@ -98,23 +99,34 @@ def write_until_accepted(client: redis.Redis, value: str) -> str:
 
 
 @contextmanager
-def failed_over(tmp_path: Path):
-    """A primary, its replica and a Sentinel; kill -9 of the primary once Sentinel knows
-    the replica, and the failover awaited. Yields (killed primary, new primary, Sentinel,
-    redis-py's master_for client, the entry written before the kill)."""
+def watched_pair(tmp_path: Path):
+    """A primary, its replica and a Sentinel that knows both: (primary, replica, Sentinel)."""
     with ServerProcess(tmp_path / "primary") as primary, \
             replica_of(tmp_path, "replica", primary) as replica, \
             Sentinel(tmp_path, primary.port) as sentinel:
         wait_until(lambda: sentinel.replica_ports() == {replica.port},
                    what="Sentinel to discover the replica through the primary's INFO")
+        yield primary, replica, sentinel
+
+
+def kill9_and_await_failover(primary: ServerProcess, replica: ServerProcess, sentinel: Sentinel) -> None:
+    primary.kill9()
+    wait_until(lambda: sentinel.primary_port() == replica.port, timeout=FAILOVER_WAIT,
+               what="Sentinel to switch mymaster to the replica")
+
+
+@contextmanager
+def failed_over(tmp_path: Path):
+    """A primary, its replica and a Sentinel; kill -9 of the primary once Sentinel knows
+    the replica, and the failover awaited. Yields (killed primary, new primary, Sentinel,
+    redis-py's master_for client, the entry written before the kill)."""
+    with watched_pair(tmp_path) as (primary, replica, sentinel):
         client = redis.sentinel.Sentinel([("127.0.0.1", sentinel.port)],
                                          socket_timeout=2).master_for("mymaster", socket_timeout=2)
         before = client.xadd("events", {"v": "before"})
         wait_until(lambda: redis.Redis(port=replica.port).xlen("events") == 1,
                    what="the replica to receive the first entry")
-        primary.kill9()
-        wait_until(lambda: sentinel.primary_port() == replica.port, timeout=FAILOVER_WAIT,
-                   what="Sentinel to switch mymaster to the replica")
+        kill9_and_await_failover(primary, replica, sentinel)
         yield primary, replica, sentinel, client, before
 
 
@@ -126,6 +138,70 @@ def test_sentinel_promotes_the_replica_after_kill9_and_clients_follow(tmp_path):
         assert role(replica.port) == "master"
         after = write_until_accepted(client, "after")
         assert [e[0] for e in client.xrange("events")] == [before, after]
+
+
+IOREDIS = ROOT / ".cache" / "node" / "node_modules" / "ioredis"
+
+# One ioredis client given only the Sentinel: two writes acknowledged by WAITAOF 1 1,
+# a line to say so, then (once the test has killed the primary and written "killed" to
+# its stdin) writes retried until the new primary takes them, and what it reads back.
+IOREDIS_FAILOVER = r"""
+const Redis = require(process.argv[2]);
+const deadline = Date.now() + 45000;
+setTimeout(() => { console.error("timed out"); process.exit(2); }, 50000).unref();
+const r = new Redis({ sentinels: [{ host: "127.0.0.1", port: Number(process.argv[3]) }],
+                      name: "mymaster", connectTimeout: 2000, retryStrategy: () => 100 });
+const killed = new Promise((resolve) => process.stdin.once("data", resolve));
+async function writeUntilAccepted(value) {
+  for (;;) {
+    try { return await r.xadd("events", "*", "v", value); }
+    catch (e) { if (Date.now() > deadline) throw e; await new Promise((t) => setTimeout(t, 100)); }
+  }
+}
+(async () => {
+  const before = [await r.xadd("events", "*", "v", "before-1"), await r.xadd("events", "*", "v", "before-2")];
+  const waitaof = await r.call("WAITAOF", "1", "1", "10000");
+  console.log(JSON.stringify({ before, waitaof }));
+  await killed;
+  const after = [await writeUntilAccepted("after-1"), await writeUntilAccepted("after-2")];
+  const read = (await r.xrange("events", "-", "+")).map((e) => e[0]);
+  console.log(JSON.stringify({ after, read, port: r.stream.remotePort }));
+  r.disconnect();
+})().catch((e) => { console.error(e); process.exit(1); });
+"""
+
+
+def test_ioredis_follows_sentinel_through_a_failover(tmp_path):
+    """ioredis's own Sentinel support ({sentinels, name}): the same client writes to the
+    primary, and after its kill -9 and Sentinel's promotion of the replica goes on
+    writing to the new primary, which it finds through Sentinel. What WAITAOF 1 1
+    acknowledged before the kill is on the new primary, and so is every later write."""
+    if not (IOREDIS.exists() and shutil.which("node")):
+        pytest.skip("ioredis is not installed (make test installs Node.js and ioredis)")
+    script = tmp_path / "failover.js"
+    script.write_text(IOREDIS_FAILOVER)
+    with watched_pair(tmp_path) as (primary, replica, sentinel):
+        node = subprocess.Popen(["node", str(script), str(IOREDIS), str(sentinel.port)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            acknowledged = json.loads(node.stdout.readline() or "null")
+            assert acknowledged is not None, node.communicate(timeout=60)[1]
+            assert acknowledged["waitaof"] == [1, 1]
+            kill9_and_await_failover(primary, replica, sentinel)
+            node.stdin.write("killed\n")
+            node.stdin.flush()
+            out, err = node.communicate(timeout=60)
+        finally:
+            if node.poll() is None:
+                node.kill()
+                node.wait()
+        assert node.returncode == 0, err
+        got = json.loads(out)
+        on_new_primary = [e[0] for e in redis.Redis(port=replica.port, decode_responses=True)
+                          .xrange("events")]
+        assert got["port"] == replica.port and role(replica.port) == "master"
+        assert on_new_primary == acknowledged["before"] + got["after"] == got["read"]
 
 
 @pytest.mark.soak        # Sentinel waits 8 s of a wrong role before it reconfigures a node
@@ -170,6 +246,64 @@ def test_min_replicas_to_write_refuses_writes_without_a_good_replica(tmp_path):
         assert [e[1]["v"] for e in client.xrange("events")] == ["replicated", "unguarded"]
 
 
+def node(kind: str, workdir: Path, *args: str):
+    """A StreamDB node (kind "streamdb") or a real redis-server 7.0 ("redis"), not started."""
+    if kind == "redis":
+        if not RedisProcess.available():
+            pytest.skip("redis-server is not installed (make test installs it)")
+        return RedisProcess(workdir, *args)
+    return ServerProcess(workdir, *args)
+
+
+def exec_of_writes_queued_before_a_refusal(kind: str, workdir: Path) -> list:
+    """EXEC's reply where the writes it queued were accepted when queued and a write
+    refusal began before EXEC: min-replicas-to-write no longer met (the only replica
+    killed), then the node turned into a replica (REPLICAOF). Also EXEC's rejected_calls
+    and the EXECABORT count, and what the next transaction of reads answers."""
+    with node(kind, workdir / "primary", "--min-replicas-to-write", "1",
+              "--min-replicas-max-lag", "1") as primary:
+        admin = redis.Redis(port=primary.port, decode_responses=True)
+        replica = node(kind, workdir / "replica", "--replicaof", "127.0.0.1", str(primary.port)).start()
+        try:
+            wait_until(lambda: admin.info("replication").get("min_slaves_good_slaves") == 1,
+                       what="the replica to count as good")
+            tx = RawClient(primary.port)
+            queued = tx.pipeline([["MULTI"], ["XADD", "events", "*", "v", "queued"], ["XLEN", "events"]])
+            replica.proc.kill()                       # kill -9: the link drops, no goodbye
+            replica.proc.wait()
+            wait_until(lambda: admin.info("replication")["min_slaves_good_slaves"] == 0,
+                       timeout=FAILOVER_WAIT, what="the primary to count no good replica")
+            replies = [queued, tx.call("EXEC"), tx.pipeline([["MULTI"], ["XLEN", "events"], ["EXEC"]])]
+            admin.config_set("min-replicas-to-write", "0")
+            replies.append(tx.pipeline([["MULTI"], ["XADD", "events", "*", "v", "queued"]]))
+            with node(kind, workdir / "new-primary") as new_primary:
+                admin.replicaof("127.0.0.1", new_primary.port)
+                replies.append(tx.call("EXEC"))
+            stats = admin.info("commandstats")["cmdstat_exec"]
+            replies.append((stats["rejected_calls"], admin.info("errorstats")["errorstat_EXECABORT"]))
+            tx.close()
+            return replies
+        finally:
+            replica.stop()
+
+
+def test_exec_is_aborted_whole_when_a_write_refusal_began_after_its_writes_were_queued(tmp_path):
+    """As Redis counts an EXEC holding queued writes as a write: NOREPLICAS (the only
+    replica killed under min-replicas-to-write 1) and READONLY (the node made a replica)
+    abort it with EXECABORT, nothing of it runs; a transaction of reads still runs. The
+    same replies as a real redis-server 7.0 pair."""
+    ours = exec_of_writes_queued_before_a_refusal("streamdb", tmp_path / "streamdb")
+    assert ours == [
+        [Status("OK"), Status("QUEUED"), Status("QUEUED")],
+        Err("EXECABORT Transaction discarded because of: NOREPLICAS Not enough good replicas to write."),
+        [Status("OK"), Status("QUEUED"), [0]],
+        [Status("OK"), Status("QUEUED")],
+        Err("EXECABORT Transaction discarded because of: READONLY You can't write against a read only replica."),
+        (2, {"count": 2}),
+    ]
+    assert exec_of_writes_queued_before_a_refusal("redis", tmp_path / "redis") == ours
+
+
 def test_a_replica_announces_the_address_and_priority_sentinel_uses(tmp_path):
     """replica-announce-ip/port are what the primary lists (INFO slaveN, ROLE: where
     Sentinel connects), and replica-priority is INFO slave_priority; both CONFIG SET-able."""
@@ -188,6 +322,37 @@ def test_a_replica_announces_the_address_and_priority_sentinel_uses(tmp_path):
         assert r.info("replication")["slave_priority"] == 7
         assert r.config_get("replica-announce-*") == {"replica-announce-ip": "10.9.9.9",
                                                       "replica-announce-port": "7777"}
+
+
+@pytest.mark.parametrize("kind", ["streamdb", "redis"])
+def test_announce_settings_changed_on_a_linked_replica_reach_the_primary_at_the_next_handshake(
+        tmp_path, kind):
+    """CONFIG SET replica-announce-ip/port on a replica whose link is up changes nothing
+    the primary lists (Redis sends REPLCONF ip-address/listening-port only in the
+    handshake), even once the replica has acknowledged later writes; after the primary
+    drops the link (CLIENT KILL TYPE replica) the replica reconnects and is listed under
+    the new address. The same on a real redis-server 7.0 pair."""
+    with node(kind, tmp_path / "primary", "--repl-diskless-sync-delay", "0") as primary:
+        replica = node(kind, tmp_path / "replica", "--replicaof", "127.0.0.1", str(primary.port)).start()
+        try:
+            p = redis.Redis(port=primary.port, decode_responses=True)
+
+            def listed(state="online"):
+                slave0 = p.info("replication").get("slave0")
+                return slave0 and slave0["state"] == state and (slave0["ip"], slave0["port"])
+
+            assert wait_until(listed, what="the replica to come online") == ("127.0.0.1", replica.port)
+            r = redis.Redis(port=replica.port)
+            r.config_set("replica-announce-ip", "10.9.9.9")
+            r.config_set("replica-announce-port", "7777")
+            p.xadd("events", {"v": "after the change"})
+            assert p.execute_command("WAIT", 1, 10000) == 1       # the link carried acks since
+            assert listed() == ("127.0.0.1", replica.port)
+            p.execute_command("CLIENT", "KILL", "TYPE", "replica")
+            wait_until(lambda: listed() == ("10.9.9.9", 7777),
+                       what="the reconnected replica to be listed under its new address")
+        finally:
+            replica.stop()
 
 
 def test_a_replica_that_never_reached_its_primary_reports_its_link_down_since_minus_1(tmp_path):

@@ -143,3 +143,47 @@ def test_info_and_docs_of_a_subcommand_by_its_full_name(server, redis_server):
     assert ours[0][1][1] == theirs[0][1][1] == (b"$", None)
     assert ours[1][0] == theirs[1][0] == b"xgroup|create"
     assert ours[1][1][:10] == theirs[1][1][:10]                # summary ... history
+
+
+def replies_of(port: int, queries: list[tuple], resp3: bool = False) -> list:
+    """The tagged replies of one connection to ``port`` to each query in turn."""
+    c = RawClient(port, resp3=resp3)
+    try:
+        return [c.call(*query) for query in queries]
+    finally:
+        c.close()
+
+
+SHARD_CHANNEL_QUERIES = [
+    ("COMMAND", "INFO", "spublish", "ssubscribe", "sunsubscribe"),
+    ("COMMAND", "DOCS", "spublish"), ("COMMAND", "DOCS", "ssubscribe"),
+    ("COMMAND", "DOCS", "sunsubscribe"),
+    ("COMMAND", "GETKEYS", "spublish", "ch", "msg"), ("COMMAND", "GETKEYS", "spublish", "ch"),
+    ("COMMAND", "GETKEYS", "ssubscribe", "a", "b"), ("COMMAND", "GETKEYS", "sunsubscribe", "a"),
+]
+
+
+@pytest.mark.parametrize("resp3", [False, True])
+def test_shard_channel_commands_describe_their_channels_as_redis_does(server, redis_server, resp3):
+    """SPUBLISH SSUBSCRIBE SUNSUBSCRIBE: COMMAND INFO (flags in Redis's order, first/last/
+    step and a key spec flagged not_key for the shard channel), COMMAND DOCS and COMMAND
+    GETKEYS (no key: a not_key spec names none, whatever the arity) as redis-server 7.0
+    answers them, wire types and order included."""
+    ours, theirs = (replies_of(port, SHARD_CHANNEL_QUERIES, resp3)
+                    for port in (server.port, redis_server.port))
+    for query, mine, ref in zip(SHARD_CHANNEL_QUERIES, ours, theirs):
+        assert mine == ref, query
+    spublish = plain(ours[0])[0]
+    assert spublish[3:6] == [1, 1, 1] and spublish[8][0][:2] == [b"flags", [b"not_key"]]
+
+
+def test_getkeys_resolves_subcommands_as_redis_does(server, redis_server):
+    """COMMAND GETKEYS of a command with subcommands reads the subcommand's keys; an
+    unknown subcommand is an invalid command."""
+    queries = [("COMMAND", "GETKEYS", "xgroup", "create", "k", "g", "$"),
+               ("COMMAND", "GETKEYS", "xinfo", "stream", "k"),
+               ("COMMAND", "GETKEYS", "xgroup", "nosuch", "k"),
+               ("COMMAND", "GETKEYS", "config", "get", "x")]
+    ours, theirs = (replies_of(port, queries) for port in (server.port, redis_server.port))
+    assert ours == theirs
+    assert plain(ours[0]) == [b"k"]
