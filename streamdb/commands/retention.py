@@ -127,6 +127,7 @@ class Retention:
         core.current_client = None          # the server's own change, as an expiry's DEL
         # Its effect carries no reference policy: KEEPREF, as XTRIM's default.
         core._emit(dbi, [trim_effect(key, exact_trim(s, KEEPREF))])
+        core.notify(dbi, b"xtrim", key)     # what the XTRIM it stands for would publish
         log.log(log.VERBOSE, f"Retention removed {removed} entries ({n} nodes) of stream "
                              f"'{key.decode('utf-8', 'replace')}' in db {dbi}")
         return n
