@@ -287,9 +287,12 @@ def copy(ctx: Ctx, argv):
     value = ctx.lookup(src, read=True)
     if value is None:
         return 0
-    if dst in dst_db.data and not (dst_db.expires and dst_db.is_expired(dst, ctx.now_ms)):
-        if not replace:
-            return 0
+    if dst_db is ctx.db:
+        exists = ctx.lookup(dst) is not None        # (an expired one goes: its event)
+    else:
+        exists = dst in dst_db.data and not (dst_db.expires and dst_db.is_expired(dst, ctx.now_ms))
+    if exists and not replace:
+        return 0
     dst_db.set(dst, clone_value(value))
     ctx.notify(b"new", dst, dst_db.index)       # Redis's dbAdd, after deleting a replaced key
     when = ctx.db.expires.get(src)

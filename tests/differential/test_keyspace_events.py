@@ -249,3 +249,17 @@ def test_config_get_shows_redis_spelling(pair):
         finally:
             c.call("CONFIG", "SET", "notify-keyspace-events", "")
             c.close()
+
+
+@pytest.mark.parametrize("resp3", [False])
+def test_writes_over_expired_keys(sides, resp3):
+    """A write that finds its key past its time: Redis expires it first (expired), then
+    the write creates it again (new)."""
+    both = sides(resp3, "KEAn")
+    keys = ["e1", "e2", "e3", "e4", "e5", "e6", "e7"]
+    _run(both, [("SET", k, "1", "PX", "1") for k in keys] + [("SET", "src", "v")])
+    time.sleep(0.01)
+    _run(both, [("SET", "e1", "v"), ("INCR", "e2"), ("XADD", "e3", "1-1", "f", "v"),
+                ("EXPIRE", "e4", "100"), ("RENAME", "src", "e5"), ("COPY", "e5", "e6"),
+                ("XGROUP", "CREATE", "e7", "g", "0", "MKSTREAM"), ("SET", "e1", "w")])
+    _compare(both)
