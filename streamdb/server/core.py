@@ -198,7 +198,7 @@ class Core:
         self.pubsub = PubSub()
         # notify-keyspace-events as handlers note events (dispatch/pubsub.py
         # publishing_flags: 0 = none), kept up to date through CONFIG SET.
-        self.notify_flags = publishing_flags(self.config["notify-keyspace-events"])
+        self.refresh_notify_flags()
         # Hooks of commands/persistence.py for commands defined elsewhere (set by its install).
         self.info_persistence: Callable[[], list[tuple[str, object]]] | None = None  # INFO persistence
         self.debug_subcommands: dict[str, Callable] = {}   # DEBUG RELOAD, LOADAOF, AOF-INJECT-*
@@ -570,7 +570,13 @@ class Core:
 
     def _notify_config_changed(self, names: list[str]) -> None:
         if "notify-keyspace-events" in names:
-            self.notify_flags = publishing_flags(self.config["notify-keyspace-events"])
+            self.refresh_notify_flags()
+
+    def refresh_notify_flags(self) -> None:
+        """notify_flags from the configuration again (after CONFIG SET, or after a
+        replica's full sync, which loads with them at 0: as Redis's RDB load, a data
+        set loaded whole publishes nothing)."""
+        self.notify_flags = publishing_flags(self.config["notify-keyspace-events"])
 
     def publish_notifications(self, notes: list) -> None:
         """Publish a command's keyspace events (Ctx.notify's notes: (db, event, key)),

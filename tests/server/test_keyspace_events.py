@@ -134,18 +134,20 @@ def test_the_readme_keyspace_events_block(srv, tmp_path):
 
 
 def test_a_replica_publishes_what_it_applies_from_its_primary(tmp_path):
-    """As a Redis replica: its subscribers hear the events of the writes it applies (its
-    own setting; the primary's is off), in the effects' terms: an XREADGROUP arrives as
+    """As a Redis replica: the full sync's data set loads with no event (Redis loads an
+    RDB), then its subscribers hear the events of the writes it applies (its own
+    setting; the primary's is off), in the effects' terms: an XREADGROUP arrives as
     CREATECONSUMER, XCLAIM and SETID, so it publishes xgroup-createconsumer and
     xgroup-setid; an expired key arrives as the primary's DEL."""
     with ServerProcess(tmp_path / "p", "--save", "") as p, \
-            ServerProcess(tmp_path / "r", "--save", "", "--replicaof", "127.0.0.1",
-                          str(p.port)) as rep:
+            ServerProcess(tmp_path / "r", "--save", "", "--notify-keyspace-events", "KEA") as rep:
         rp, rr = redis.Redis(port=p.port), redis.Redis(port=rep.port)
-        wait_until(lambda: rr.info("replication")["master_link_status"] == "up", what="link")
-        rr.config_set("notify-keyspace-events", "KEA")
         listener = Listener(rep.port)
         try:
+            rp.xadd("before", {"f": "v"}, id="1-1")
+            rp.set("plain", "v")
+            rr.replicaof("127.0.0.1", p.port)
+            wait_until(lambda: rr.info("replication")["master_link_status"] == "up", what="link")
             rp.xadd("rs", {"f": "v"}, id="1-1")
             rp.xgroup_create("rs", "g", id="0")
             rp.xreadgroup("g", "alice", {"rs": ">"})
@@ -155,6 +157,7 @@ def test_a_replica_publishes_what_it_applies_from_its_primary(tmp_path):
             wait_until(lambda: rp.exists("short") == 0, what="short expired on the primary")
             rp.delete("rs")
             wait_until(lambda: rr.exists("rs") == 0, what="DEL applied")
+            assert rr.exists("before", "plain") == 2
             assert _stream_events(listener.events()) == [
                 (b"rs", b"xadd"), (b"rs", b"xgroup-create"),
                 (b"rs", b"xgroup-createconsumer"), (b"rs", b"xgroup-setid"),
