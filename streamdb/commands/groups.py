@@ -616,7 +616,7 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
             # Redis marks ">" with the maximum id internally, so that id means ">" too.
             after.append(NEW_ONLY if sid == MAX_ID else sid)
     # Redis looks each key up again to serve it (xreadCommand): INFO counts both.
-    ctx.count_lookups_again(streams)
+    ctx.count_lookups_again(a.keys, streams)
     for s, g, gt in zip(streams, groups, after):
         if gt == NEW_ONLY:       # before anything is served: an error must change nothing
             check_pel_room(ctx, s, g, a.noack)

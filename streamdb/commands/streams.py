@@ -718,7 +718,7 @@ def xread(ctx: Ctx, argv: list[bytes]):
         else:
             after.append(parse_strict_stream_id(raw))
     # Redis looks each key up again to serve it (xreadCommand): INFO counts both.
-    ctx.count_lookups_again(streams)
+    ctx.count_lookups_again(a.keys, streams)
     items = []
     budget = a.budget(ctx.resp3)
     for key, s, gt in zip(a.keys, streams, after):

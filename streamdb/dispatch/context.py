@@ -141,13 +141,18 @@ class Ctx:
         self.notify(b"expired", key)
         return None
 
-    def count_lookups_again(self, values: list) -> None:
-        """Count read lookups again for values already in hand (a hit each, a miss
-        for each None): where Redis looks a command's keys up twice (XREAD)."""
+    def count_lookups_again(self, keys: list, values: list) -> None:
+        """Count read lookups of ``keys`` again for their ``values`` already in hand (a
+        hit each, a miss and its keymiss event for each None): where Redis looks a
+        command's keys up twice (XREAD)."""
         stats = self.core.stats
         misses = values.count(None)
         stats.keyspace_misses += misses
         stats.keyspace_hits += len(values) - misses
+        if misses and self.notify_flags:
+            for key, value in zip(keys, values):
+                if value is None:
+                    self.notify(b"keymiss", key)
 
     @cython.ccall
     def lookup_stream(self, key, read: cython.bint = False):

@@ -215,7 +215,10 @@ def test_key_misses(sides):
     both = sides(False, "Km")
     _run(both, [("GET", "nope"), ("EXISTS", "nope", "nope2"), ("TYPE", "nope"),
                 ("XRANGE", "nope", "-", "+"), ("XLEN", "nope"), ("SET", "nope", "v"),
-                ("GET", "nope"), ("DEL", "nope"), ("SET", "other", "v", "GET")])
+                ("GET", "nope"), ("DEL", "nope"), ("SET", "other", "v", "GET"),
+                ("XREAD", "STREAMS", "nope", "nope2", "0", "0"), ("XINFO", "STREAM", "nope"),
+                ("XPENDING", "nope", "g"), ("COPY", "nope", "x"), ("TTL", "nope"),
+                ("MGET", "nope", "other")])
     assert len(_compare(both)) >= 5
 
 
