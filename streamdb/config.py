@@ -86,17 +86,32 @@ def _parse_percentiles(text: str) -> tuple[float, ...]:
     return values
 
 
+# notify-keyspace-events: each class letter's bit, Redis's values (server.h NOTIFY_*).
+# K and E say where an event is published (__keyspace@<db>__:<key>, __keyevent@<db>__:
+# <event>); the others which events are.
+KEYSPACE_EVENT_BITS = {"K": 1 << 0, "E": 1 << 1, "g": 1 << 2, "$": 1 << 3, "l": 1 << 4,
+                       "s": 1 << 5, "h": 1 << 6, "z": 1 << 7, "x": 1 << 8, "e": 1 << 9,
+                       "t": 1 << 10, "m": 1 << 11, "d": 1 << 12, "n": 1 << 13}
 _EVENT_CLASSES = "g$lshzxetd"     # what "A" stands for, in Redis's order
+_ALL_EVENT_CLASSES = sum(KEYSPACE_EVENT_BITS[ch] for ch in _EVENT_CLASSES)
 
 
-def _parse_keyspace_events(text: str) -> str:
-    """notify-keyspace-events in Redis's canonical spelling (what CONFIG GET shows)."""
+def _parse_keyspace_events(text: str) -> int:
+    """notify-keyspace-events as Redis's flag bits (KEYSPACE_EVENT_BITS)."""
     if any(ch not in "Ag$lshzxeKEtmdn" for ch in text):
         raise ConfigError("Invalid event class character. Use 'Ag$lshzxeKEtmdn'.")
-    chars = set(text.replace("A", _EVENT_CLASSES))
-    classes = "A" if set(_EVENT_CLASSES) <= chars else "".join(
-        ch for ch in _EVENT_CLASSES + "n" if ch in chars)
-    return classes + "".join(ch for ch in "KEm" if ch in chars)
+    return sum(bit for ch, bit in KEYSPACE_EVENT_BITS.items()
+               if ch in text or (ch in _EVENT_CLASSES and "A" in text))
+
+
+def _render_keyspace_events(flags: int) -> str:
+    """The flags in Redis's canonical spelling (keyspaceEventsFlagsToString: what CONFIG
+    GET shows).  As there, "A" stands for every class it covers and hides "n"."""
+    if flags & _ALL_EVENT_CLASSES == _ALL_EVENT_CLASSES:
+        classes = "A"
+    else:
+        classes = "".join(ch for ch in _EVENT_CLASSES + "n" if flags & KEYSPACE_EVENT_BITS[ch])
+    return classes + "".join(ch for ch in "KEm" if flags & KEYSPACE_EVENT_BITS[ch])
 
 
 def _render_percentiles(values: tuple[float, ...]) -> str:
@@ -304,6 +319,8 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
     # -- web console (streamdb/server/console/, docs/CONSOLE.md)
     _d("console-port", "0", _parse_int(0, 65535), "Port of the web console (0 = off). Start-up only: CONFIG SET refuses it; restart to change it.", False),
     _d("console-bind", "127.0.0.1", _S, "Space-separated addresses the web console listens on. Start-up only, as console-port.", False),
+    # -- keyspace notifications (Pub/Sub)
+    _d("notify-keyspace-events", "", _parse_keyspace_events, "Keyspace notifications published through Pub/Sub, Redis's classes: K (keyspace channel) and/or E (keyevent channel), with g (generic: del, expire, rename_from, ...), $ (strings), t (streams), x (expired), n (new keys), m (key misses), A (g$lshzxetd); empty = none.", True, _render_keyspace_events),
     # -- replication
     _d("replicaof", "", _S, "<host> <port> of the primary to follow (empty = primary).", False),
     _d("masterauth", "", _S, "Password for the primary."),
@@ -348,7 +365,6 @@ DIRECTIVES: dict[str, Directive] = {d.name: d for d in [
         ("zset-max-listpack-entries", "128", _parse_int(0, 2**63 - 1), "there are no sorted sets.", True, str),
         ("zset-max-listpack-value", "64", _parse_int(0, 2**63 - 1), "there are no sorted sets.", True, str),
         ("hll-sparse-max-bytes", "3000", _parse_mem(0), "there are no HyperLogLogs.", True, str),
-        ("notify-keyspace-events", "", _parse_keyspace_events, "no keyspace notifications are published.", True, str),
         ("busy-reply-threshold", "5000", _parse_int(0, 2**63 - 1), "there are no scripts.", True, str),
         ("key-load-delay", "0", _parse_int(-2**31, 2**31 - 1), "a test hook of Redis's RDB loader.", True, str),
         ("rdb-key-save-delay", "0", _parse_int(-2**31, 2**31 - 1), "a test hook of Redis's RDB saver.", True, str),

@@ -109,13 +109,14 @@ def setid_effect(key: bytes, g: ConsumerGroup) -> list[bytes]:
             b"ENTRIESREAD", b"%d" % g.entries_read]
 
 
-def _claiming_consumer(g: ConsumerGroup, name: bytes, now: int) -> Consumer:
+def _claiming_consumer(ctx: Ctx, key: bytes, g: ConsumerGroup, name: bytes, now: int) -> Consumer:
     """The consumer an XCLAIM/XAUTOCLAIM gives entries to, created on first use.
 
     No CREATECONSUMER effect: the propagated XCLAIM creates it on replay too.
     """
     c = g.consumers.get(name)
     if c is None:
+        ctx.notify(b"xgroup-createconsumer", key)
         return g.create_consumer(name, now)
     c.seen_time = now
     return c
@@ -163,6 +164,7 @@ def _consumer(ctx: Ctx, key: bytes, g: ConsumerGroup, name: bytes) -> Consumer:
         check_consumer_room(ctx, g, name)
         c = g.create_consumer(name, ctx.now_ms)
         ctx.propagate([b"XGROUP", b"CREATECONSUMER", key, g.name, name])
+        ctx.notify(b"xgroup-createconsumer", key)
     else:
         c.seen_time = ctx.now_ms
     return c
@@ -315,7 +317,7 @@ def xgroup_create(ctx: Ctx, argv: list[bytes]):
     created = False
     if s is None:
         s = Stream()
-        ctx.db.set(key, s)
+        ctx.add_key(key, s)
         created = True
     if g is not None:
         raise CommandError("BUSYGROUP Consumer Group name already exists")
@@ -328,6 +330,7 @@ def xgroup_create(ctx: Ctx, argv: list[bytes]):
     if created:
         effect.append(b"MKSTREAM")
     ctx.propagate(effect)
+    ctx.notify(b"xgroup-create", key)
     return OK
 
 
@@ -350,6 +353,7 @@ def xgroup_setid(ctx: Ctx, argv: list[bytes]):
     g.last_id = sid
     g.entries_read = clamp_entries_read(s, entries_read)
     ctx.propagate(setid_effect(argv[2], g))
+    ctx.notify(b"xgroup-setid", argv[2])
     return OK
 
 
@@ -362,6 +366,7 @@ def xgroup_destroy(ctx: Ctx, argv: list[bytes]):
     del s.groups[argv[3]]
     # The effect also wakes clients blocked in XREADGROUP on this group (NOGROUP).
     ctx.propagate_as_is()
+    ctx.notify(b"xgroup-destroy", argv[2])
     return 1
 
 
@@ -374,6 +379,7 @@ def xgroup_createconsumer(ctx: Ctx, argv: list[bytes]):
     check_consumer_room(ctx, g, argv[4])
     g.create_consumer(argv[4], ctx.now_ms)
     ctx.propagate_as_is()
+    ctx.notify(b"xgroup-createconsumer", argv[2])
     return 1
 
 
@@ -385,6 +391,7 @@ def xgroup_delconsumer(ctx: Ctx, argv: list[bytes]):
         return 0
     pending = g.delete_consumer(argv[4])
     ctx.propagate_as_is()
+    ctx.notify(b"xgroup-delconsumer", argv[2])
     return pending
 
 
@@ -665,7 +672,7 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
             # Redis marks ">" with the maximum id internally, so that id means ">" too.
             after.append(NEW_ONLY if sid == MAX_ID else sid)
     # Redis looks each key up again to serve it (xreadCommand): INFO counts both.
-    ctx.count_lookups_again(streams)
+    ctx.count_lookups_again(a.keys, streams)
     for s, g, gt in zip(streams, groups, after):
         if gt == NEW_ONLY:       # before anything is served: an error must change nothing
             check_pel_room(ctx, s, g, a.noack)
@@ -727,16 +734,21 @@ def xackdel(ctx: Ctx, argv: list[bytes]):
         return [-1] * len(ids)
     out = []
     changed = 0
+    deleted = False
     for sid in ids:
         if not g.ack(sid):
             out.append(-1)
             continue
         changed += 1
+        code = delete_with_policy(s, (sid,), policy)[0]
+        deleted = deleted or code == DEL_DELETED
         # Acknowledged is never "no such id" (-1): an entry already deleted from the
         # stream (a KEEPREF delete left its reference here) counts as deleted.
-        out.append(max(delete_with_policy(s, (sid,), policy)[0], DEL_DELETED))
+        out.append(max(code, DEL_DELETED))
     if changed:
         ctx.propagate_as_is(dirty=changed)
+    if deleted:
+        ctx.notify(b"xdel", argv[1])      # as XDELEX: when an entry went
     return out
 
 
@@ -975,7 +987,7 @@ def xclaim(ctx: Ctx, argv: list[bytes]):
         elif _dead_lettered(ctx, key, g, sid, fv, pe.owner_name, pe.delivery_count):
             continue
         if consumer is None:
-            consumer = _claiming_consumer(g, argv[3], now)
+            consumer = _claiming_consumer(ctx, key, g, argv[3], now)
         # A PEL entry FORCE creates starts, as in Redis, at one delivery.
         count = 1 if pe is None else pe.delivery_count
         if retrycount >= 0:
@@ -1056,7 +1068,7 @@ def xautoclaim(ctx: Ctx, argv: list[bytes]):
         if _dead_lettered(ctx, key, g, sid, fv, pe.owner_name, pe.delivery_count):
             continue      # (not delivered: neither in the reply nor counted)
         if consumer is None:
-            consumer = _claiming_consumer(g, argv[3], now)
+            consumer = _claiming_consumer(ctx, key, g, argv[3], now)
         g.add_pending(sid, consumer, now,
                       pe.delivery_count if justid else next_delivery_count(pe.delivery_count))
         consumer.active_time = now

@@ -25,6 +25,7 @@ def _delete(ctx: Ctx, argv: list[bytes]) -> int:
         if ctx.lookup(key) is not None:
             ctx.db.delete(key)
             ctx.propagate([b"DEL", key])
+            ctx.notify(b"del", key)
             n += 1
     return n
 
@@ -206,10 +207,13 @@ def _rename(ctx: Ctx, argv, nx: bool):
     when = ctx.db.expires.get(src)
     ctx.db.delete(src)
     ctx.lookup(dst)
-    ctx.db.set(dst, value)
+    ctx.db.delete(dst)
+    ctx.add_key(dst, value)
     if when is not None:
         ctx.db.expires[dst] = when
     ctx.propagate_as_is()
+    ctx.notify(b"rename_from", src)
+    ctx.notify(b"rename_to", dst)
     return 1 if nx else OK
 
 
@@ -239,14 +243,19 @@ def copy(ctx: Ctx, argv):
     value = ctx.lookup(src, read=True)
     if value is None:
         return 0
-    if dst in dst_db.data and not (dst_db.expires and dst_db.is_expired(dst, ctx.now_ms)):
-        if not replace:
-            return 0
+    if dst_db is ctx.db:
+        exists = ctx.lookup(dst) is not None        # (an expired one goes: its event)
+    else:
+        exists = dst in dst_db.data and not (dst_db.expires and dst_db.is_expired(dst, ctx.now_ms))
+    if exists and not replace:
+        return 0
     dst_db.set(dst, clone_value(value))
+    ctx.notify(b"new", dst, dst_db.index)       # Redis's dbAdd, after deleting a replaced key
     when = ctx.db.expires.get(src)
     if when is not None:
         dst_db.expires[dst] = when
     ctx.propagate_as_is()
+    ctx.notify(b"copy_to", dst, dst_db.index)
     return 1
 
 
@@ -296,9 +305,11 @@ def _expire(ctx: Ctx, argv, unit_ms: int, absolute: bool):
     if when <= ctx.now_ms:
         ctx.db.delete(key)
         ctx.propagate([b"DEL", key])
+        ctx.notify(b"del", key)
         return 1
     ctx.db.expires[key] = when
     ctx.propagate([b"PEXPIREAT", key, b"%d" % when])
+    ctx.notify(b"expire", key)
     return 1
 
 
@@ -369,6 +380,7 @@ def persist(ctx, argv):
         return 0
     del ctx.db.expires[argv[1]]
     ctx.propagate_as_is()
+    ctx.notify(b"persist", argv[1])
     return 1
 
 
@@ -440,15 +452,25 @@ def set_(ctx, argv):
         raise CommandError(WRONGTYPE)
     if (nx and old is not None) or (xx and old is None):
         return old if get_old else None
-    ctx.db.set(key, value, keep_ttl=keepttl)
+    _store_string(ctx, key, value, old is None, keepttl)
+    ctx.notify(b"set", key)
     if when is not None:
         ctx.db.expires[key] = when
         ctx.propagate([b"SET", key, value, b"PXAT", b"%d" % when])
+        ctx.notify(b"expire", key)
     elif keepttl:
         ctx.propagate([b"SET", key, value, b"KEEPTTL"])
     else:
         ctx.propagate([b"SET", key, value])
     return old if get_old else OK
+
+
+def _store_string(ctx: Ctx, key: bytes, value: bytes, new: bool, keep_ttl: bool) -> None:
+    """Redis's setKey: a key that did not exist is added (its ``new`` event)."""
+    if new:
+        ctx.add_key(key, value, keep_ttl)
+    else:
+        ctx.db.set(key, value, keep_ttl=keep_ttl)
 
 
 def _incr(ctx: Ctx, key: bytes, by: int):
@@ -463,8 +485,9 @@ def _incr(ctx: Ctx, key: bytes, by: int):
     new = cur + by
     if not -(2**63) <= new < 2**63:
         raise CommandError("ERR increment or decrement would overflow")
-    ctx.db.set(key, b"%d" % new, keep_ttl=True)
+    _store_string(ctx, key, b"%d" % new, old is None, True)
     ctx.propagate([b"SET", key, b"%d" % new, b"KEEPTTL"])
+    ctx.notify(b"incrby", key)
     return new
 
 

@@ -107,14 +107,17 @@ def restore(ctx: Ctx, argv):
     if when is not None and when <= ctx.now_ms and not ctx.replaying:
         if ctx.db.delete(key):
             ctx.propagate([b"DEL", key])
+            ctx.notify(b"del", key)
         return OK
-    ctx.db.set(key, value)
+    ctx.db.delete(key)
+    ctx.add_key(key, value)
     if when is not None:
         ctx.db.expires[key] = when
     out = [b"RESTORE", key, b"%d" % (when or 0), argv[3], b"REPLACE"]
     if when is not None:
         out.append(b"ABSTTL")
     ctx.propagate(out)
+    ctx.notify(b"restore", key)
     return OK
 
 
@@ -277,6 +280,7 @@ def migrate(ctx: Ctx, argv):
         link.close()
         for key in moved:           # (also when a later reply never came: the target has them)
             ctx.db.delete(key)
+            ctx.notify(b"del", key)
         if moved:
             ctx.propagate([b"DEL", *moved], dirty=len(moved))
     if first_error is not None:

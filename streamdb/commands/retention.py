@@ -127,6 +127,7 @@ class Retention:
         core.current_client = None          # the server's own change, as an expiry's DEL
         # Its effect carries no reference policy: KEEPREF, as XTRIM's default.
         core._emit(dbi, [trim_effect(key, exact_trim(s, KEEPREF))])
+        core.notify(dbi, b"xtrim", key)     # what the XTRIM it stands for would publish
         # One line per stream per tick, however many nodes went: a backlog worked off
         # over many ticks is a line a tick, not a line a node.
         rules = [f"max-age {max_age} ms"] * bool(max_age) + [f"max-bytes {max_bytes}"] * bool(max_bytes)

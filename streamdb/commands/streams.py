@@ -16,8 +16,8 @@ from ..engine import MAX_ID, MIN_ID
 from ..engine.idmp import (DURATION_MAX, DURATION_MIN, MAXSIZE_MAX, MAXSIZE_MIN,
                            IdmpState, auto_iid)
 from ..engine.ids import U64, InvalidID, format_id, id_ms, id_seq, make_id, parse_id
-from ..engine.policies import (DEL_MISSING, KEEPREF, MAXLEN, REFERENCE_POLICIES, TrimArgs,
-                               apply_trim, delete_with_policy)
+from ..engine.policies import (DEL_DELETED, DEL_MISSING, KEEPREF, MAXLEN, REFERENCE_POLICIES,
+                               TrimArgs, apply_trim, delete_with_policy)
 from ..engine.stream import Stream   # streams.pxd cimports Stream and format_id from these modules
 from ..protocol.reply import NULL_ARRAY, OK, CommandError, Map, encode_reply
 from .args import (eq, invalid_id_error, parse_int, parse_range_bound,
@@ -293,7 +293,7 @@ def xadd(ctx: Ctx, argv: list[bytes]):
         raise CommandError("ERR The ID specified in XADD is equal or smaller than the target stream top item")
     fv = argv[idpos + 1:]
     if created:
-        ctx.db.set(key, s, keep_ttl=True)
+        ctx.add_key(key, s, True)
     cfg: dict = ctx.config.values
     s.append(sid, fv, cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
     reply = format_id(sid)
@@ -307,12 +307,14 @@ def xadd(ctx: Ctx, argv: list[bytes]):
         ctx.propagate(effect)
     else:
         ctx.propagate([b"XADD", key, reply, *fv])
+    ctx.notify(b"xadd", key)
     if idmp is not None:
         _idmp_record(ctx, s, key, idmp, sid)
     if a.trim is not None:
         n, exact = apply_trim(s, a.trim)
         if n:
             ctx.propagate(trim_effect(key, exact))
+            ctx.notify(b"xtrim", key)
     return reply
 
 
@@ -381,6 +383,7 @@ def xtrim(ctx: Ctx, argv: list[bytes]):
     n, exact = apply_trim(s, t)
     if n:
         ctx.propagate(trim_effect(argv[1], exact), dirty=n)
+        ctx.notify(b"xtrim", argv[1])
     return n
 
 
@@ -397,6 +400,7 @@ def xdel(ctx: Ctx, argv: list[bytes]):
             deleted += 1
     if deleted:
         ctx.propagate_as_is(dirty=deleted)
+        ctx.notify(b"xdel", argv[1])
     return deleted
 
 
@@ -727,7 +731,7 @@ def xread(ctx: Ctx, argv: list[bytes]):
         else:
             after.append(parse_strict_stream_id(raw))
     # Redis looks each key up again to serve it (xreadCommand): INFO counts both.
-    ctx.count_lookups_again(streams)
+    ctx.count_lookups_again(a.keys, streams)
     items = []
     budget = a.budget(ctx.resp3)
     for key, s, gt in zip(a.keys, streams, after):
@@ -816,6 +820,7 @@ def xsetid(ctx: Ctx, argv: list[bytes]):
     if max_xdel != MIN_ID:
         s.max_deleted_id = max_xdel
     ctx.propagate_as_is()
+    ctx.notify(b"xsetid", argv[1])
     return OK
 
 
@@ -872,6 +877,8 @@ def xdelex(ctx: Ctx, argv: list[bytes]):
     if changed:
         # Deterministic as given: the decisions depend only on the stream's state.
         ctx.propagate_as_is(dirty=len(changed))
+    if DEL_DELETED in codes:
+        ctx.notify(b"xdel", argv[1])      # Redis 8.2: when an entry went, not for references
     return codes
 
 
@@ -912,6 +919,7 @@ def xcfgset(ctx: Ctx, argv: list[bytes]):
     cfg = ctx.config
     s.idmp.configure(duration, maxsize, cfg["stream-idmp-duration"], cfg["stream-idmp-maxsize"])
     ctx.propagate_as_is()
+    ctx.notify(b"xcfgset", argv[1])
     return OK
 
 

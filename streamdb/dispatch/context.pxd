@@ -14,12 +14,15 @@ cdef class Ctx:
     cdef public list effects
     cdef public bint in_exec, replaying
     cdef public Py_ssize_t dirty
+    cdef public long notify_flags
+    cdef public object notifications
 
     cpdef propagate(self, list argv, Py_ssize_t dirty=*)
+    cpdef notify(self, event, key, Py_ssize_t db=*)
     cpdef lookup(self, key, bint read=*)
     cpdef lookup_stream(self, key, bint read=*)
 
 cdef void _fill(Ctx ctx, core, Client client, Database db, config, now_ms, argv,
-                bint in_exec, bint replaying)
+                bint in_exec, bint replaying, long notify_flags)
 cpdef Ctx new_ctx(core, Client client, Database db, config, now_ms, argv,
-                  bint in_exec, bint replaying)
+                  bint in_exec, bint replaying, long notify_flags)

@@ -6,6 +6,10 @@ what it did as *effects*: deterministic argv lists that, executed against the
 same prior state, produce the same new state (``XADD key * ..`` is recorded as
 ``XADD key <id> ..``).  The server routes effects to the AOF, to replicas and
 to the WATCH/blocked-client machinery; handlers never do I/O.
+
+A handler also notes the keyspace events it causes (``notify``, Redis's
+notifyKeyspaceEvent); the server publishes them when the command completes.
+They are not effects: a replica applying the effects notes its own.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from ..engine import Stream
 from ..engine.keyspace import Database
 from ..protocol.reply import CommandError
 from .client import Client
+from .pubsub import EVENT_CLASS
 
 __all__ = ["Ctx", "BlockRequest", "WRONGTYPE", "syntax_error"]
 
@@ -62,12 +67,12 @@ class BlockRequest:
 @cython.cclass
 class Ctx:
     __slots__ = ("core", "client", "db", "now_ms", "effects", "argv", "config",
-                 "in_exec", "replaying", "dirty")
+                 "in_exec", "replaying", "dirty", "notify_flags", "notifications")
 
     def __init__(self, core, client: Client, now_ms: int, argv: list[bytes],
                  in_exec: bool = False, replaying: bool = False) -> None:
         _fill(self, core, client, core.keyspace.dbs[client.db], core.config, now_ms, argv,
-              in_exec, replaying)
+              in_exec, replaying, core.notify_flags)
 
     @property
     def resp3(self) -> bool:
@@ -83,6 +88,20 @@ class Ctx:
 
     def propagate_as_is(self, dirty: int = 1) -> None:
         self.propagate(list(self.argv), dirty)
+
+    # -- keyspace notifications -------------------------------------------------
+
+    @cython.ccall
+    def notify(self, event, key, db: cython.Py_ssize_t = -1):
+        """Note keyspace event ``event`` (a name in dispatch/pubsub.py KEYSPACE_EVENTS)
+        of ``key``, in database ``db`` (default: the command's), at the point Redis
+        calls notifyKeyspaceEvent.  The server publishes the notes in order once the
+        command completes.  With notifications off one test, nothing allocated."""
+        if self.notify_flags == 0 or not self.notify_flags & EVENT_CLASS[event]:
+            return
+        if self.notifications is None:
+            self.notifications = []
+        self.notifications.append((self.db.index if db < 0 else db, event, key))
 
     # -- key access -----------------------------------------------------------
 
@@ -102,6 +121,8 @@ class Ctx:
             stats = self.core.stats
             if value is None:
                 stats.keyspace_misses += 1
+                if self.notify_flags:
+                    self.notify(b"keymiss", key)
             else:
                 stats.keyspace_hits += 1
         return value
@@ -117,15 +138,21 @@ class Ctx:
         self.db.delete(key)
         self.core.stats.expired_keys += 1
         self.propagate([b"DEL", key], dirty=0)
+        self.notify(b"expired", key)
         return None
 
-    def count_lookups_again(self, values: list) -> None:
-        """Count read lookups again for values already in hand (a hit each, a miss
-        for each None): where Redis looks a command's keys up twice (XREAD)."""
+    def count_lookups_again(self, keys: list, values: list) -> None:
+        """Count read lookups of ``keys`` again for their ``values`` already in hand (a
+        hit each, a miss and its keymiss event for each None): where Redis looks a
+        command's keys up twice (XREAD)."""
         stats = self.core.stats
         misses = values.count(None)
         stats.keyspace_misses += misses
         stats.keyspace_hits += len(values) - misses
+        if misses and self.notify_flags:
+            for key, value in zip(keys, values):
+                if value is None:
+                    self.notify(b"keymiss", key)
 
     @cython.ccall
     def lookup_stream(self, key, read: cython.bint = False):
@@ -139,13 +166,19 @@ class Ctx:
         s = self.lookup_stream(key)
         if s is None:
             s = Stream()
-            self.db.set(key, s)
+            self.add_key(key, s)
         return s
+
+    def add_key(self, key: bytes, value, keep_ttl: bool = False) -> None:
+        """Store a key that does not exist (Redis's dbAdd): its ``new`` event."""
+        self.db.set(key, value, keep_ttl)
+        self.notify(b"new", key)
 
 
 @cython.cfunc
 def _fill(ctx: Ctx, core, client: Client, db: Database, config, now_ms, argv,
-          in_exec: cython.bint, replaying: cython.bint) -> cython.void:
+          in_exec: cython.bint, replaying: cython.bint,
+          notify_flags: cython.long) -> cython.void:
     ctx.core = core
     ctx.client = client
     ctx.db = db
@@ -156,15 +189,17 @@ def _fill(ctx: Ctx, core, client: Client, db: Database, config, now_ms, argv,
     ctx.in_exec = in_exec          # inside MULTI/EXEC: never block
     ctx.replaying = replaying      # applying effects from the AOF or a primary
     ctx.dirty = 0
+    ctx.notify_flags = notify_flags     # core.notify_flags; 0: nothing to note
+    ctx.notifications = None            # [(db, event, key)] once one is noted
 
 
 @cython.ccall
 def new_ctx(core, client: Client, db: Database, config, now_ms, argv,
-            in_exec: cython.bint, replaying: cython.bint) -> Ctx:
+            in_exec: cython.bint, replaying: cython.bint, notify_flags: cython.long) -> Ctx:
     """``Ctx(core, client, ...)`` for the dispatch, which has ``db`` and ``config`` at
     hand: compiled, a C call that allocates the Ctx without the Python call
     protocol and __init__'s argument parsing (~1.2k instructions of an XADD
     request under callgrind, with the look-ups of db and config through ``core``)."""
     ctx: Ctx = Ctx.__new__(Ctx)
-    _fill(ctx, core, client, db, config, now_ms, argv, in_exec, replaying)
+    _fill(ctx, core, client, db, config, now_ms, argv, in_exec, replaying, notify_flags)
     return ctx

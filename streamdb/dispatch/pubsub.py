@@ -15,11 +15,13 @@ subscribed; a client subscribed both ways gets it once per way, as in Redis.
 
 from __future__ import annotations
 
+from ..config import KEYSPACE_EVENT_BITS
 from ..protocol.reply import CommandError, Push
 from ..glob import glob_match
 
 __all__ = ["PubSub", "Subscriptions", "CHANNELS", "PATTERNS", "SHARD_CHANNELS",
-           "subscribed_mode_refusal"]
+           "subscribed_mode_refusal", "KEYSPACE_EVENTS", "EVENT_CLASS", "event_enabled",
+           "publishing_flags"]
 
 # The three kinds of subscription: their index in Subscriptions.kinds and PubSub.kinds.
 CHANNELS, PATTERNS, SHARD_CHANNELS = 0, 1, 2
@@ -28,6 +30,37 @@ CHANNELS, PATTERNS, SHARD_CHANNELS = 0, 1, 2
 _SUBSCRIBED_MODE_COMMANDS = frozenset((
     "subscribe", "ssubscribe", "psubscribe", "unsubscribe", "sunsubscribe", "punsubscribe",
     "ping", "quit", "reset"))
+
+
+# Every keyspace event StreamDB publishes, by the class letter that enables it: the
+# names and classes of Redis's notifyKeyspaceEvent calls (docs/COMPATIBILITY.md lists
+# which commands publish which, and the choices for commands Redis does not have).
+KEYSPACE_EVENTS = {
+    "g": (b"del", b"expire", b"persist", b"rename_from", b"rename_to", b"copy_to", b"restore"),
+    "$": (b"set", b"incrby"),
+    "t": (b"xadd", b"xtrim", b"xdel", b"xsetid", b"xcfgset", b"xgroup-create",
+          b"xgroup-setid", b"xgroup-destroy", b"xgroup-createconsumer",
+          b"xgroup-delconsumer"),
+    "x": (b"expired",),
+    "n": (b"new",),
+    "m": (b"keymiss",),
+}
+# event name -> its class's bit in the notify-keyspace-events flags.
+EVENT_CLASS = {event: KEYSPACE_EVENT_BITS[letter]
+               for letter, events in KEYSPACE_EVENTS.items() for event in events}
+_KEYSPACE = KEYSPACE_EVENT_BITS["K"]
+_KEYEVENT = KEYSPACE_EVENT_BITS["E"]
+
+
+def publishing_flags(flags: int) -> int:
+    """The notify-keyspace-events flags as the server keeps them: 0 when neither K nor
+    E is set (nothing would be published, so handlers need note nothing)."""
+    return flags if flags & (_KEYSPACE | _KEYEVENT) else 0
+
+
+def event_enabled(flags: int, event: bytes) -> bool:
+    """Whether ``flags`` publish ``event`` (its class is on)."""
+    return bool(flags & EVENT_CLASS[event])
 
 
 def subscribed_mode_refusal(client, spec) -> CommandError | None:
@@ -113,6 +146,15 @@ class PubSub:
             if glob_match(pattern, channel):
                 sent += _send(listeners, Push([b"pmessage", pattern, channel, message]))
         return sent
+
+    def publish_keyspace_event(self, flags: int, db: int, event: bytes, key: bytes) -> None:
+        """Publish one keyspace event as Redis's notifyKeyspaceEvent: the event name to
+        ``__keyspace@<db>__:<key>`` (K), then the key to ``__keyevent@<db>__:<event>``
+        (E).  The caller checked ``event_enabled``."""
+        if flags & _KEYSPACE:
+            self.publish(b"__keyspace@%d__:%s" % (db, key), event)
+        if flags & _KEYEVENT:
+            self.publish(b"__keyevent@%d__:%s" % (db, event), key)
 
     def active(self, kind: int, pattern: bytes | None) -> list[bytes]:
         """PUBSUB CHANNELS / SHARDCHANNELS: the names of ``kind`` with a subscriber

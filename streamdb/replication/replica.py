@@ -332,6 +332,8 @@ class ReplicaSide:
         # As while recovering: no cyclic GC passes over the objects being loaded.
         gc_was_enabled = gc.isenabled()
         gc.disable()
+        # A data set loaded whole publishes no keyspace event, as Redis's RDB load.
+        core.notify_flags = 0
         try:
             core.execute(c, [b"FLUSHALL"])
             for batch in batches:
@@ -341,6 +343,7 @@ class ReplicaSide:
                     raise ReplError(f"full-sync payload command {batch[i][0]!r} failed: "
                                     f"{err.message}")
         finally:
+            core.refresh_notify_flags()
             if gc_was_enabled:
                 gc.enable()
         repl.reset_stream(new_id, new_off)

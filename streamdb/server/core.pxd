@@ -29,6 +29,7 @@ cdef class Core:
     cdef public Stats stats
     cdef public bint is_replica, loading, out_of_memory
     cdef public Py_ssize_t dirty
+    cdef public long notify_flags
     cdef public long long memory_recheck_input
     cdef public Py_ssize_t watched_keys
     cdef public dict ready_keys, blocking_keys

@@ -40,7 +40,7 @@ from ..config import Config
 from ..dispatch.client import Client
 from ..dispatch.context import BlockRequest, Ctx, new_ctx
 from ..dispatch.effects import ALL_DATABASES, EffectBatch, new_batch
-from ..dispatch.pubsub import PubSub, subscribed_mode_refusal
+from ..dispatch.pubsub import PubSub, event_enabled, publishing_flags, subscribed_mode_refusal
 from ..dispatch.registry import CommandSpec, lookup, resolve
 from ..engine.keyspace import Database, Keyspace
 from ..protocol.reply import NULL_ARRAY, QUEUED, CommandError
@@ -196,11 +196,14 @@ class Core:
         self.retention: Retention | None = None          # commands/retention.install
         # Who subscribes to which Pub/Sub channel (commands/pubsub.py; no persistence).
         self.pubsub = PubSub()
+        # notify-keyspace-events as handlers note events (dispatch/pubsub.py
+        # publishing_flags: 0 = none), kept up to date through CONFIG SET.
+        self.refresh_notify_flags()
         # Hooks of commands/persistence.py for commands defined elsewhere (set by its install).
         self.info_persistence: Callable[[], list[tuple[str, object]]] | None = None  # INFO persistence
         self.debug_subcommands: dict[str, Callable] = {}   # DEBUG RELOAD, LOADAOF, AOF-INJECT-*
         # Called with the directive names CONFIG SET changed (__main__, limits.install).
-        self.config_listeners: list[Callable[[list[str]], None]] = []
+        self.config_listeners: list[Callable[[list[str]], None]] = [self._notify_config_changed]
         self.run_id = "0" * 40               # INFO run_id; __main__ draws a random one
         self.last_save_time = self.start_time   # LASTSAVE; the Snapshotter's last save (seconds)
         self.peak_memory = 0                 # INFO / MEMORY STATS: highest used_memory seen
@@ -338,6 +341,8 @@ class Core:
         self.current_client = client
         ctx: Ctx = self._ctx_for(client, now, argv, False)
         reply = self._call(ctx, spec, argv, started_ns)
+        if ctx.notifications is not None:
+            self.publish_notifications(ctx.notifications)
         if ctx.effects:
             self._emit(ctx.db.index, ctx.effects)
         if isinstance(reply, BlockRequest):
@@ -383,9 +388,14 @@ class Core:
 
     @cython.cfunc
     def _ctx_for(self, client: Client, now, argv, in_exec: cython.bint) -> Ctx:
-        """The Ctx of one command of ``client``."""
+        """The Ctx of one command of ``client``.  An AOF being replayed notes no keyspace
+        events (it re-applies what was published when it was written); a replica's link
+        does, as a Redis replica publishes what it applies."""
+        notify_flags: cython.long = self.notify_flags
+        if notify_flags and client.kind == "aof":
+            notify_flags = 0
         return new_ctx(self, client, self.keyspace.dbs[client.db], self.config, now, argv,
-                       in_exec, client.kind in _REPLAY_KINDS)
+                       in_exec, client.kind in _REPLAY_KINDS, notify_flags)
 
     def _call(self, ctx: Ctx, spec: CommandSpec, argv, started_ns: cython.longlong):
         """Run a handler; returns its reply (errors become replies).  Its effects and
@@ -469,6 +479,8 @@ class Core:
                     continue
             ctx: Ctx = self._ctx_for(client, now, argv, True)
             reply = self._call(ctx, spec, argv, _wall_clock_ns())
+            if ctx.notifications is not None:
+                self.publish_notifications(ctx.notifications)
             if ctx.effects:
                 db = ctx.db.index
                 if db != cur_db:   # a SELECT inside the transaction
@@ -556,6 +568,29 @@ class Core:
         batch: EffectBatch = new_batch(db_index, [argv], True, False)
         for sink in self.effect_sinks:
             sink(batch)
+
+    # -- keyspace notifications -------------------------------------------------------
+
+    def _notify_config_changed(self, names: list[str]) -> None:
+        if "notify-keyspace-events" in names:
+            self.refresh_notify_flags()
+
+    def refresh_notify_flags(self) -> None:
+        """notify_flags from the configuration again (after CONFIG SET, or after a
+        replica's full sync, which loads with them at 0: as Redis's RDB load, a data
+        set loaded whole publishes nothing)."""
+        self.notify_flags = publishing_flags(self.config["notify-keyspace-events"])
+
+    def publish_notifications(self, notes: list) -> None:
+        """Publish a command's keyspace events (Ctx.notify's notes: (db, event, key)),
+        in the order it noted them."""
+        for db, event, key in notes:
+            self.pubsub.publish_keyspace_event(self.notify_flags, db, event, key)
+
+    def notify(self, db_index: int, event: bytes, key: bytes) -> None:
+        """Publish a keyspace event of the server's own (active expiry, retention), now."""
+        if self.notify_flags and event_enabled(self.notify_flags, event):
+            self.pubsub.publish_keyspace_event(self.notify_flags, db_index, event, key)
 
     def _key_changed(self, db_index: int, key: bytes) -> None:
         """An effect changed ``key``: its WATCHers are dirty, its blocked readers ready."""
@@ -656,6 +691,8 @@ class Core:
                         self.count_error(e)
                         self.stats.commands[req.command].failed += 1
                         reply = e
+                    if ctx.notifications is not None:
+                        self.publish_notifications(ctx.notifications)
                     if ctx.effects:
                         self._emit(dbi, ctx.effects)
                     self.dirty += ctx.dirty
@@ -684,6 +721,7 @@ class Core:
             for key in expired:
                 db.delete(key)
                 self.stats.expired_keys += 1
+                self.notify(db.index, b"expired", key)
                 self._emit(db.index, [[b"DEL", key]])
                 removed += 1
             if removed >= budget:
