@@ -231,6 +231,7 @@ def group_setid(ctx: Ctx, argv: list[bytes]):
     else:
         g.last_id, g.entries_read = position_latest(s)
     ctx.propagate(setid_effect(argv[2], g))
+    ctx.notify(b"xgroup-setid", argv[2])     # what the XGROUP SETID it stands for publishes
     return OK
 
 

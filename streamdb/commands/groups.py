@@ -203,7 +203,7 @@ def _dead_lettered(ctx: Ctx, key: bytes, g: ConsumerGroup, sid: int, fv: list | 
     target = ctx.lookup(target_key)
     if target is None:
         target = Stream()
-        ctx.db.set(target_key, target)
+        ctx.add_key(target_key, target)
     elif type(target) is not Stream or target.last_id >= MAX_ID or target_key == key:
         why = ("is the stream itself" if target_key == key else "holds a full stream"
                if type(target) is Stream else "holds another type")

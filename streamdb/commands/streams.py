@@ -328,6 +328,7 @@ def append_auto(ctx: Ctx, key: bytes, s: Stream, fv: list) -> bytes:
     s.append(sid, fv, cfg["stream-node-max-entries"], cfg["stream-node-max-bytes"])
     text = format_id(sid)
     ctx.propagate([b"XADD", key, text, *fv])
+    ctx.notify(b"xadd", key)
     return text
 
 

@@ -97,6 +97,22 @@ def test_redis_8_stream_commands_publish_their_pinned_events(rc, listener):
         (b"s", b"xdel"), (b"s", b"xdel"), (b"s", b"xcfgset"), (b"s", b"xadd")]
 
 
+def test_streamdb_group_commands_publish_what_their_effects_would(rc, listener):
+    """A dead letter is the server's XADD to the dead-letter stream (its XACK, like any
+    XACK, publishes nothing); STREAMDB.GROUP SETID is an XGROUP SETID; setting a policy
+    changes no key's data and publishes nothing, as XNACK."""
+    rc.xadd("jobs", {"f": "v"}, id="1-1")
+    rc.xgroup_create("jobs", "g", id="0")
+    rc.execute_command("STREAMDB.GROUP", "SET", "jobs", "g", "MAXDELIVERIES", 1,
+                       "DEADLETTER", "jobs:dlq")
+    rc.xreadgroup("g", "c", {"jobs": ">"})
+    listener.events()
+    rc.xreadgroup("g", "c", {"jobs": "0"})                 # dead-letters 1-1
+    rc.execute_command("STREAMDB.GROUP", "SETID", "jobs", "g", "EARLIEST")
+    rc.execute_command("STREAMDB.GROUP", "RESET", "jobs", "g")
+    assert _stream_events(listener.events()) == [(b"jobs:dlq", b"xadd"), (b"jobs", b"xgroup-setid")]
+
+
 def test_retention_trims_publish_xtrim(rc, listener):
     """A retention trim is the server's XTRIM: it publishes what that XTRIM would."""
     pipe = rc.pipeline(transaction=False)
