@@ -18,7 +18,8 @@ def parse_exposition(text: str) -> tuple[dict, dict]:
     """(families {name: (type, help)}, samples {(name, frozenset(labels)): value}).
 
     Checks the format rules on the way: HELP and TYPE come before a family's
-    samples, and each family appears once.
+    samples, and each family appears once (a histogram's samples are its name
+    with _bucket, _sum and _count).
     """
     families: dict[str, list] = {}
     samples: dict = {}
@@ -32,11 +33,14 @@ def parse_exposition(text: str) -> tuple[dict, dict]:
             current = name
         elif line.startswith("# TYPE "):
             name, kind = line[7:].split(" ")
-            assert name == current and kind in ("gauge", "counter")
+            assert name == current and kind in ("gauge", "counter", "histogram")
             families[name][0] = kind
         else:
             name, labels, value = _parse_sample(line)
-            assert name == current, f"sample {name} outside its family block"
+            family = name
+            if families[current][0] == "histogram":
+                family = name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+            assert family == current, f"sample {name} outside its family block"
             samples[(name, frozenset(labels.items()))] = float(value)
     return {k: tuple(v) for k, v in families.items()}, samples
 
@@ -317,3 +321,75 @@ def test_metrics_port_is_start_up_only_and_says_so(metrics_server):
         doc = DIRECTIVES[name].doc
         assert "Start-up only" in doc
         assert f"# {doc}\n{name} " in conf
+
+
+def _redis_labels(labels: frozenset) -> frozenset:
+    """StreamDB's labels as redis_exporter names them (db="db0", stream=...)."""
+    renamed = {"key": "stream"}
+    return frozenset((renamed.get(k, k), "db" + v if k == "db" else v) for k, v in labels)
+
+
+def test_redis_exporter_names_carry_the_same_values_with_its_labels(metrics_server):
+    """Every StreamDB series that redis_exporter also exports is there under its name,
+    type, HELP and labels, with the same value; and its series StreamDB has no name of
+    its own for follow the data."""
+    from streamdb.server.metrics import REDIS_EXPORTER_NAMES
+    r = redis.Redis(port=metrics_server.port)
+    r.xadd("orders", {"n": 1}, id="1700000000000-0")
+    r.xadd("orders", {"n": 2}, id="1700000000123-0")
+    r.xgroup_create("orders", "billing", id="0")
+    r.xgroup_create("orders", "audit", id="$")
+    r.xreadgroup("billing", "alice", {"orders": ">"}, count=1)
+    r.xreadgroup("billing", "bob", {"orders": ">"}, count=1)
+    fams, s = scrape(metrics_server.metrics_port)
+
+    for own, (alias, help_text) in REDIS_EXPORTER_NAMES.items():
+        assert fams[alias] == (fams[own][0], help_text)
+        for (name, labels), v in s.items():
+            if name == own:          # (one computation: equal even for the clock and memory)
+                assert s[(alias, _redis_labels(labels))] == v, (own, labels)
+    assert fams["redis_stream_group_consumer_idle_seconds"] == ("gauge", "Consumer idle time in seconds")
+    assert fams["redis_commands_processed_total"][0] == "counter"
+
+    stream = {"db": "db0", "stream": "orders"}
+    billing = {**stream, "group": "billing"}
+    assert value(s, "redis_up") == 1
+    assert value(s, "redis_stream_length", **stream) == 2
+    assert value(s, "redis_stream_groups", **stream) == 2
+    assert value(s, "redis_stream_last_generated_id", **stream) == 1700000000123
+    assert value(s, "redis_stream_group_consumers", **billing) == 2
+    assert value(s, "redis_stream_group_consumers", **stream, group="audit") == 0
+    assert value(s, "redis_stream_group_messages_pending", **billing) == 2
+    assert value(s, "redis_stream_group_lag", **billing) == 0
+    assert value(s, "redis_stream_group_lag", **stream, group="audit") == 0
+    assert value(s, "redis_stream_group_last_delivered_id", **billing) == 1700000000123
+    assert value(s, "redis_stream_group_consumer_messages_pending", **billing, consumer="bob") == 1
+    assert value(s, "redis_db_keys", db="db0") == 1
+    assert value(s, "redis_connected_slaves") == 0
+    assert value(s, "redis_commands_total", cmd="xreadgroup") == 2
+    assert value(s, "redis_commands_duration_seconds_total", cmd="xreadgroup") > 0
+    assert value(s, "redis_commands_total", cmd="xgroup|create") == 2
+    (info,) = [dict(labels) for name, labels in s if name == "redis_instance_info"]
+    assert info["role"] == "master" and info["tcp_port"] == str(metrics_server.port)
+    assert info["redis_version"] == r.info("server")["redis_version"]
+    assert info["run_id"] == r.info("server")["run_id"]
+
+
+def test_aof_fsync_durations_are_a_histogram(tmp_path):
+    mport = free_port()
+    with ServerProcess(tmp_path / "sdb", "--appendonly", "yes", "--appendfsync", "always",
+                       "--save", "", "--metrics-port", str(mport)) as srv:
+        r = redis.Redis(port=srv.port)
+        fams, before = scrape(mport)
+        assert fams["streamdb_aof_fsync_duration_seconds"][0] == "histogram"
+        for i in range(5):
+            r.xadd("durable", {"i": i})
+        _, s = scrape(mport)
+    name = "streamdb_aof_fsync_duration_seconds"
+    count = value(s, name + "_count")
+    assert count >= value(before, name + "_count") + 5       # one fdatasync per write turn
+    assert value(s, name + "_sum") > 0
+    buckets = sorted((float(dict(labels)["le"]), v) for (n, labels), v in s.items()
+                     if n == name + "_bucket")
+    assert buckets[-1] == (float("inf"), count)
+    assert [v for _, v in buckets] == sorted(v for _, v in buckets)     # cumulative
