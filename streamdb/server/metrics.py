@@ -280,34 +280,50 @@ def _exposition() -> Exposition:
 
 def render(core, now: float | None = None, scrape_errors: int = 0) -> str:
     """The whole exposition text for the core's current state, in one go."""
-    out = _exposition()
-    for _ in _render_slices(core, out, core.clock() if now is None else now, scrape_errors):
+    body: list[bytes] = []
+    for _ in _render_steps(core, core.clock() if now is None else now, scrape_errors, body):
         pass
-    return out.text()
+    return b"".join(body).decode("utf-8")
 
 
 async def render_sliced(core, scrape_errors: int = 0) -> list[bytes]:
     """``render``'s text, encoded, in pieces; the loop runs other work whenever
     this has held it for SLICE_SECONDS."""
-    out = _exposition()
-    for _ in _render_slices(core, out, core.clock(), scrape_errors):
+    body: list[bytes] = []
+    for _ in _render_steps(core, core.clock(), scrape_errors, body):
         await asyncio.sleep(0)
-    body = []
-    slice_end = time.perf_counter() + SLICE_SECONDS
-    for chunk in out.chunks():
-        body.append(chunk.encode("utf-8"))
-        if time.perf_counter() >= slice_end:
-            await asyncio.sleep(0)
-            slice_end = time.perf_counter() + SLICE_SECONDS
     return body
 
 
-def _render_slices(core, out: Exposition, now: float, scrape_errors: int):
-    """Fills ``out``; yields whenever it has held the loop for SLICE_SECONDS."""
+class _Slice:
+    """The loop time a scrape may take before it lets the loop run other work."""
+
+    __slots__ = ("end",)
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        self.end = time.perf_counter() + SLICE_SECONDS
+
+    def spent(self) -> bool:
+        return time.perf_counter() >= self.end
+
+
+def _render_steps(core, now: float, scrape_errors: int, body: list[bytes]):
+    """Appends the encoded exposition to ``body``, a piece per family; yields
+    whenever it has held the loop for SLICE_SECONDS (filling and encoding alike)."""
+    loop_slice = _Slice()
+    out = _exposition()
     _server_metrics(core, out, now)
     _keyspace_metrics(core, out)
-    yield from _stream_metrics(core, out, now, core.config["metrics-max-series"])
+    yield from _stream_metrics(core, out, now, core.config["metrics-max-series"], loop_slice)
     out.add("streamdb_metrics_scrape_errors_total", scrape_errors)
+    for chunk in out.chunks():
+        body.append(chunk.encode("utf-8"))
+        if loop_slice.spent():
+            yield
+            loop_slice.restart()
 
 
 def _server_metrics(core, out: Exposition, now: float) -> None:
@@ -392,22 +408,20 @@ def _keyspace_metrics(core, out: Exposition) -> None:
             out.add("redis_db_keys_expiring", len(db.expires), labels)
 
 
-def _stream_metrics(core, out: Exposition, now: float, budget: int):
+def _stream_metrics(core, out: Exposition, now: float, budget: int, loop_slice: _Slice):
     """Per stream, group and consumer; each of them costs one unit of ``budget``.
 
-    A generator: yields when it has held the loop for SLICE_SECONDS.  The keys are
+    A generator: yields when ``loop_slice`` is spent.  The keys are
     listed first (a C-speed copy) and each looked up again when its turn comes, as
     the keyspace may change while the loop runs between two slices."""
     now_ms = int(now * 1000)
     truncated = 0
-    clock = time.perf_counter
-    slice_end = clock() + SLICE_SECONDS
     for db, keys in [(db, list(db.data)) for db in core.keyspace.dbs if db.data]:
         dbl = str(db.index)
         for key in keys:
-            if clock() >= slice_end:
+            if loop_slice.spent():
                 yield
-                slice_end = clock() + SLICE_SECONDS
+                loop_slice.restart()
             stream = db.data.get(key)
             if not isinstance(stream, Stream) or db.is_expired(key, now_ms):
                 continue

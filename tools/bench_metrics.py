@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""The cost of a Prometheus scrape of a busy keyspace, and the pause it puts in the loop.
+
+    .venv/bin/python tools/bench_metrics.py [--streams N] [--groups G] [--scrapes S]
+        [--write [--docs-root DIR]]
+
+One StreamDB with ``metrics-port`` set holds N streams (1,000) of 10 entries, each with
+G consumer groups (3), each group with one consumer that has read (and left pending)
+5 entries: every stream, group and consumer series of the endpoint is present.  Then S
+scrapes (20) of ``GET /metrics``, one after the other, while a second thread sends PING
+in a tight loop on its own connection.
+
+Rows, with their targets (issue 30):
+
+  scrape     the median time of a whole scrape (request to last byte)   <= 50 ms
+  pause      the longest PING round trip that overlaps a scrape, less the
+             longest one that does not (the pings between scrapes, as long
+             again as the scrapes): what the scrapes added to the loop's
+             longest turn                                               <= 5 ms
+
+Only StreamDB runs (a "Redis 7.0" column would have nothing to compare): the rows
+are absolute limits.  Prints a table; ``--write`` replaces the ``bench_metrics.py``
+section of docs/PERFORMANCE.md with it.  Timings are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import (Conn, PERFORMANCE_MD, Row, RunRecord, add_write_options,  # noqa: E402
+                   planned_writes, progress, resp, results_table)
+from bench_persistence import Proc  # noqa: E402
+from streamdb.cli.procs import free_port  # noqa: E402
+
+ENTRIES_PER_STREAM = 10
+READ_PER_GROUP = 5
+
+
+def build_keyspace(port: int, streams: int, groups: int) -> None:
+    """``streams`` streams of ENTRIES_PER_STREAM entries, each with ``groups`` groups
+    whose one consumer has READ_PER_GROUP entries pending; pipelined per stream."""
+    c = Conn(port)
+    try:
+        for s in range(streams):
+            key = f"log:{s:05d}".encode()
+            cmds = [resp(b"XADD", key, b"*", b"level", b"info", b"msg", b"started")
+                    for _ in range(ENTRIES_PER_STREAM)]
+            for g in range(groups):
+                group = f"service-{g}".encode()
+                cmds.append(resp(b"XGROUP", b"CREATE", key, group, b"0"))
+                cmds.append(resp(b"XREADGROUP", b"GROUP", group, b"worker-1", b"COUNT",
+                                 str(READ_PER_GROUP).encode(), b"STREAMS", key, b">"))
+            c.send(b"".join(cmds))
+            for _ in cmds:
+                c.read()
+            if (s + 1) % 200 == 0:
+                progress(f"built {s + 1:,}/{streams:,} streams")
+    finally:
+        c.close()
+
+
+class Pinger(threading.Thread):
+    """PING in a tight loop on its own connection, keeping each round trip's
+    (start, end) in ``trips``."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.conn = Conn(port)
+        self.trips: list[tuple[float, float]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        ping = resp(b"PING")
+        while not self.stop.is_set():
+            t0 = time.perf_counter()
+            self.conn.send(ping)
+            self.conn.read()
+            self.trips.append((t0, time.perf_counter()))
+
+
+def longest_trips(trips, windows) -> tuple[float, float]:
+    """(the longest round trip that overlaps a window, the longest one that does not)."""
+    during = beside = 0.0
+    for start, end in trips:
+        overlaps = any(start < w_end and end > w_start for w_start, w_end in windows)
+        if overlaps:
+            during = max(during, end - start)
+        else:
+            beside = max(beside, end - start)
+    return during, beside
+
+
+def scrape(mport: int) -> tuple[float, int]:
+    """(seconds, bytes) of one whole scrape."""
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=60) as r:
+        body = r.read()
+    return time.perf_counter() - t0, len(body)
+
+
+def measure(cfg) -> list[Row]:
+    mport = free_port()
+    srv = Proc("streamdb", cfg.workdir, "--metrics-port", str(mport),
+               "--metrics-max-series", str(cfg.streams * (1 + 2 * cfg.groups) + 100)).start()
+    try:
+        build_keyspace(srv.port, cfg.streams, cfg.groups)
+        scrape(mport)                                  # warm: first-time imports, caches
+        pinger = Pinger(srv.port)
+        pinger.start()
+        times, windows, size = [], [], 0
+        for i in range(cfg.scrapes):
+            time.sleep(0.05)
+            t0 = time.perf_counter()
+            took, size = scrape(mport)
+            windows.append((t0, time.perf_counter()))
+            times.append(took)
+            time.sleep(took)                           # as long again without a scrape
+            progress(f"scrape {i + 1}/{cfg.scrapes}: {took * 1000:.1f} ms, {size:,} bytes")
+        pinger.stop.set()
+        pinger.join(10)
+    finally:
+        srv.stop()
+    during, beside = longest_trips(pinger.trips, windows)
+    pause = max(during - beside, 0.0)
+    what = f"{cfg.streams:,} streams x {cfg.groups} groups x 1 consumer"
+    return [Row(f"scrape of {what} ({size:,} bytes), median of {cfg.scrapes}", "ms", None,
+                statistics.median(times) * 1000, "limit<=", 50),
+            Row("  (slowest scrape, info)", "ms", None, max(times) * 1000, "info", None),
+            Row("longest PING round trip during scrapes, less without", "ms", None,
+                pause * 1000, "limit<=", 5),
+            Row("  (longest PING round trip without a scrape, info)", "ms", None,
+                beside * 1000, "info", None)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--streams", type=int, default=1000)
+    ap.add_argument("--groups", type=int, default=3)
+    ap.add_argument("--scrapes", type=int, default=20)
+    add_write_options(ap, "the bench_metrics.py section of docs/PERFORMANCE.md")
+    args = ap.parse_args(argv)
+    writes = planned_writes(ap, args, {"bench_metrics.py": PERFORMANCE_MD})
+    record = RunRecord("bench_metrics.py", argv)
+    cfg = argparse.Namespace(streams=args.streams, groups=args.groups, scrapes=args.scrapes)
+    with tempfile.TemporaryDirectory(prefix="streamdb-mbench-") as tmp:
+        cfg.workdir = Path(tmp)
+        rows = measure(cfg)
+    progress("done", done=True)
+    record.publish(writes, "one server, scrapes one after the other, a PING loop beside them",
+                   results_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
