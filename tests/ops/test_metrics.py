@@ -393,3 +393,33 @@ def test_aof_fsync_durations_are_a_histogram(tmp_path):
                      if n == name + "_bucket")
     assert buckets[-1] == (float("inf"), count)
     assert [v for _, v in buckets] == sorted(v for _, v in buckets)     # cumulative
+
+
+DOC_BLOCKS = {"docs/OPERATIONS.md": {"metrics-names"}}
+
+
+def test_the_guides_curl_finds_redis_exporters_group_series(metrics_server, tmp_path):
+    from docblocks import run_block
+    r = redis.Redis(port=metrics_server.port)
+    r.xadd("sensor:0", {"t": "19.5"})
+    r.xgroup_create("sensor:0", "alerts", id="0")
+    out = run_block("docs/OPERATIONS.md", "metrics-names", cwd=tmp_path,
+                    ports={6379: metrics_server.port, 9121: metrics_server.metrics_port})
+    assert out.splitlines() == ['redis_stream_group_lag{db="db0",stream="sensor:0",group="alerts"} 1',
+                                'redis_stream_group_messages_pending{db="db0",stream="sensor:0",group="alerts"} 0']
+
+
+def test_what_kedas_redis_streams_scaler_reads_matches_the_metrics(metrics_server):
+    """KEDA's scaler asks the server (XPENDING summary, XINFO GROUPS lag, XLEN), not the
+    metrics: the numbers it scales on are the ones the dashboard draws."""
+    r = redis.Redis(port=metrics_server.port, decode_responses=True)
+    for i in range(5):
+        r.xadd("jobs", {"i": i})
+    r.xgroup_create("jobs", "workers", id="0")
+    r.xreadgroup("workers", "w1", {"jobs": ">"}, count=3)
+    _, s = scrape(metrics_server.metrics_port)
+    group = {"db": "db0", "stream": "jobs", "group": "workers"}
+    assert r.xpending("jobs", "workers")["pending"] == value(s, "redis_stream_group_messages_pending", **group) == 3
+    (info,) = r.xinfo_groups("jobs")
+    assert info["lag"] == value(s, "redis_stream_group_lag", **group) == 2
+    assert r.xlen("jobs") == value(s, "redis_stream_length", db="db0", stream="jobs") == 5
