@@ -13,14 +13,13 @@ import json
 import re
 import shutil
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 
 import pytest
 import redis
 
-from helpers import ROOT, ServerProcess, wait_until
+from helpers import ROOT, ServerProcess, terminate, wait_until
 from streamdb.cli.procs import free_port
 
 PROMETHEUS = shutil.which("prometheus")
@@ -102,13 +101,7 @@ class Prometheus:
             return False
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, timeout=20)
         self.log.close()
 
 
