@@ -7,7 +7,7 @@
 One StreamDB with ``metrics-port`` set holds N streams (1,000) of 10 entries, each with
 G consumer groups (3), each group with one consumer that has read (and left pending)
 5 entries: every stream, group and consumer series of the endpoint is present.  Then S
-scrapes (20) of ``GET /metrics``, one after the other, while a second thread sends PING
+scrapes (20) of ``GET /metrics``, one after the other, while a second process sends PING
 in a tight loop on its own connection.
 
 Rows, with their targets (issue 30):
@@ -28,8 +28,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import multiprocessing as mp
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -67,23 +67,19 @@ def build_keyspace(port: int, streams: int, groups: int) -> None:
         c.close()
 
 
-class Pinger(threading.Thread):
-    """PING in a tight loop on its own connection, keeping each round trip's
-    (start, end) in ``trips``."""
-
-    def __init__(self, port: int) -> None:
-        super().__init__(daemon=True)
-        self.conn = Conn(port)
-        self.trips: list[tuple[float, float]] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        ping = resp(b"PING")
-        while not self.stop.is_set():
-            t0 = time.perf_counter()
-            self.conn.send(ping)
-            self.conn.read()
-            self.trips.append((t0, time.perf_counter()))
+def ping_loop(port: int, stop, trips_out) -> None:
+    """PING in a tight loop on its own connection until ``stop`` is set; sends back
+    each round trip's (start, end).  A process of its own: in a thread it would share
+    the GIL with the scraping client reading megabytes, and time that, not the server."""
+    conn = Conn(port)
+    ping = resp(b"PING")
+    trips = []
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        conn.send(ping)
+        conn.read()
+        trips.append((t0, time.perf_counter()))
+    trips_out.send(trips)
 
 
 def longest_trips(trips, windows) -> tuple[float, float]:
@@ -113,8 +109,11 @@ def measure(cfg) -> list[Row]:
     try:
         build_keyspace(srv.port, cfg.streams, cfg.groups)
         scrape(mport)                                  # warm: first-time imports, caches
-        pinger = Pinger(srv.port)
+        stop = mp.Event()
+        trips_in, trips_out = mp.Pipe(duplex=False)
+        pinger = mp.Process(target=ping_loop, args=(srv.port, stop, trips_out), daemon=True)
         pinger.start()
+        time.sleep(0.5)                                # the pinger connected and running
         times, windows, size = [], [], 0
         for i in range(cfg.scrapes):
             time.sleep(0.05)
@@ -124,11 +123,12 @@ def measure(cfg) -> list[Row]:
             times.append(took)
             time.sleep(took)                           # as long again without a scrape
             progress(f"scrape {i + 1}/{cfg.scrapes}: {took * 1000:.1f} ms, {size:,} bytes")
-        pinger.stop.set()
+        stop.set()
+        trips = trips_in.recv()
         pinger.join(10)
     finally:
         srv.stop()
-    during, beside = longest_trips(pinger.trips, windows)
+    during, beside = longest_trips(trips, windows)
     pause = max(during - beside, 0.0)
     what = f"{cfg.streams:,} streams x {cfg.groups} groups x 1 consumer"
     return [Row(f"scrape of {what} ({size:,} bytes), median of {cfg.scrapes}", "ms", None,
