@@ -13,6 +13,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 import urllib.parse
 import urllib.request
 
@@ -163,9 +164,14 @@ def test_every_dashboard_query_returns_its_series(cluster):
     prom = cluster
     r = prom.primary
     wait_until(lambda: r.xlen("old") < 10, what="retention trimming the old stream")
-    # Scrapes of both servers, with the data in, over more than the rate windows need.
-    wait_until(lambda: len(prom.series("count_over_time(redis_up[30s]) >= 5")) == 2,
-               timeout=60, what="five scrapes of both servers")
+    # Three scrapes of both servers with all the data in (and a counter born with the
+    # trim), as the rate() and increase() windows need two samples or more.
+    data_in = time.monotonic()
+
+    def scrapes_since_data_in() -> int:
+        seconds = max(1, int(time.monotonic() - data_in))
+        return len(prom.series(f"count_over_time(redis_up[{seconds}s]) >= 3"))
+    wait_until(lambda: scrapes_since_data_in() == 2, timeout=60, what="three scrapes of both servers")
     r.xadd("orders", {"n": "late"})               # an fsync inside the rate window
     wait_until(lambda: prom.series('streamdb_stream_length{key="orders"} == 7'),
                timeout=30, what="a scrape after the last write")
