@@ -132,6 +132,9 @@ class Labels:
         return Labels(f"{self.own},{text}", f"{self.redis},{text}")
 
 
+_NO_LABELS = Labels()
+
+
 class _Family:
     __slots__ = ("name", "kind", "help", "redis_labels", "samples", "put", "alias")
 
@@ -144,10 +147,7 @@ class _Family:
 
 
 class Exposition:
-    """Collects samples per metric family and writes them grouped, HELP and TYPE first.
-
-    ``add`` runs once per sample of a scrape (tens of thousands): it formats the
-    line at once, without further calls."""
+    """Collects samples per metric family and writes them grouped, HELP and TYPE first."""
 
     def __init__(self) -> None:
         self._families: dict[str, _Family] = {}
@@ -164,35 +164,28 @@ class Exposition:
         family.alias = self._families[alias]
 
     def add(self, name: str, value: float, labels: Labels | dict | None = None) -> None:
-        # (An int or a float formats as the exposition format wants: Go's
-        # ParseFloat reads Python's "nan" and "inf" too.)
-        family = self._families[name]
-        alias = family.alias
         if labels is None:
-            family.put(f"{name} {value}")
-            if alias is not None:
-                alias.put(f"{alias.name} {value}")
-            return
-        if labels.__class__ is not Labels:
+            labels = _NO_LABELS
+        elif labels.__class__ is not Labels:
             labels = Labels.of(labels)
-        family.put(f"{name}{{{labels.redis if family.redis_labels else labels.own}}} {value}")
-        if alias is not None:
-            alias.put(f"{alias.name}{{{labels.redis}}} {value}")
+        self.add_all(labels, ((name, value),))
 
     def add_all(self, labels: Labels, samples) -> None:
         """``add`` for several (family, value) samples of one entity; a None value
         is left out.  (One call per stream, group or consumer: the per-sample
-        work of a scrape is this loop.)"""
-        own, redis = labels.own, labels.redis
+        work of a scrape is this loop.)  An int or a float formats as the
+        exposition format wants (Go's ParseFloat reads Python's "nan" too)."""
+        own = f"{{{labels.own}}}" if labels.own else ""
+        redis = f"{{{labels.redis}}}" if labels.redis else ""
         families = self._families
         for name, value in samples:
             if value is None:
                 continue
             family = families[name]
-            family.put(f"{name}{{{redis if family.redis_labels else own}}} {value}")
+            family.put(f"{name}{redis if family.redis_labels else own} {value}")
             alias = family.alias
             if alias is not None:
-                alias.put(f"{alias.name}{{{redis}}} {value}")
+                alias.put(f"{alias.name}{redis} {value}")
 
     def add_histogram(self, name: str, bounds, counts: list[int], total: float) -> None:
         """A histogram without labels: ``counts`` per bucket (one past ``bounds``,
