@@ -107,6 +107,7 @@ def measure(cfg) -> list[Row]:
     srv = Proc("streamdb", cfg.workdir, "--metrics-port", str(mport),
                "--metrics-max-series", str(cfg.streams * (1 + 2 * cfg.groups) + 100)).start()
     try:
+        cfg.core = srv.info("server").get("streamdb_core", "?")     # compiled or Python path
         build_keyspace(srv.port, cfg.streams, cfg.groups)
         scrape(mport)                                  # warm: first-time imports, caches
         stop = mp.Event()
@@ -155,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg.workdir = Path(tmp)
         rows = measure(cfg)
     progress("done", done=True)
-    record.publish(writes, "one server, scrapes one after the other, a PING loop beside them",
-                   results_table(rows))
+    record.publish(writes, "one server (its core: " + cfg.core + "), scrapes one after the "
+                   "other, a PING loop beside them", results_table(rows))
     return 0
 
 
