@@ -423,3 +423,28 @@ def test_what_kedas_redis_streams_scaler_reads_matches_the_metrics(metrics_serve
     (info,) = r.xinfo_groups("jobs")
     assert info["lag"] == value(s, "redis_stream_group_lag", **group) == 2
     assert r.xlen("jobs") == value(s, "redis_stream_length", db="db0", stream="jobs") == 5
+
+
+def test_a_scrape_sliced_across_loop_turns_reads_the_keyspace_as_it_changes(monkeypatch):
+    """The loop runs commands between two slices of a scrape: streams deleted or added
+    meanwhile neither break it nor show up stale.  (In-process, every key a slice of
+    its own: the real Core, driven the way the endpoint drives it.)"""
+    from inproc import argv
+    from streamdb.server import metrics
+    from streamdb.server.core import Core
+    monkeypatch.setattr(metrics, "SLICE_SECONDS", 0.0)
+    core = Core()
+    client = core.replay_client()
+    for i in range(5):
+        core.execute(client, argv("XADD", f"s{i}", "1-1", "f", "v"))
+    body: list[bytes] = []
+    steps = metrics._render_steps(core, core.clock(), 0, body)
+    next(steps)                                   # the first slice: s0
+    core.execute(client, argv("DEL", "s3"))
+    core.execute(client, argv("XADD", "late", "1-1", "f", "v"))
+    for _ in steps:
+        core.execute(client, argv("XADD", "s4", "2-1", "f", "v"))      # between later slices
+    _, s = parse_exposition(b"".join(body).decode())
+    exported = {dict(labels)["key"] for name, labels in s if name == "streamdb_stream_length"}
+    assert exported == {"s0", "s1", "s2", "s4"}
+    assert value(s, "streamdb_stream_length", db="0", key="s4") == 2
