@@ -1,7 +1,8 @@
 """Prometheus metrics: HTTP ``GET /metrics`` in text exposition format 0.0.4.
 
 Two vocabularies are served side by side from one computation: StreamDB's own
-series (``streamdb_*``, labels ``db="0"``, ``key``, ``group``, ``consumer``) and
+series (``streamdb_*``, labels ``db="0"``, ``key``, ``group``, ``consumer``; those
+named ``streamdb_stream_group_*`` say ``stream`` for ``key``, as the next) and
 the names oliver006/redis_exporter gives the same things (``redis_*``, labels
 ``db="db0"``, ``stream``, ``group``, ``consumer``, its types and HELP texts), so
 that dashboards and alerts written for Redis read a StreamDB unchanged.  A value
@@ -96,14 +97,23 @@ def _number(value: float) -> str:
     return repr(float(value))
 
 
-def _redis_label(name: str, value: str) -> tuple[str, str]:
-    """A StreamDB label as redis_exporter names it: ``key`` is its ``stream``, and
-    its ``db`` is INFO keyspace's field name (``db0``)."""
+# A family writes its samples' labels in one of three forms (``Labels``):
+OWN = 0       # StreamDB's: db="0",key="orders",group="billing"
+REDIS = 1     # redis_exporter's: db="db0",stream="orders",group="billing"
+STREAM = 2    # StreamDB's db number with redis_exporter's names: db="0",stream="orders",...
+# StreamDB families named after redis_exporter's stream group series speak its label
+# names too (dashboards join them with redis_stream_group_* on stream and group).
+STREAM_FORM_PREFIX = "streamdb_stream_group_"
+
+
+def _label_forms(name: str, value: str) -> tuple[tuple[str, str], ...]:
+    """One StreamDB label in the three forms: ``key`` is redis_exporter's ``stream``,
+    and its ``db`` is INFO keyspace's field name (``db0``)."""
     if name == "key":
-        return "stream", value
+        return (name, value), ("stream", value), ("stream", value)
     if name == "db":
-        return "db", "db" + value
-    return name, value
+        return (name, value), (name, "db" + value), (name, value)
+    return ((name, value),) * 3
 
 
 def _label_text(labels) -> str:
@@ -111,36 +121,35 @@ def _label_text(labels) -> str:
 
 
 class Labels:
-    """An entity's labels, escaped and joined once, in both vocabularies: ``own``
-    (StreamDB's, ``db="0",key="orders"``) and ``redis`` (redis_exporter's,
-    ``db="db0",stream="orders"``).  Each family writes the one it speaks."""
+    """An entity's labels, escaped and joined once, in the three forms (``own``,
+    ``redis``, ``stream``: OWN, REDIS, STREAM above).  Each family writes its own."""
 
-    __slots__ = ("own", "redis")
+    __slots__ = ("own", "redis", "stream")
 
-    def __init__(self, own: str = "", redis: str = "") -> None:
-        self.own, self.redis = own, redis
+    def __init__(self, own: str = "", redis: str = "", stream: str = "") -> None:
+        self.own, self.redis, self.stream = own, redis, stream
 
     @classmethod
     def of(cls, labels: dict[str, str]) -> "Labels":
-        return cls(_label_text(labels.items()),
-                   _label_text(_redis_label(k, v) for k, v in labels.items()))
+        forms = [_label_forms(k, v) for k, v in labels.items()]
+        return cls(*(_label_text(f[i] for f in forms) for i in (OWN, REDIS, STREAM)))
 
     def child(self, name: str, raw: bytes) -> "Labels":
         """These labels and one more (a group's or consumer's name), named alike in
-        both vocabularies."""
+        every form."""
         text = f'{name}="{_label_value(raw)}"'
-        return Labels(f"{self.own},{text}", f"{self.redis},{text}")
+        return Labels(f"{self.own},{text}", f"{self.redis},{text}", f"{self.stream},{text}")
 
 
 _NO_LABELS = Labels()
 
 
 class _Family:
-    __slots__ = ("name", "kind", "help", "redis_labels", "samples", "put", "alias")
+    __slots__ = ("name", "kind", "help", "form", "samples", "put", "alias")
 
-    def __init__(self, name: str, kind: str, help_text: str, redis_labels: bool) -> None:
+    def __init__(self, name: str, kind: str, help_text: str, form: int) -> None:
         self.name, self.kind, self.help = name, kind, help_text
-        self.redis_labels = redis_labels      # which of a Labels' texts this family writes
+        self.form = form                      # which of a Labels' texts this family writes
         self.samples: list[str] = []
         self.put = self.samples.append
         self.alias: _Family | None = None     # redis_exporter's name for the same values
@@ -152,15 +161,19 @@ class Exposition:
     def __init__(self) -> None:
         self._families: dict[str, _Family] = {}
 
-    def declare(self, name: str, kind: str, help_text: str, redis_labels: bool = False) -> None:
+    def declare(self, name: str, kind: str, help_text: str, form: int | None = None) -> None:
+        """A family; its labels' ``form`` is OWN, or STREAM for a name that starts
+        with STREAM_FORM_PREFIX, unless given."""
+        if form is None:
+            form = STREAM if name.startswith(STREAM_FORM_PREFIX) else OWN
         if name not in self._families:
-            self._families[name] = _Family(name, kind, help_text, redis_labels)
+            self._families[name] = _Family(name, kind, help_text, form)
 
     def alias(self, name: str, alias: str, help_text: str) -> None:
         """Every sample added to ``name`` is written under ``alias`` too (same type,
         redis_exporter's labels)."""
         family = self._families[name]
-        self.declare(alias, family.kind, help_text, redis_labels=True)
+        self.declare(alias, family.kind, help_text, form=REDIS)
         family.alias = self._families[alias]
 
     def add(self, name: str, value: float, labels: Labels | dict | None = None) -> None:
@@ -177,15 +190,18 @@ class Exposition:
         scrape is this loop, and a tuple per sample would be ~50,000 more objects
         for the garbage collector per scrape.)  An int or a float formats as the
         exposition format wants (Go's ParseFloat reads Python's "nan" too)."""
-        own = f"{{{labels.own}}}" if labels.own else ""
-        redis = f"{{{labels.redis}}}" if labels.redis else ""
+        if labels.own:
+            texts = (f"{{{labels.own}}}", f"{{{labels.redis}}}", f"{{{labels.stream}}}")
+        else:
+            texts = ("", "", "")
+        redis = texts[REDIS]
         families = self._families
         pairs = iter(samples)
         for name, value in zip(pairs, pairs):
             if value is None:
                 continue
             family = families[name]
-            family.put(f"{name}{redis if family.redis_labels else own} {value}")
+            family.put(f"{name}{texts[family.form]} {value}")
             alias = family.alias
             if alias is not None:
                 alias.put(f"{alias.name}{redis} {value}")
@@ -303,7 +319,7 @@ def _exposition() -> Exposition:
     for name, (alias, help_text) in REDIS_EXPORTER_NAMES.items():
         out.alias(name, alias, help_text)
     for name, kind, help_text in _REDIS_EXPORTER_FAMILIES:
-        out.declare(name, kind, help_text, redis_labels=True)
+        out.declare(name, kind, help_text, form=REDIS)
     return out
 
 
@@ -460,7 +476,8 @@ def _stream_metrics(core, out: Exposition, now: float, budget: int, loop_slice: 
                 continue
             budget -= 1
             key_label = _label_value(key)
-            labels = Labels(f'db="{dbl}",key="{key_label}"', f'db="db{dbl}",stream="{key_label}"')
+            labels = Labels(f'db="{dbl}",key="{key_label}"', f'db="db{dbl}",stream="{key_label}"',
+                            f'db="{dbl}",stream="{key_label}"')
             _stream_series(out, labels, stream, len(groups), now_ms)
             for gname, group in groups.items():
                 if budget <= 0:

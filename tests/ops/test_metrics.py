@@ -448,3 +448,27 @@ def test_a_scrape_sliced_across_loop_turns_reads_the_keyspace_as_it_changes(monk
     exported = {dict(labels)["key"] for name, labels in s if name == "streamdb_stream_length"}
     assert exported == {"s0", "s1", "s2", "s4"}
     assert value(s, "streamdb_stream_length", db="0", key="s4") == 2
+
+
+def test_label_forms_of_the_three_kinds_of_family():
+    """StreamDB's own labels (key), redis_exporter's (db0, stream) for its names, and
+    redis_exporter's label names with StreamDB's db number for the streamdb_stream_group_*
+    families: one Labels, rendered once per entity, feeds all three."""
+    from streamdb.server.metrics import Exposition, Labels
+    out = Exposition()
+    out.declare("streamdb_group_pending", "gauge", "own form")
+    out.alias("streamdb_group_pending", "redis_stream_group_messages_pending", "redis form")
+    out.declare("streamdb_stream_group_lag_seconds", "gauge", "stream form")
+    group = Labels.of({"db": "3", "key": 'o"rders'}).child("group", b"billing")
+    out.add_all(group, ("streamdb_group_pending", 2, "streamdb_stream_group_lag_seconds", 1.5))
+    out.add("streamdb_group_pending", 7, {"db": "0", "key": "k", "group": "g"})
+    _, s = parse_exposition(out.text())
+    assert s == {
+        ("streamdb_group_pending", frozenset({"db": "3", "key": 'o"rders', "group": "billing"}.items())): 2,
+        ("redis_stream_group_messages_pending",
+         frozenset({"db": "db3", "stream": 'o"rders', "group": "billing"}.items())): 2,
+        ("streamdb_stream_group_lag_seconds",
+         frozenset({"db": "3", "stream": 'o"rders', "group": "billing"}.items())): 1.5,
+        ("streamdb_group_pending", frozenset({"db": "0", "key": "k", "group": "g"}.items())): 7,
+        ("redis_stream_group_messages_pending", frozenset({"db": "db0", "stream": "k", "group": "g"}.items())): 7,
+    }
