@@ -77,7 +77,7 @@ def _key_text(raw: bytes) -> str:
 # decoding and escaping them was a fifth of a scrape's time.  Emptied when it
 # outgrows LABEL_CACHE_MAX (keys come and go).
 _label_values: dict[bytes, str] = {}
-LABEL_CACHE_MAX = 100_000
+LABEL_CACHE_MAX = 20_000        # (~3 MB at most: a name, its text and a dict slot each)
 
 
 def _label_value(raw: bytes) -> str:
