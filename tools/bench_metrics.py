@@ -18,6 +18,10 @@ Rows, with their targets (issue 30):
              again as the scrapes): what the scrapes added to the loop's
              longest turn                                               <= 5 ms
 
+The server's own figures (streamdb_metrics_last_scrape_*, each scrape reporting the
+one before: its duration, and the longest it held the loop in one go) are shown
+beside them: on a shared machine the PING round trips carry the scheduler's delays.
+
 Only StreamDB runs (a "Redis 7.0" column would have nothing to compare): the rows
 are absolute limits.  Prints a table; ``--write`` replaces the ``bench_metrics.py``
 section of docs/PERFORMANCE.md with it.  Timings are printed, never asserted.
@@ -94,12 +98,18 @@ def longest_trips(trips, windows) -> tuple[float, float]:
     return during, beside
 
 
-def scrape(mport: int) -> tuple[float, int]:
-    """(seconds, bytes) of one whole scrape."""
+def scrape(mport: int) -> tuple[float, int, dict]:
+    """(seconds, bytes, the server's own figures of the scrape before) of one whole scrape."""
     t0 = time.perf_counter()
     with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=60) as r:
         body = r.read()
-    return time.perf_counter() - t0, len(body)
+    took = time.perf_counter() - t0
+    own = {}
+    for line in body.decode().splitlines():
+        if line.startswith("streamdb_metrics_last_scrape_"):
+            name, value = line.split(" ")
+            own[name] = float(value)
+    return took, len(body), own
 
 
 def measure(cfg) -> list[Row]:
@@ -110,6 +120,7 @@ def measure(cfg) -> list[Row]:
         cfg.core = srv.info("server").get("streamdb_core", "?")     # compiled or Python path
         build_keyspace(srv.port, cfg.streams, cfg.groups)
         scrape(mport)                                  # warm: first-time imports, caches
+        server_took, server_slices = [], []
         stop = mp.Event()
         trips_in, trips_out = mp.Pipe(duplex=False)
         pinger = mp.Process(target=ping_loop, args=(srv.port, stop, trips_out), daemon=True)
@@ -119,8 +130,10 @@ def measure(cfg) -> list[Row]:
         for i in range(cfg.scrapes):
             time.sleep(0.05)
             t0 = time.perf_counter()
-            took, size = scrape(mport)
+            took, size, own = scrape(mport)
             windows.append((t0, time.perf_counter()))
+            server_took.append(own["streamdb_metrics_last_scrape_duration_seconds"])
+            server_slices.append(own["streamdb_metrics_last_scrape_longest_slice_seconds"])
             times.append(took)
             time.sleep(took)                           # as long again without a scrape
             progress(f"scrape {i + 1}/{cfg.scrapes}: {took * 1000:.1f} ms, {size:,} bytes")
@@ -138,7 +151,11 @@ def measure(cfg) -> list[Row]:
             Row("longest PING round trip during scrapes, less without", "ms", None,
                 pause * 1000, "limit<=", 5),
             Row("  (longest PING round trip without a scrape, info)", "ms", None,
-                beside * 1000, "info", None)]
+                beside * 1000, "info", None),
+            Row("  (the server's own figures: scrape, median, info)", "ms", None,
+                statistics.median(server_took) * 1000, "info", None),
+            Row("  (the server's own figures: longest slice, info)", "ms", None,
+                max(server_slices) * 1000, "info", None)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,8 +44,8 @@ from ..engine.nodecache import CACHE
 from ..engine.stream import Stream
 from ..memory import rss_memory, used_memory
 
-__all__ = ["start_metrics", "render", "Exposition", "Labels", "escape_label_value",
-           "REDIS_EXPORTER_NAMES"]
+__all__ = ["start_metrics", "render", "render_sliced", "ScrapeRecord", "Exposition", "Labels",
+           "escape_label_value", "REDIS_EXPORTER_NAMES"]
 
 MAX_REQUEST_BYTES = 8192
 REQUEST_TIMEOUT = 5.0
@@ -269,6 +269,8 @@ _FAMILIES = [
     ("streamdb_consumer_idle_seconds", "gauge", "Seconds since the consumer's last interaction (XINFO CONSUMERS idle)."),
     ("streamdb_metrics_series_truncated", "gauge", "Streams, groups and consumers left out of this scrape by metrics-max-series."),
     ("streamdb_metrics_scrape_errors_total", "counter", "Scrapes that failed inside the server (logged)."),
+    ("streamdb_metrics_last_scrape_duration_seconds", "gauge", "How long the previous scrape took in the server, its slices and the loop turns between them; absent on the first."),
+    ("streamdb_metrics_last_scrape_longest_slice_seconds", "gauge", "The longest the previous scrape held the event loop in one go; absent on the first."),
 ]
 
 # redis_exporter's name and HELP text for a StreamDB family's values: every sample
@@ -323,20 +325,41 @@ def _exposition() -> Exposition:
     return out
 
 
-def render(core, now: float | None = None, scrape_errors: int = 0) -> str:
+class ScrapeRecord:
+    """What the endpoint knows of its own scrapes, exported by the next one."""
+
+    __slots__ = ("errors", "last_seconds", "last_longest_slice")
+
+    def __init__(self) -> None:
+        self.errors = 0
+        self.last_seconds: float | None = None
+        self.last_longest_slice: float | None = None
+
+
+def render(core, now: float | None = None, record: ScrapeRecord | None = None) -> str:
     """The whole exposition text for the core's current state, in one go."""
     body: list[bytes] = []
-    for _ in _render_steps(core, core.clock() if now is None else now, scrape_errors, body):
+    for _ in _render_steps(core, core.clock() if now is None else now,
+                           record or ScrapeRecord(), body):
         pass
     return b"".join(body).decode("utf-8")
 
 
-async def render_sliced(core, scrape_errors: int = 0) -> list[bytes]:
+async def render_sliced(core, record: ScrapeRecord) -> list[bytes]:
     """``render``'s text, encoded, in pieces; the loop runs other work whenever
-    this has held it for SLICE_SECONDS."""
+    this has held it for SLICE_SECONDS.  Notes its duration and longest slice in
+    ``record``."""
     body: list[bytes] = []
-    for _ in _render_steps(core, core.clock(), scrape_errors, body):
+    clock = time.perf_counter
+    started = slice_started = clock()
+    longest = 0.0
+    for _ in _render_steps(core, core.clock(), record, body):
+        longest = max(longest, clock() - slice_started)
         await asyncio.sleep(0)
+        slice_started = clock()
+    ended = clock()
+    record.last_seconds = ended - started
+    record.last_longest_slice = max(longest, ended - slice_started)
     return body
 
 
@@ -355,7 +378,7 @@ class _Slice:
         return time.perf_counter() >= self.end
 
 
-def _render_steps(core, now: float, scrape_errors: int, body: list[bytes]):
+def _render_steps(core, now: float, record: ScrapeRecord, body: list[bytes]):
     """Appends the encoded exposition to ``body``, a piece per family; yields
     whenever it has held the loop for SLICE_SECONDS (filling and encoding alike)."""
     loop_slice = _Slice()
@@ -363,7 +386,10 @@ def _render_steps(core, now: float, scrape_errors: int, body: list[bytes]):
     _server_metrics(core, out, now)
     _keyspace_metrics(core, out)
     yield from _stream_metrics(core, out, now, core.config["metrics-max-series"], loop_slice)
-    out.add("streamdb_metrics_scrape_errors_total", scrape_errors)
+    out.add("streamdb_metrics_scrape_errors_total", record.errors)
+    if record.last_seconds is not None:
+        out.add("streamdb_metrics_last_scrape_duration_seconds", record.last_seconds)
+        out.add("streamdb_metrics_last_scrape_longest_slice_seconds", record.last_longest_slice)
     for chunk in out.chunks():
         body.append(chunk.encode("utf-8"))
         if loop_slice.spent():
@@ -562,7 +588,7 @@ class MetricsEndpoint:
     def __init__(self, core) -> None:
         self.core = core
         self.open_connections = 0
-        self.scrape_errors = 0
+        self.scrapes = ScrapeRecord()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.open_connections >= MAX_CONNECTIONS:
@@ -601,9 +627,9 @@ class MetricsEndpoint:
         if method not in ("GET", "HEAD"):
             return _response(405, b"method not allowed\n", extra="Allow: GET, HEAD\r\n")
         try:
-            body = await render_sliced(self.core, self.scrape_errors)
+            body = await render_sliced(self.core, self.scrapes)
         except Exception as e:     # a bug here must not take the server down
-            self.scrape_errors += 1
+            self.scrapes.errors += 1
             log.log(log.WARNING, f"Metrics scrape failed: {type(e).__name__}: {e}")
             return _response(500, b"scrape failed\n")
         return _response(200, body, CONTENT_TYPE, head_only=method == "HEAD")

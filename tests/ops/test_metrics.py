@@ -438,7 +438,7 @@ def test_a_scrape_sliced_across_loop_turns_reads_the_keyspace_as_it_changes(monk
     for i in range(5):
         core.execute(client, argv("XADD", f"s{i}", "1-1", "f", "v"))
     body: list[bytes] = []
-    steps = metrics._render_steps(core, core.clock(), 0, body)
+    steps = metrics._render_steps(core, core.clock(), metrics.ScrapeRecord(), body)
     next(steps)                                   # the first slice: s0
     core.execute(client, argv("DEL", "s3"))
     core.execute(client, argv("XADD", "late", "1-1", "f", "v"))
@@ -472,3 +472,16 @@ def test_label_forms_of_the_three_kinds_of_family():
         ("streamdb_group_pending", frozenset({"db": "0", "key": "k", "group": "g"}.items())): 7,
         ("redis_stream_group_messages_pending", frozenset({"db": "db0", "stream": "k", "group": "g"}.items())): 7,
     }
+
+
+def test_a_scrape_reports_the_previous_ones_duration_and_longest_slice(metrics_server):
+    mport = metrics_server.metrics_port
+    r = redis.Redis(port=metrics_server.port)
+    for i in range(50):
+        r.xadd(f"s{i}", {"f": "v"})
+    _, first = scrape(mport)
+    assert value(first, "streamdb_metrics_last_scrape_duration_seconds") is None
+    _, s = scrape(mport)
+    took = value(s, "streamdb_metrics_last_scrape_duration_seconds")
+    longest = value(s, "streamdb_metrics_last_scrape_longest_slice_seconds")
+    assert 0 < longest <= took
