@@ -1,8 +1,8 @@
 # The two commands a newcomer needs (see README.md):
 #   make run   - install what the server needs (runtime dependencies only) and start it
 #                on streamdb.conf (data in ./data)
-#   make test  - install what the tests need (test and spark extras, redis-server, Java,
-#                ioredis, Chromium) and run every test
+#   make test  - install what the tests need (test and spark extras, redis-server,
+#                Prometheus, Java, ioredis, Chromium) and run every test
 PY      ?= python3
 VENV    := .venv
 VPY     := $(VENV)/bin/python
@@ -15,7 +15,7 @@ TEST_STAMP := $(VENV)/.installed-test
 BUILD_INPUTS := pyproject.toml $(wildcard setup.py streamdb/compiled.py streamdb/*/*.pyx streamdb/*/*.pxd) \
                 $(shell sed -n 's/^ *"\(streamdb\/.*\.py\)",$$/\1/p' streamdb/compiled.py)
 
-.PHONY: run test soak deps test-deps redis-server redis-sentinel chromium java node-clients spark-deps bench clean
+.PHONY: run test soak deps test-deps redis-server redis-sentinel chromium prometheus java node-clients spark-deps bench clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -69,6 +69,17 @@ chromium:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null \
 	  && echo "chromium installed"; }
 
+# The Prometheus test runs Debian's Prometheus against StreamDB servers and queries the
+# Grafana dashboard's expressions (tests/ops/test_prometheus.py; it skips without it).
+# The test runs the binary with its own config and storage: the package's service and
+# its recommended node exporter are not needed (on a systemd machine the package
+# still enables and starts its own service, on port 9090).
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  echo "installing prometheus from Debian's packages (for the dashboard's test)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
 # (deps byte-compiles the package: see above.)
 run: deps
 	$(VPY) -m streamdb streamdb.conf
@@ -107,7 +118,7 @@ spark-deps: deps java
 # STREAMDB_PURE=1 make test runs the tests on the plain Python core instead of
 # the compiled one (the server processes the tests start inherit it);
 # STREAMDB_TEST_STREAM_CACHE=64kb make test runs them with that stream cache.
-test: test-deps redis-server redis-sentinel chromium node-clients java
+test: test-deps redis-server redis-sentinel chromium prometheus node-clients java
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
 
 # Long crash/soak loops, bounded by STREAMDB_SOAK_SECONDS (CI runs a short one).

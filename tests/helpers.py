@@ -32,6 +32,17 @@ def wait_until(fn, timeout: float = 15.0, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
+def terminate(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
+    """SIGTERM ``proc`` if it still runs and reap it; SIGKILL past ``timeout`` seconds."""
+    if proc and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class ServerProcess:
     """A StreamDB server process: ``with ServerProcess(tmp_path) as srv: srv.port``."""
 
@@ -66,13 +77,7 @@ class ServerProcess:
             self.proc.wait()
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         if getattr(self, "_log", None):
             self._log.close()
 
@@ -109,12 +114,7 @@ class RedisProcess:
         return self
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        terminate(self.proc)
 
     def __enter__(self) -> "RedisProcess":
         return self.start()

@@ -1,10 +1,24 @@
 """Prometheus metrics: HTTP ``GET /metrics`` in text exposition format 0.0.4.
 
+Two vocabularies are served side by side from one computation: StreamDB's own
+series (``streamdb_*``, labels ``db="0"``, ``key``, ``group``, ``consumer``; those
+named ``streamdb_stream_group_*`` say ``stream`` for ``key``, as the next) and
+the names oliver006/redis_exporter gives the same things (``redis_*``, labels
+``db="db0"``, ``stream``, ``group``, ``consumer``, its types and HELP texts), so
+that dashboards and alerts written for Redis read a StreamDB unchanged.  A value
+both have is computed once and written under both names (``REDIS_EXPORTER_NAMES``);
+redis_exporter families StreamDB has no own name for are declared in
+``_REDIS_EXPORTER_FAMILIES``.  Adding a series is a line in a family table and an
+``out.add`` where its value is known.
+
 The endpoint runs on the server's own event loop (``start_metrics`` is called
 from ``Server.start`` when ``metrics-port`` is set), so a scrape reads the
-keyspace directly, between two loop turns, without locks or copies.  That is
-also why its work is bounded:
+keyspace directly, without locks or copies.  That is also why its work is bounded:
 
+* the streams are read in slices of at most ``SLICE_SECONDS`` of loop time, the
+  loop serving clients between two slices (a scrape is not a point-in-time
+  snapshot: a stream is read as it is when its turn comes; one deleted
+  meanwhile is left out);
 * at most ``metrics-max-series`` streams + groups + consumers are exported per
   scrape; the rest are only counted (``streamdb_metrics_series_truncated``);
 * a request head larger than ``MAX_REQUEST_BYTES`` gets 431, one that does not
@@ -12,13 +26,15 @@ also why its work is bounded:
   take the reply within ``WRITE_TIMEOUT`` seconds is dropped, and at most
   ``MAX_CONNECTIONS`` scrapes are open at once (more are closed on accept).
 
-``render`` is a pure function of the core's state and a clock reading, so it
-is what the tests read through a real HTTP scrape.
+``render`` is a function of the core's state and a clock reading (the same
+slices, run without yielding), so it is what the tests read through a real
+HTTP scrape.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 from .. import log
@@ -28,13 +44,17 @@ from ..engine.nodecache import CACHE
 from ..engine.stream import Stream
 from ..memory import rss_memory, used_memory
 
-__all__ = ["start_metrics", "render", "Exposition", "escape_label_value"]
+__all__ = ["start_metrics", "render", "render_sliced", "ScrapeRecord", "Exposition", "Labels",
+           "escape_label_value", "REDIS_EXPORTER_NAMES"]
 
 MAX_REQUEST_BYTES = 8192
 REQUEST_TIMEOUT = 5.0
 WRITE_TIMEOUT = 10.0
 MAX_CONNECTIONS = 16
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# The longest a scrape holds the loop in one go (issue 30: a scrape of 1,000
+# streams x 3 groups must not pause the loop for more than 5 ms).
+SLICE_SECONDS = 0.002
 
 
 def escape_label_value(text: str) -> str:
@@ -52,6 +72,23 @@ def _key_text(raw: bytes) -> str:
     return raw.decode("utf-8", "backslashreplace")
 
 
+# Key, group and consumer names as escaped label values, kept across scrapes: the
+# same names come back every scrape (and a group name in many streams), and
+# decoding and escaping them was a fifth of a scrape's time.  Emptied when it
+# outgrows LABEL_CACHE_MAX (keys come and go).
+_label_values: dict[bytes, str] = {}
+LABEL_CACHE_MAX = 20_000        # (~3 MB at most: a name, its text and a dict slot each)
+
+
+def _label_value(raw: bytes) -> str:
+    text = _label_values.get(raw)
+    if text is None:
+        if len(_label_values) >= LABEL_CACHE_MAX:
+            _label_values.clear()
+        text = _label_values[raw] = escape_label_value(_key_text(raw))
+    return text
+
+
 def _number(value: float) -> str:
     if isinstance(value, int):
         return str(value)
@@ -60,34 +97,137 @@ def _number(value: float) -> str:
     return repr(float(value))
 
 
+# A family writes its samples' labels in one of three forms (``Labels``):
+OWN = 0       # StreamDB's: db="0",key="orders",group="billing"
+REDIS = 1     # redis_exporter's: db="db0",stream="orders",group="billing"
+STREAM = 2    # StreamDB's db number with redis_exporter's names: db="0",stream="orders",...
+# StreamDB families named after redis_exporter's stream group series speak its label
+# names too (dashboards join them with redis_stream_group_* on stream and group).
+STREAM_FORM_PREFIX = "streamdb_stream_group_"
+
+
+def _label_forms(name: str, value: str) -> tuple[tuple[str, str], ...]:
+    """One StreamDB label in the three forms: ``key`` is redis_exporter's ``stream``,
+    and its ``db`` is INFO keyspace's field name (``db0``)."""
+    if name == "key":
+        return (name, value), ("stream", value), ("stream", value)
+    if name == "db":
+        return (name, value), (name, "db" + value), (name, value)
+    return ((name, value),) * 3
+
+
+def _label_text(labels) -> str:
+    return ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels)
+
+
+class Labels:
+    """An entity's labels, escaped and joined once, in the three forms (``own``,
+    ``redis``, ``stream``: OWN, REDIS, STREAM above).  Each family writes its own."""
+
+    __slots__ = ("own", "redis", "stream")
+
+    def __init__(self, own: str = "", redis: str = "", stream: str = "") -> None:
+        self.own, self.redis, self.stream = own, redis, stream
+
+    @classmethod
+    def of(cls, labels: dict[str, str]) -> "Labels":
+        forms = [_label_forms(k, v) for k, v in labels.items()]
+        return cls(*(_label_text(f[i] for f in forms) for i in (OWN, REDIS, STREAM)))
+
+    def child(self, name: str, raw: bytes) -> "Labels":
+        """These labels and one more (a group's or consumer's name), named alike in
+        every form."""
+        text = f'{name}="{_label_value(raw)}"'
+        return Labels(f"{self.own},{text}", f"{self.redis},{text}", f"{self.stream},{text}")
+
+
+_NO_LABELS = Labels()
+
+
+class _Family:
+    __slots__ = ("name", "kind", "help", "form", "samples", "put", "alias")
+
+    def __init__(self, name: str, kind: str, help_text: str, form: int) -> None:
+        self.name, self.kind, self.help = name, kind, help_text
+        self.form = form                      # which of a Labels' texts this family writes
+        self.samples: list[str] = []
+        self.put = self.samples.append
+        self.alias: _Family | None = None     # redis_exporter's name for the same values
+
+
 class Exposition:
     """Collects samples per metric family and writes them grouped, HELP and TYPE first."""
 
     def __init__(self) -> None:
-        self._families: dict[str, tuple[str, str, list[str]]] = {}
+        self._families: dict[str, _Family] = {}
 
-    def declare(self, name: str, kind: str, help_text: str) -> None:
+    def declare(self, name: str, kind: str, help_text: str, form: int | None = None) -> None:
+        """A family; its labels' ``form`` is OWN, or STREAM for a name that starts
+        with STREAM_FORM_PREFIX, unless given."""
+        if form is None:
+            form = STREAM if name.startswith(STREAM_FORM_PREFIX) else OWN
         if name not in self._families:
-            self._families[name] = (kind, help_text, [])
+            self._families[name] = _Family(name, kind, help_text, form)
 
-    def add(self, name: str, value: float, labels: dict[str, str] | None = None) -> None:
-        samples = self._families[name][2]
-        if labels:
-            inner = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels.items())
-            samples.append(f"{name}{{{inner}}} {_number(value)}")
+    def alias(self, name: str, alias: str, help_text: str) -> None:
+        """Every sample added to ``name`` is written under ``alias`` too (same type,
+        redis_exporter's labels)."""
+        family = self._families[name]
+        self.declare(alias, family.kind, help_text, form=REDIS)
+        family.alias = self._families[alias]
+
+    def add(self, name: str, value: float, labels: Labels | dict | None = None) -> None:
+        if labels is None:
+            labels = _NO_LABELS
+        elif labels.__class__ is not Labels:
+            labels = Labels.of(labels)
+        self.add_all(labels, (name, value))
+
+    def add_all(self, labels: Labels, samples: tuple) -> None:
+        """``add`` for several samples of one entity, ``samples`` a flat tuple
+        (family, value, family, value, ...); a None value is left out.  (One call
+        and one tuple per stream, group or consumer: the per-sample work of a
+        scrape is this loop, and a tuple per sample would be ~50,000 more objects
+        for the garbage collector per scrape.)  An int or a float formats as the
+        exposition format wants (Go's ParseFloat reads Python's "nan" too)."""
+        if labels.own:
+            texts = (f"{{{labels.own}}}", f"{{{labels.redis}}}", f"{{{labels.stream}}}")
         else:
-            samples.append(f"{name} {_number(value)}")
+            texts = ("", "", "")
+        redis = texts[REDIS]
+        families = self._families
+        pairs = iter(samples)
+        for name, value in zip(pairs, pairs):
+            if value is None:
+                continue
+            family = families[name]
+            family.put(f"{name}{texts[family.form]} {value}")
+            alias = family.alias
+            if alias is not None:
+                alias.put(f"{alias.name}{redis} {value}")
+
+    def add_histogram(self, name: str, bounds, counts: list[int], total: float) -> None:
+        """A histogram without labels: ``counts`` per bucket (one past ``bounds``,
+        the +Inf one), ``total`` the sum of the observations."""
+        samples = self._families[name].samples
+        cumulative = 0
+        for bound, count in zip([*map(_number, bounds), "+Inf"], counts):
+            cumulative += count
+            samples.append(f'{name}_bucket{{le="{bound}"}} {cumulative}')
+        samples.append(f"{name}_sum {_number(total)}")
+        samples.append(f"{name}_count {cumulative}")
+
+    def chunks(self):
+        """The text, one piece per family (each ending in a newline)."""
+        for family in self._families.values():
+            head = f"# HELP {family.name} {_escape_help(family.help)}\n# TYPE {family.name} {family.kind}\n"
+            yield head + "\n".join(family.samples) + "\n" if family.samples else head
 
     def text(self) -> str:
-        lines: list[str] = []
-        for name, (kind, help_text, samples) in self._families.items():
-            lines.append(f"# HELP {name} {_escape_help(help_text)}")
-            lines.append(f"# TYPE {name} {kind}")
-            lines.extend(samples)
-        return "\n".join(lines) + "\n"
+        return "".join(self.chunks())
 
 
-# (name, type, help) of every family, declared up front so that HELP/TYPE
+# (name, type, help) of every StreamDB family, declared up front so that HELP/TYPE
 # lines are present even when a scrape has no sample of a family.
 _FAMILIES = [
     ("streamdb_uptime_seconds", "gauge", "Seconds since the server started."),
@@ -100,6 +240,7 @@ _FAMILIES = [
     ("streamdb_aof_enabled", "gauge", "1 when the append-only file is on."),
     ("streamdb_aof_last_write_ok", "gauge", "1 when the last AOF write and fsync succeeded; 0 while a failed one is retried and writes are refused (MISCONF)."),
     ("streamdb_aof_size_bytes", "gauge", "Size of the AOF: base segment plus incremental segments."),
+    ("streamdb_aof_fsync_duration_seconds", "histogram", "Time the AOF's fdatasync calls took (appendfsync always: on the loop; everysec: on the aof-fsync thread); absent without an AOF."),
     ("streamdb_snapshot_last_save_timestamp_seconds", "gauge", "Unix time of the last successful snapshot (start time if none)."),
     ("streamdb_snapshot_changes_since_last_save", "gauge", "Writes since the last snapshot (INFO rdb_changes_since_last_save)."),
     ("streamdb_snapshot_bgsave_in_progress", "gauge", "1 while a snapshot child runs."),
@@ -126,32 +267,153 @@ _FAMILIES = [
     ("streamdb_group_entries_read", "gauge", "The group's entries-read counter; absent when unknown."),
     ("streamdb_stream_group_lag_seconds", "gauge", "Age of the oldest entry the group has not been given (its id's time; STREAMDB.GROUP INFO lag-ms); 0 when it has been given everything."),
     ("streamdb_stream_group_oldest_pending_seconds", "gauge", "Age of the group's oldest pending entry (its id's time; STREAMDB.GROUP INFO oldest-pending-ms); 0 when nothing is pending."),
+    ("streamdb_stream_group_dead_lettered_total", "counter", "Entries the group's dead-letter policy moved to its dead-letter stream (STREAMDB.GROUP GET dead-lettered)."),
     ("streamdb_consumer_pending", "gauge", "Entries pending for the consumer."),
     ("streamdb_consumer_idle_seconds", "gauge", "Seconds since the consumer's last interaction (XINFO CONSUMERS idle)."),
     ("streamdb_metrics_series_truncated", "gauge", "Streams, groups and consumers left out of this scrape by metrics-max-series."),
     ("streamdb_metrics_scrape_errors_total", "counter", "Scrapes that failed inside the server (logged)."),
+    ("streamdb_metrics_last_scrape_duration_seconds", "gauge", "How long the previous scrape took in the server, its slices and the loop turns between them; absent on the first."),
+    ("streamdb_metrics_last_scrape_longest_slice_seconds", "gauge", "The longest the previous scrape held the event loop in one go; absent on the first."),
+]
+
+# redis_exporter's name and HELP text for a StreamDB family's values: every sample
+# of the StreamDB family is written under this name too, with redis_exporter's
+# labels (its types are the same).  Its HELP texts are kept as it writes them.
+REDIS_EXPORTER_NAMES = {
+    "streamdb_uptime_seconds": ("redis_uptime_in_seconds", "uptime_in_seconds metric"),
+    "streamdb_connected_clients": ("redis_connected_clients", "connected_clients metric"),
+    "streamdb_blocked_clients": ("redis_blocked_clients", "blocked_clients metric"),
+    "streamdb_used_memory_bytes": ("redis_memory_used_bytes", "memory_used_bytes metric"),
+    "streamdb_used_memory_rss_bytes": ("redis_memory_used_rss_bytes", "memory_used_rss_bytes metric"),
+    "streamdb_commands_processed_total": ("redis_commands_processed_total", "commands_processed_total metric"),
+    "streamdb_aof_enabled": ("redis_aof_enabled", "aof_enabled metric"),
+    "streamdb_snapshot_last_save_timestamp_seconds": ("redis_rdb_last_save_timestamp_seconds", "rdb_last_save_timestamp_seconds metric"),
+    "streamdb_snapshot_changes_since_last_save": ("redis_rdb_changes_since_last_save", "rdb_changes_since_last_save metric"),
+    "streamdb_snapshot_bgsave_in_progress": ("redis_rdb_bgsave_in_progress", "rdb_bgsave_in_progress metric"),
+    "streamdb_replication_offset_bytes": ("redis_master_repl_offset", "master_repl_offset metric"),
+    "streamdb_connected_replicas": ("redis_connected_slaves", "connected_slaves metric"),
+    "streamdb_stream_length": ("redis_stream_length", "The number of elements of the stream"),
+    "streamdb_group_lag": ("redis_stream_group_lag", "The number of messages waiting to be delivered to the stream group's consumers"),
+    "streamdb_group_pending": ("redis_stream_group_messages_pending", "Pending number of messages in that stream group"),
+    "streamdb_group_entries_read": ("redis_stream_group_entries_read", "Total number of entries read from the stream group"),
+    "streamdb_consumer_pending": ("redis_stream_group_consumer_messages_pending", "Pending number of messages for this specific consumer"),
+    "streamdb_consumer_idle_seconds": ("redis_stream_group_consumer_idle_seconds", "Consumer idle time in seconds"),
+}
+
+# redis_exporter families with no StreamDB name of their own: (name, type, help).
+_REDIS_EXPORTER_FAMILIES = [
+    ("redis_up", "gauge", "Information about the Redis instance"),
+    ("redis_instance_info", "gauge", "Information about the Redis instance"),
+    ("redis_start_time_seconds", "gauge", "Start time of the Redis instance since unix epoch in seconds."),
+    ("redis_db_keys", "gauge", "Total number of keys by DB"),
+    ("redis_db_keys_expiring", "gauge", "Total number of expiring keys by DB"),
+    ("redis_commands_total", "counter", "Total number of calls per command"),
+    ("redis_commands_duration_seconds_total", "counter", "Total amount of time in seconds spent per command"),
+    ("redis_stream_groups", "gauge", "Groups count of stream"),
+    ("redis_stream_last_generated_id", "gauge", "The epoch timestamp (ms) of the latest message on the stream"),
+    ("redis_stream_group_consumers", "gauge", "Consumers count of stream group"),
+    ("redis_stream_group_last_delivered_id", "gauge", "The epoch timestamp (ms) of the last delivered message"),
 ]
 
 
-def render(core, now: float | None = None, scrape_errors: int = 0) -> str:
-    """The whole exposition text for the core's current state."""
-    now = core.clock() if now is None else now
+def _exposition() -> Exposition:
+    """An empty exposition with every family (and redis_exporter's names) declared."""
     out = Exposition()
     for name, kind, help_text in _FAMILIES:
         out.declare(name, kind, help_text)
+    for name, (alias, help_text) in REDIS_EXPORTER_NAMES.items():
+        out.alias(name, alias, help_text)
+    for name, kind, help_text in _REDIS_EXPORTER_FAMILIES:
+        out.declare(name, kind, help_text, form=REDIS)
+    return out
+
+
+class ScrapeRecord:
+    """What the endpoint knows of its own scrapes, exported by the next one."""
+
+    __slots__ = ("errors", "last_seconds", "last_longest_slice")
+
+    def __init__(self) -> None:
+        self.errors = 0
+        self.last_seconds: float | None = None
+        self.last_longest_slice: float | None = None
+
+
+def render(core, now: float | None = None, record: ScrapeRecord | None = None) -> str:
+    """The whole exposition text for the core's current state, in one go."""
+    body: list[bytes] = []
+    for _ in _render_steps(core, core.clock() if now is None else now,
+                           record or ScrapeRecord(), body):
+        pass
+    return b"".join(body).decode("utf-8")
+
+
+async def render_sliced(core, record: ScrapeRecord) -> list[bytes]:
+    """``render``'s text, encoded, in pieces; the loop runs other work whenever
+    this has held it for SLICE_SECONDS.  Notes its duration and longest slice in
+    ``record``."""
+    body: list[bytes] = []
+    clock = time.perf_counter
+    started = slice_started = clock()
+    longest = 0.0
+    for _ in _render_steps(core, core.clock(), record, body):
+        longest = max(longest, clock() - slice_started)
+        await asyncio.sleep(0)
+        slice_started = clock()
+    ended = clock()
+    record.last_seconds = ended - started
+    record.last_longest_slice = max(longest, ended - slice_started)
+    return body
+
+
+class _Slice:
+    """The loop time a scrape may take before it lets the loop run other work."""
+
+    __slots__ = ("end",)
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        self.end = time.perf_counter() + SLICE_SECONDS
+
+    def spent(self) -> bool:
+        return time.perf_counter() >= self.end
+
+
+def _render_steps(core, now: float, record: ScrapeRecord, body: list[bytes]):
+    """Appends the encoded exposition to ``body``, a piece per family; yields
+    whenever it has held the loop for SLICE_SECONDS (filling and encoding alike)."""
+    loop_slice = _Slice()
+    out = _exposition()
     _server_metrics(core, out, now)
-    _stream_metrics(core, out, now, core.config["metrics-max-series"])
-    out.add("streamdb_metrics_scrape_errors_total", scrape_errors)
-    return out.text()
+    _keyspace_metrics(core, out)
+    yield from _stream_metrics(core, out, now, core.config["metrics-max-series"], loop_slice)
+    out.add("streamdb_metrics_scrape_errors_total", record.errors)
+    if record.last_seconds is not None:
+        out.add("streamdb_metrics_last_scrape_duration_seconds", record.last_seconds)
+        out.add("streamdb_metrics_last_scrape_longest_slice_seconds", record.last_longest_slice)
+    for chunk in out.chunks():
+        body.append(chunk.encode("utf-8"))
+        if loop_slice.spent():
+            yield
+            loop_slice.restart()
 
 
 def _server_metrics(core, out: Exposition, now: float) -> None:
+    out.add("redis_up", 1)
+    out.add("redis_start_time_seconds", int(core.start_time))
     out.add("streamdb_uptime_seconds", round(now - core.start_time, 3))
     out.add("streamdb_connected_clients", len(core.clients))
     out.add("streamdb_blocked_clients", sum(1 for c in core.clients.values() if c.blocked is not None))
     out.add("streamdb_used_memory_bytes", used_memory(core))
     out.add("streamdb_used_memory_rss_bytes", rss_memory())
     out.add("streamdb_commands_processed_total", core.stats.commands_processed)
+    for name, stat in core.stats.commands.items():
+        if stat.calls:
+            labels = Labels.of({"cmd": name})
+            out.add("redis_commands_total", stat.calls, labels)
+            out.add("redis_commands_duration_seconds_total", stat.usec / 1e6, labels)
     out.add("streamdb_retention_trimmed_entries_total",
             core.retention.trimmed_entries if core.retention is not None else 0)
 
@@ -168,6 +430,9 @@ def _server_metrics(core, out: Exposition, now: float) -> None:
     out.add("streamdb_aof_last_write_ok", int(persist.get("aof_last_write_status", "ok") == "ok"))
     if aof is not None:
         out.add("streamdb_aof_size_bytes", aof.total_size)
+        fsyncs = aof.fsync_durations
+        out.add_histogram("streamdb_aof_fsync_duration_seconds", fsyncs.BOUNDS,
+                          list(fsyncs.counts), fsyncs.seconds)
     out.add("streamdb_snapshot_last_save_timestamp_seconds",
             int(persist.get("rdb_last_save_time", core.start_time)))
     out.add("streamdb_snapshot_changes_since_last_save",
@@ -177,7 +442,9 @@ def _server_metrics(core, out: Exposition, now: float) -> None:
 
     repl = core.replication
     is_replica = bool(core.is_replica and repl is not None and repl.replica is not None)
-    out.add("streamdb_replication_role", 1, {"role": "slave" if is_replica else "master"})
+    role = "slave" if is_replica else "master"
+    out.add("streamdb_replication_role", 1, {"role": role})
+    _instance_info(core, out, role, repl.replid if repl is not None else "0" * 40)
     if repl is None:
         out.add("streamdb_connected_replicas", 0)
         return
@@ -193,63 +460,112 @@ def _server_metrics(core, out: Exposition, now: float) -> None:
         out.add("streamdb_master_link_up", int(repl.replica.state == "connected"))
 
 
-def _stream_metrics(core, out: Exposition, now: float, budget: int) -> None:
-    """Per stream, group and consumer; each of them costs one unit of ``budget``."""
+_OS = " ".join(os.uname()[i] for i in (0, 2, 4))   # as INFO server's os: system release machine
+
+
+def _instance_info(core, out: Exposition, role: str, replid: str) -> None:
+    """redis_instance_info: INFO server's identity fields as labels, value 1."""
+    cfg = core.config
+    out.add("redis_instance_info", 1, {
+        "role": role, "redis_version": cfg["redis-version-compat"], "redis_build_id": "streamdb",
+        "redis_mode": "standalone", "os": _OS, "maxmemory_policy": cfg["maxmemory-policy"],
+        "tcp_port": str(cfg["port"]), "run_id": core.run_id, "process_id": str(os.getpid()),
+        "master_replid": replid})
+
+
+def _keyspace_metrics(core, out: Exposition) -> None:
+    """INFO keyspace's counts, per database that has keys (as INFO lists them)."""
+    for db in core.keyspace.dbs:
+        if db.data:
+            labels = Labels.of({"db": str(db.index)})
+            out.add("redis_db_keys", len(db.data), labels)
+            out.add("redis_db_keys_expiring", len(db.expires), labels)
+
+
+def _stream_metrics(core, out: Exposition, now: float, budget: int, loop_slice: _Slice):
+    """Per stream, group and consumer; each of them costs one unit of ``budget``.
+
+    A generator: yields when ``loop_slice`` is spent.  The keys are
+    listed first (a C-speed copy) and each looked up again when its turn comes, as
+    the keyspace may change while the loop runs between two slices."""
     now_ms = int(now * 1000)
     truncated = 0
-    for db in core.keyspace.dbs:
-        if not db.data:
-            continue
+    for db, keys in [(db, list(db.data)) for db in core.keyspace.dbs if db.data]:
         dbl = str(db.index)
-        for key, value in db.data.items():
-            if not isinstance(value, Stream) or db.is_expired(key, now_ms):
+        for key in keys:
+            if loop_slice.spent():
+                yield
+                loop_slice.restart()
+            stream = db.data.get(key)
+            if not isinstance(stream, Stream) or db.is_expired(key, now_ms):
                 continue
-            groups = value.groups or {}
+            groups = stream.groups or {}
             if budget <= 0:
                 truncated += 1 + len(groups) + sum(len(g.consumers) for g in groups.values())
                 continue
             budget -= 1
-            labels = {"db": dbl, "key": _key_text(key)}
-            out.add("streamdb_stream_length", value.length, labels)
-            if value.last_id:
-                age_ms = now_ms - (value.last_id >> 64)
-                out.add("streamdb_stream_last_entry_age_seconds", round(age_ms / 1000.0, 3), labels)
-            out.add("streamdb_stream_entries_added_total", value.entries_added, labels)
-            if value.retention is not None and value.retention.trimmed_entries:
-                out.add("streamdb_stream_retention_trimmed_entries_total",
-                        value.retention.trimmed_entries, labels)
+            key_label = _label_value(key)
+            labels = Labels(f'db="{dbl}",key="{key_label}"', f'db="db{dbl}",stream="{key_label}"',
+                            f'db="{dbl}",stream="{key_label}"')
+            _stream_series(out, labels, stream, len(groups), now_ms)
             for gname, group in groups.items():
                 if budget <= 0:
                     truncated += 1 + len(group.consumers)
                     continue
                 budget -= 1
-                glabels = {**labels, "group": _key_text(gname)}
-                lag = group_lag(value, group)
-                if lag is not None:
-                    out.add("streamdb_group_lag", lag, glabels)
-                out.add("streamdb_group_pending", len(group.pel), glabels)
-                if group.pel:
-                    oldest = group.pel.peekitem(0)[1]
-                    idle_ms = max(oldest.idle(now_ms), 0)
-                    out.add("streamdb_group_oldest_pending_idle_seconds", round(idle_ms / 1000.0, 3), glabels)
-                if group.entries_read != ENTRIES_READ_INVALID:
-                    out.add("streamdb_group_entries_read", group.entries_read, glabels)
-                # Labelled as redis_exporter labels its stream group series (stream, group).
-                tlabels = {"db": dbl, "stream": _key_text(key), "group": _key_text(gname)}
-                out.add("streamdb_stream_group_lag_seconds",
-                        round(time_lag_ms(value, group, now_ms) / 1000.0, 3), tlabels)
-                out.add("streamdb_stream_group_oldest_pending_seconds",
-                        round(oldest_pending_ms(group, now_ms) / 1000.0, 3), tlabels)
+                glabels = labels.child("group", gname)
+                _group_series(out, glabels, stream, group, now_ms)
                 for cname, consumer in group.consumers.items():
                     if budget <= 0:
                         truncated += 1
                         continue
                     budget -= 1
-                    clabels = {**glabels, "consumer": _key_text(cname)}
-                    out.add("streamdb_consumer_pending", len(consumer.pending), clabels)
-                    idle_ms = max(now_ms - consumer.seen_time, 0)
-                    out.add("streamdb_consumer_idle_seconds", round(idle_ms / 1000.0, 3), clabels)
+                    _consumer_series(out, glabels.child("consumer", cname), consumer, now_ms)
     out.add("streamdb_metrics_series_truncated", truncated)
+
+
+# The series of one stream, group or consumer: family, value, family, value, ...
+# (None for a series that is absent: unknown lag, nothing pending, ...).  These run tens of
+# thousands of times a scrape: whole milliseconds / 1000 print with at most three
+# decimals, no round() needed.
+
+
+def _stream_series(out: Exposition, labels: Labels, stream, group_count: int, now_ms: int) -> None:
+    last_ms = stream.last_id >> 64
+    retention = stream.retention
+    out.add_all(labels, (
+        "streamdb_stream_length", stream.length,
+        "redis_stream_groups", group_count,
+        "redis_stream_last_generated_id", last_ms,
+        "streamdb_stream_last_entry_age_seconds", (now_ms - last_ms) / 1000 if stream.last_id else None,
+        "streamdb_stream_entries_added_total", stream.entries_added,
+        "streamdb_stream_retention_trimmed_entries_total",
+        retention.trimmed_entries if retention is not None and retention.trimmed_entries else None,
+    ))
+
+
+def _group_series(out: Exposition, labels: Labels, stream, group, now_ms: int) -> None:
+    oldest = group.pel.peekitem(0)[1] if group.pel else None
+    out.add_all(labels, (
+        "streamdb_group_lag", group_lag(stream, group),
+        "streamdb_group_pending", len(group.pel),
+        "redis_stream_group_consumers", len(group.consumers),
+        "redis_stream_group_last_delivered_id", group.last_id >> 64,
+        "streamdb_group_oldest_pending_idle_seconds",
+        max(oldest.idle(now_ms), 0) / 1000 if oldest is not None else None,
+        "streamdb_group_entries_read",
+        group.entries_read if group.entries_read != ENTRIES_READ_INVALID else None,
+        "streamdb_stream_group_lag_seconds", time_lag_ms(stream, group, now_ms) / 1000,
+        "streamdb_stream_group_oldest_pending_seconds", oldest_pending_ms(group, now_ms) / 1000,
+        "streamdb_stream_group_dead_lettered_total", group.dead_lettered,
+    ))
+
+
+def _consumer_series(out: Exposition, labels: Labels, consumer, now_ms: int) -> None:
+    out.add_all(labels, (
+        "streamdb_consumer_pending", len(consumer.pending),
+        "streamdb_consumer_idle_seconds", max(now_ms - consumer.seen_time, 0) / 1000,
+    ))
 
 
 # ---------------------------------------------------------------------------
@@ -261,13 +577,15 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
             500: "Internal Server Error", 503: "Service Unavailable"}
 
 
-def _response(status: int, body: bytes, content_type: str = "text/plain; charset=utf-8",
-              extra: str = "", head_only: bool = False) -> bytes:
+def _response(status: int, body: bytes | list[bytes], content_type: str = "text/plain; charset=utf-8",
+              extra: str = "", head_only: bool = False) -> list[bytes]:
+    """The response's pieces, to be written in order (a scrape's body comes in pieces)."""
+    pieces = [body] if isinstance(body, bytes) else body
     head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
             f"Content-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\n"
+            f"Content-Length: {sum(map(len, pieces))}\r\n"
             f"{extra}Connection: close\r\n\r\n")
-    return head.encode("ascii") + (b"" if head_only else body)
+    return [head.encode("ascii")] + ([] if head_only else pieces)
 
 
 class MetricsEndpoint:
@@ -276,18 +594,18 @@ class MetricsEndpoint:
     def __init__(self, core) -> None:
         self.core = core
         self.open_connections = 0
-        self.scrape_errors = 0
+        self.scrapes = ScrapeRecord()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.open_connections >= MAX_CONNECTIONS:
-            writer.write(_response(503, b"too many metrics connections\n"))
+            writer.writelines(_response(503, b"too many metrics connections\n"))
             writer.close()       # close() still sends what was written
             return
         self.open_connections += 1
         try:
             reply = await self._reply_for(reader)
             if reply is not None:
-                writer.write(reply)
+                writer.writelines(reply)
                 await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
         except (asyncio.TimeoutError, ConnectionError):
             pass
@@ -295,7 +613,7 @@ class MetricsEndpoint:
             self.open_connections -= 1
             writer.close()
 
-    async def _reply_for(self, reader: asyncio.StreamReader) -> bytes | None:
+    async def _reply_for(self, reader: asyncio.StreamReader) -> list[bytes] | None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT)
         except asyncio.LimitOverrunError:
@@ -315,9 +633,9 @@ class MetricsEndpoint:
         if method not in ("GET", "HEAD"):
             return _response(405, b"method not allowed\n", extra="Allow: GET, HEAD\r\n")
         try:
-            body = render(self.core, scrape_errors=self.scrape_errors).encode("utf-8")
+            body = await render_sliced(self.core, self.scrapes)
         except Exception as e:     # a bug here must not take the server down
-            self.scrape_errors += 1
+            self.scrapes.errors += 1
             log.log(log.WARNING, f"Metrics scrape failed: {type(e).__name__}: {e}")
             return _response(500, b"scrape failed\n")
         return _response(200, body, CONTENT_TYPE, head_only=method == "HEAD")

@@ -283,6 +283,17 @@ class Server:
         self.loop = asyncio.get_running_loop()
         self.stopped = self.loop.create_future()
         cfg = self.core.config
+        if cfg["metrics-port"]:
+            # Same loop as the Redis listener: a scrape reads the keyspace between turns.
+            # Listening first: once a client's PING is answered, a scrape is too.
+            from .metrics import start_metrics
+            self.servers += await start_metrics(self.core)
+        if cfg["console-port"]:
+            # Also on this loop, and listening first too: its sessions run their commands
+            # through Core.execute between turns, and their replies wait for this
+            # server's group commit.
+            from .console import start_console
+            self.servers += await start_console(self.core, self)
         port = cfg["port"]
         if port:
             for addr in cfg["bind"].split():
@@ -301,15 +312,6 @@ class Server:
                     self._new_connection, addr.lstrip("-"), cfg["tls-port"],
                     backlog=cfg["tcp-backlog"], reuse_address=True, ssl=context)
                 self.servers.append(srv)
-        if cfg["metrics-port"]:
-            # Same loop as the Redis listener: a scrape reads the keyspace between turns.
-            from .metrics import start_metrics
-            self.servers += await start_metrics(self.core)
-        if cfg["console-port"]:
-            # Also on this loop: its sessions run their commands through Core.execute
-            # between turns, and their replies wait for this server's group commit.
-            from .console import start_console
-            self.servers += await start_console(self.core, self)
         for srv in self.servers:                 # (lifecycle.py says why)
             for sock in srv.sockets:
                 close_in_forked_children(sock.fileno())

@@ -18,7 +18,8 @@ def parse_exposition(text: str) -> tuple[dict, dict]:
     """(families {name: (type, help)}, samples {(name, frozenset(labels)): value}).
 
     Checks the format rules on the way: HELP and TYPE come before a family's
-    samples, and each family appears once.
+    samples, and each family appears once (a histogram's samples are its name
+    with _bucket, _sum and _count).
     """
     families: dict[str, list] = {}
     samples: dict = {}
@@ -32,11 +33,14 @@ def parse_exposition(text: str) -> tuple[dict, dict]:
             current = name
         elif line.startswith("# TYPE "):
             name, kind = line[7:].split(" ")
-            assert name == current and kind in ("gauge", "counter")
+            assert name == current and kind in ("gauge", "counter", "histogram")
             families[name][0] = kind
         else:
             name, labels, value = _parse_sample(line)
-            assert name == current, f"sample {name} outside its family block"
+            family = name
+            if families[current][0] == "histogram":
+                family = name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+            assert family == current, f"sample {name} outside its family block"
             samples[(name, frozenset(labels.items()))] = float(value)
     return {k: tuple(v) for k, v in families.items()}, samples
 
@@ -317,3 +321,167 @@ def test_metrics_port_is_start_up_only_and_says_so(metrics_server):
         doc = DIRECTIVES[name].doc
         assert "Start-up only" in doc
         assert f"# {doc}\n{name} " in conf
+
+
+def _redis_labels(labels: frozenset) -> frozenset:
+    """StreamDB's labels as redis_exporter names them (db="db0", stream=...)."""
+    renamed = {"key": "stream"}
+    return frozenset((renamed.get(k, k), "db" + v if k == "db" else v) for k, v in labels)
+
+
+def test_redis_exporter_names_carry_the_same_values_with_its_labels(metrics_server):
+    """Every StreamDB series that redis_exporter also exports is there under its name,
+    type, HELP and labels, with the same value; and its series StreamDB has no name of
+    its own for follow the data."""
+    from streamdb.server.metrics import REDIS_EXPORTER_NAMES
+    r = redis.Redis(port=metrics_server.port)
+    r.xadd("orders", {"n": 1}, id="1700000000000-0")
+    r.xadd("orders", {"n": 2}, id="1700000000123-0")
+    r.xgroup_create("orders", "billing", id="0")
+    r.xgroup_create("orders", "audit", id="$")
+    r.xreadgroup("billing", "alice", {"orders": ">"}, count=1)
+    r.xreadgroup("billing", "bob", {"orders": ">"}, count=1)
+    fams, s = scrape(metrics_server.metrics_port)
+
+    for own, (alias, help_text) in REDIS_EXPORTER_NAMES.items():
+        assert fams[alias] == (fams[own][0], help_text)
+        for (name, labels), v in s.items():
+            if name == own:          # (one computation: equal even for the clock and memory)
+                assert s[(alias, _redis_labels(labels))] == v, (own, labels)
+    assert fams["redis_stream_group_consumer_idle_seconds"] == ("gauge", "Consumer idle time in seconds")
+    assert fams["redis_commands_processed_total"][0] == "counter"
+
+    stream = {"db": "db0", "stream": "orders"}
+    billing = {**stream, "group": "billing"}
+    assert value(s, "redis_up") == 1
+    assert value(s, "redis_stream_length", **stream) == 2
+    assert value(s, "redis_stream_groups", **stream) == 2
+    assert value(s, "redis_stream_last_generated_id", **stream) == 1700000000123
+    assert value(s, "redis_stream_group_consumers", **billing) == 2
+    assert value(s, "redis_stream_group_consumers", **stream, group="audit") == 0
+    assert value(s, "redis_stream_group_messages_pending", **billing) == 2
+    assert value(s, "redis_stream_group_lag", **billing) == 0
+    assert value(s, "redis_stream_group_lag", **stream, group="audit") == 0
+    assert value(s, "redis_stream_group_last_delivered_id", **billing) == 1700000000123
+    assert value(s, "redis_stream_group_consumer_messages_pending", **billing, consumer="bob") == 1
+    assert value(s, "redis_db_keys", db="db0") == 1
+    assert value(s, "redis_connected_slaves") == 0
+    assert value(s, "redis_commands_total", cmd="xreadgroup") == 2
+    assert value(s, "redis_commands_duration_seconds_total", cmd="xreadgroup") > 0
+    assert value(s, "redis_commands_total", cmd="xgroup|create") == 2
+    (info,) = [dict(labels) for name, labels in s if name == "redis_instance_info"]
+    assert info["role"] == "master" and info["tcp_port"] == str(metrics_server.port)
+    assert info["redis_version"] == r.info("server")["redis_version"]
+    assert info["run_id"] == r.info("server")["run_id"]
+
+
+def test_aof_fsync_durations_are_a_histogram(tmp_path):
+    mport = free_port()
+    with ServerProcess(tmp_path / "sdb", "--appendonly", "yes", "--appendfsync", "always",
+                       "--save", "", "--metrics-port", str(mport)) as srv:
+        r = redis.Redis(port=srv.port)
+        fams, before = scrape(mport)
+        assert fams["streamdb_aof_fsync_duration_seconds"][0] == "histogram"
+        for i in range(5):
+            r.xadd("durable", {"i": i})
+        _, s = scrape(mport)
+    name = "streamdb_aof_fsync_duration_seconds"
+    count = value(s, name + "_count")
+    assert count >= value(before, name + "_count") + 5       # one fdatasync per write turn
+    assert value(s, name + "_sum") > 0
+    buckets = sorted((float(dict(labels)["le"]), v) for (n, labels), v in s.items()
+                     if n == name + "_bucket")
+    assert buckets[-1] == (float("inf"), count)
+    assert [v for _, v in buckets] == sorted(v for _, v in buckets)     # cumulative
+
+
+DOC_BLOCKS = {"docs/OPERATIONS.md": {"metrics-names"}}
+
+
+def test_the_guides_curl_finds_redis_exporters_group_series(metrics_server, tmp_path):
+    from docblocks import run_block
+    r = redis.Redis(port=metrics_server.port)
+    r.xadd("sensor:0", {"t": "19.5"})
+    r.xgroup_create("sensor:0", "alerts", id="0")
+    out = run_block("docs/OPERATIONS.md", "metrics-names", cwd=tmp_path,
+                    ports={6379: metrics_server.port, 9121: metrics_server.metrics_port})
+    assert out.splitlines() == ['redis_stream_group_lag{db="db0",stream="sensor:0",group="alerts"} 1',
+                                'redis_stream_group_messages_pending{db="db0",stream="sensor:0",group="alerts"} 0']
+
+
+def test_what_kedas_redis_streams_scaler_reads_matches_the_metrics(metrics_server):
+    """KEDA's scaler asks the server (XPENDING summary, XINFO GROUPS lag, XLEN), not the
+    metrics: the numbers it scales on are the ones the dashboard draws."""
+    r = redis.Redis(port=metrics_server.port, decode_responses=True)
+    for i in range(5):
+        r.xadd("jobs", {"i": i})
+    r.xgroup_create("jobs", "workers", id="0")
+    r.xreadgroup("workers", "w1", {"jobs": ">"}, count=3)
+    _, s = scrape(metrics_server.metrics_port)
+    group = {"db": "db0", "stream": "jobs", "group": "workers"}
+    assert r.xpending("jobs", "workers")["pending"] == value(s, "redis_stream_group_messages_pending", **group) == 3
+    (info,) = r.xinfo_groups("jobs")
+    assert info["lag"] == value(s, "redis_stream_group_lag", **group) == 2
+    assert r.xlen("jobs") == value(s, "redis_stream_length", db="db0", stream="jobs") == 5
+
+
+def test_a_scrape_sliced_across_loop_turns_reads_the_keyspace_as_it_changes(monkeypatch):
+    """The loop runs commands between two slices of a scrape: streams deleted or added
+    meanwhile neither break it nor show up stale.  (In-process, every key a slice of
+    its own: the real Core, driven the way the endpoint drives it.)"""
+    from inproc import argv
+    from streamdb.server import metrics
+    from streamdb.server.core import Core
+    monkeypatch.setattr(metrics, "SLICE_SECONDS", 0.0)
+    core = Core()
+    client = core.replay_client()
+    for i in range(5):
+        core.execute(client, argv("XADD", f"s{i}", "1-1", "f", "v"))
+    body: list[bytes] = []
+    steps = metrics._render_steps(core, core.clock(), metrics.ScrapeRecord(), body)
+    next(steps)                                   # the first slice: s0
+    core.execute(client, argv("DEL", "s3"))
+    core.execute(client, argv("XADD", "late", "1-1", "f", "v"))
+    for _ in steps:
+        core.execute(client, argv("XADD", "s4", "2-1", "f", "v"))      # between later slices
+    _, s = parse_exposition(b"".join(body).decode())
+    exported = {dict(labels)["key"] for name, labels in s if name == "streamdb_stream_length"}
+    assert exported == {"s0", "s1", "s2", "s4"}
+    assert value(s, "streamdb_stream_length", db="0", key="s4") == 2
+
+
+def test_label_forms_of_the_three_kinds_of_family():
+    """StreamDB's own labels (key), redis_exporter's (db0, stream) for its names, and
+    redis_exporter's label names with StreamDB's db number for the streamdb_stream_group_*
+    families: one Labels, rendered once per entity, feeds all three."""
+    from streamdb.server.metrics import Exposition, Labels
+    out = Exposition()
+    out.declare("streamdb_group_pending", "gauge", "own form")
+    out.alias("streamdb_group_pending", "redis_stream_group_messages_pending", "redis form")
+    out.declare("streamdb_stream_group_lag_seconds", "gauge", "stream form")
+    group = Labels.of({"db": "3", "key": 'o"rders'}).child("group", b"billing")
+    out.add_all(group, ("streamdb_group_pending", 2, "streamdb_stream_group_lag_seconds", 1.5))
+    out.add("streamdb_group_pending", 7, {"db": "0", "key": "k", "group": "g"})
+    _, s = parse_exposition(out.text())
+    assert s == {
+        ("streamdb_group_pending", frozenset({"db": "3", "key": 'o"rders', "group": "billing"}.items())): 2,
+        ("redis_stream_group_messages_pending",
+         frozenset({"db": "db3", "stream": 'o"rders', "group": "billing"}.items())): 2,
+        ("streamdb_stream_group_lag_seconds",
+         frozenset({"db": "3", "stream": 'o"rders', "group": "billing"}.items())): 1.5,
+        ("streamdb_group_pending", frozenset({"db": "0", "key": "k", "group": "g"}.items())): 7,
+        ("redis_stream_group_messages_pending", frozenset({"db": "db0", "stream": "k", "group": "g"}.items())): 7,
+    }
+
+
+def test_a_scrape_reports_the_previous_ones_duration_and_longest_slice(metrics_server):
+    mport = metrics_server.metrics_port
+    r = redis.Redis(port=metrics_server.port)
+    for i in range(50):
+        r.xadd(f"s{i}", {"f": "v"})
+    _, first = scrape(mport)
+    assert value(first, "streamdb_metrics_last_scrape_duration_seconds") is None
+    _, s = scrape(mport)
+    took = value(s, "streamdb_metrics_last_scrape_duration_seconds")
+    longest = value(s, "streamdb_metrics_last_scrape_longest_slice_seconds")
+    assert 0 < longest <= took

@@ -29,7 +29,7 @@ DOC_BLOCKS = {"docs/OPERATIONS.md": {"variables"}}
 
 # The guide's blocks in reading order.  A block added to the guide must be placed here (the
 # first test fails until it is), with whatever the reader does around it in the walk below.
-WALK = ["variables", "online-backup", "verify-backup", "restore-backup", "start-restored",
+WALK = ["variables", "metrics-names", "online-backup", "verify-backup", "restore-backup", "start-restored",
         "point-of-restore", "backup-window", "backup", "restore", "check", "repair",
         "persistence-status", "bgsave-after-fork-failure", "crashtest-faults", "replicate",
         "compare", "promote", "crashtest-failover", "stream-cache", "retention", "stream-tools",
@@ -49,7 +49,7 @@ class Reader:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.ports = {6379: free_port(), 6380: free_port(), 6381: free_port()}
+        self.ports = {6379: free_port(), 6380: free_port(), 6381: free_port(), 9121: free_port()}
         # The machine's directories the guide's paths live in (a backup disk at /backup, and
         # /run/streamdb as systemd's RuntimeDirectory makes it).
         for d in ("var/lib", "backup", "run/streamdb"):
@@ -114,12 +114,15 @@ def test_the_guide_from_top_to_bottom(tmp_path):
     # Deploy: the server the guide speaks of, with its data directory and pidfile.
     def start_primary() -> ServerProcess:
         return ServerProcess(data, "--appendonly", "yes", "--pidfile", str(pidfile),
-                             port=port).start()
+                             "--metrics-port", str(reader.ports[9121]), port=port).start()
 
     primary = start_primary()
     replica = None
     try:
         digest = fill_sensor_streams(port)
+
+        # Monitor: the metrics endpoint (metrics-port 9121 in the shipped config).
+        assert 'redis_stream_group_lag{db="db0",stream="sensor:0",group="alerts"}' in reader.run("metrics-names")
 
         # Back up and restore: online backup, verify, restore it, look at it.
         reader.run("online-backup")

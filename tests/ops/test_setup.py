@@ -106,3 +106,13 @@ def test_make_test_rebuilds_an_edited_compiled_module(project):
     pyx.touch()
     os.utime(pyx, (time.time() + 10,) * 2)
     assert _planned_installs(project, "test") == [".venv/bin/python -m pip install -q -e '.[test,spark]'"]
+
+
+def test_make_test_installs_prometheus_and_make_run_does_not(project):
+    """The dashboard's test runs Debian's Prometheus: `make test` installs it when it is
+    missing (only the package, not its recommended node exporter); the server needs none."""
+    def planned(target: str) -> str:
+        return subprocess.run(["make", "-n", target], cwd=project, capture_output=True,
+                              text=True, check=True, timeout=30).stdout
+    assert "apt-get install -y -qq --no-install-recommends prometheus" in planned("test")
+    assert "prometheus" not in planned("run")

@@ -88,8 +88,8 @@ def test_replace_section_refuses_a_document_without_one_marker_pair(text):
 
 def test_the_projects_documents_have_every_tools_markers():
     performance = (ROOT / DOCS["PERFORMANCE"]).read_text()
-    for tool in ("bench.py", "bench_breakdown.py", "bench_cold.py", "bench_persistence.py",
-                 "bench_replication.py", "bench_spark.py"):
+    for tool in ("bench.py", "bench_breakdown.py", "bench_cold.py", "bench_metrics.py",
+                 "bench_persistence.py", "bench_replication.py", "bench_spark.py"):
         bench.replace_section(performance, tool, "")
 
 
@@ -155,6 +155,7 @@ def test_bench_dead_letter_row_compares_streamdb_with_and_without_a_policy(tmp_p
 @pytest.mark.parametrize("tool, args", [
     ("bench_persistence.py", ["--quick", "--only", "everysec", "--rounds", "1"]),
     ("bench_replication.py", ["--only", "fullsync", "--entries", "2000", "--rounds", "1"]),
+    ("bench_metrics.py", ["--streams", "20", "--scrapes", "2"]),
 ])
 def test_the_other_tools_write_their_own_section_only(tmp_path, tool, args):
     before = copy_docs(tmp_path)

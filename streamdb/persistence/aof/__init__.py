@@ -52,7 +52,7 @@ _DELEGATED = {
     "writer": "policy preallocate prealloc fd cur_db buf pending size base_size total_size segment_size "
               "last_write_ok last_error inject_failures inject_fsync_failures fsync_log record_fsyncs "
               "written_pos durable_pos durable_listeners loop append_batch flush flush_pending_retry "
-              "holds_replies_of fsynced close",
+              "holds_replies_of fsynced fsync_durations close",
     "rotation": "rotate snapshot_point retire_through rotation_backing_off=backing_off rotation_error=error",
     "rewriter": "rewrites rewrite_base_size rewrite_pid last_rewrite_ok rewrite_failures rewrite bgrewrite "
                 "poll_rewrite=poll maybe_auto_rewrite",

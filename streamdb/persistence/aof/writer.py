@@ -23,6 +23,7 @@ them (``durable_listeners``).
 
 from __future__ import annotations
 
+import bisect
 import errno
 import os
 import threading
@@ -34,9 +35,30 @@ from ..prealloc import Preallocator
 from .format import SEGMENT_MAGIC, encode_frame, pwrite_all, read_segment
 from .manifest import AofDirectory
 
-__all__ = ["AofWriter", "DEFAULT_PREALLOCATE"]
+__all__ = ["AofWriter", "FsyncDurations", "DEFAULT_PREALLOCATE"]
 
 DEFAULT_PREALLOCATE = 16 << 20      # aof-preallocate's default
+
+
+class FsyncDurations:
+    """How long the AOF's fdatasync calls took, counted in buckets: the metrics
+    endpoint's histogram ``streamdb_aof_fsync_duration_seconds``.
+
+    Recorded under the writer's ``_sync_lock`` by whichever thread synced (the
+    loop under 'always', the aof-fsync thread under 'everysec'); read by the
+    loop without it: each count only grows, so a reader sees at worst a sync
+    counted in its bucket and not yet in ``seconds``."""
+
+    # Upper bounds (seconds) of the buckets; a last one, +Inf, has the rest.
+    BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(self.BOUNDS) + 1)
+        self.seconds = 0.0
+
+    def record(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(self.BOUNDS, seconds)] += 1
+        self.seconds += seconds
 
 
 class AofWriter:
@@ -84,6 +106,7 @@ class AofWriter:
         # replica's FACK (replication/).
         self.durable_listeners: list = []
         self.loop = None
+        self.fsync_durations = FsyncDurations()
 
     # -- opening ------------------------------------------------------------------
 
@@ -170,7 +193,7 @@ class AofWriter:
         # (Under the lock: the fsync thread must not be inside an fsync of the old fd.)
         with self._sync_lock:
             if self.fd is not None and self.written_pos > self.durable_pos:
-                os.fdatasync(self.fd)
+                self._timed_fdatasync()
 
     def switch_to(self, fd: int, name: str) -> None:
         """A rotation's last step: frames go to the new segment ``name`` (open at
@@ -356,15 +379,13 @@ class AofWriter:
                 if self.inject_fsync_failures:
                     self.inject_fsync_failures -= 1
                     raise OSError(errno.EIO, os.strerror(errno.EIO))
-                sync_started = time.perf_counter()
-                os.fdatasync(self.fd)
+                took = self._timed_fdatasync()
                 err = None
             except OSError as e:
                 err = e
         if err is None:
             self._record_fsync_at(name, offset)
-            self.core.observe.latency_sample(
-                "aof-fsync-always", int((time.perf_counter() - sync_started) * 1000))
+            self.core.observe.latency_sample("aof-fsync-always", int(took * 1000))
             self._mark_durable(target)
             return True
         # The kernel may have dropped the dirty pages, so the frame cannot be
@@ -393,13 +414,22 @@ class AofWriter:
                 if self.inject_fsync_failures:
                     self.inject_fsync_failures -= 1
                     raise OSError(errno.EIO, os.strerror(errno.EIO))
-                os.fdatasync(self.fd)
+                self._timed_fdatasync()
             except OSError as e:
                 self._dirty_since_fsync = True
                 self._call_in_loop(self._everysec_failed, e)
                 return
         self._record_fsync_at(name, offset)
         self._call_in_loop(self._everysec_synced, target, epoch)
+
+    def _timed_fdatasync(self) -> float:
+        """fdatasync the current segment (the caller holds ``_sync_lock``), counted in
+        ``fsync_durations``; returns the seconds it took.  Raises OSError."""
+        started = time.perf_counter()
+        os.fdatasync(self.fd)
+        took = time.perf_counter() - started
+        self.fsync_durations.record(took)
+        return took
 
     def _everysec_failed(self, e: OSError) -> None:
         """Loop thread: the everysec thread's fdatasync failed."""
