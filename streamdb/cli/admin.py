@@ -52,7 +52,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from ..engine.groups import DEAD_LETTER_FIELDS
+from ..engine.groups import DEAD_LETTER_FIELDS, NotADeadLetter, split_dead_letter
 
 __all__ = ["main"]
 
@@ -265,20 +265,6 @@ def cmd_group_reset(r: redis.Redis, args, console: Console) -> int:
 # ---------------------------------------------------------------------------
 # dead-letter
 # ---------------------------------------------------------------------------
-
-
-class NotADeadLetter(ValueError):
-    """An entry of the dead-letter stream without the fields the server writes first."""
-
-
-def split_dead_letter(fields: list[bytes]) -> tuple[dict[bytes, bytes], list[bytes]]:
-    """A dead-lettered entry's flat field list as (where it came from, keyed by
-    DEAD_LETTER_FIELDS, its original fields as a flat list)."""
-    n = len(DEAD_LETTER_FIELDS)
-    names = fields[0:2 * n:2]
-    if tuple(names) != DEAD_LETTER_FIELDS or len(fields) < 2 * n + 2:
-        raise NotADeadLetter("not written by a dead-letter policy")
-    return dict(zip(names, fields[1:2 * n:2])), fields[2 * n:]
 
 
 def _raw_ranges(r: redis.Redis) -> None:

@@ -31,7 +31,7 @@ from .ids import MIN_ID
 from .sortedids import SortedIds
 
 __all__ = ["ConsumerGroup", "Consumer", "PendingEntry", "DeadLetterPolicy",
-           "DEAD_LETTER_FIELDS", "ENTRIES_READ_INVALID", "MAX_DELIVERY_COUNT",
+           "DEAD_LETTER_FIELDS", "NotADeadLetter", "split_dead_letter", "ENTRIES_READ_INVALID", "MAX_DELIVERY_COUNT",
            "next_delivery_count"]
 
 # Redis's SCG_INVALID_ENTRIES_READ: the group's logical read counter is unknown.
@@ -104,6 +104,22 @@ class Consumer:
 # dead-letter replay) finds the original fields after them whatever their names.
 DEAD_LETTER_FIELDS = (b"dlq-source", b"dlq-id", b"dlq-group", b"dlq-consumer",
                       b"dlq-deliveries")
+
+
+class NotADeadLetter(ValueError):
+    """An entry of a dead-letter stream without the fields the server writes first."""
+
+
+def split_dead_letter(fields):
+    """A dead-lettered entry's flat field list (a list of bytes) as (where it came
+    from, a dict keyed by DEAD_LETTER_FIELDS; its original fields as a flat list):
+    what a replay (streamdb-admin, the console) appends to the source again.
+    Raises NotADeadLetter for an entry a dead-letter policy did not write."""
+    n = len(DEAD_LETTER_FIELDS)
+    names = tuple(fields[0:2 * n:2])
+    if names != DEAD_LETTER_FIELDS or len(fields) < 2 * n + 2:
+        raise NotADeadLetter("not written by a dead-letter policy")
+    return dict(zip(names, fields[1:2 * n:2])), list(fields[2 * n:])
 
 
 class DeadLetterPolicy:

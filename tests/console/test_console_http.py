@@ -209,15 +209,38 @@ def test_a_stream_is_browsed_from_a_time_backwards_and_as_json(fresh):
     assert "neither ISO-8601" in bad
 
 
-def test_the_stream_list_shows_each_streams_size_groups_and_worst_lag(fresh):
-    cookie = login(fresh.console_port, *ADMIN)
-    page = request(fresh.console_port, "GET", "/streams", cookie=cookie)[2]
-    rows = {re.search(r">([^<]+)</a>", row).group(1): re.findall(r'<td class="num">([^<]*)</td>', row)
+def _map(reply) -> dict:
+    """A map reply as redis-py gives it: a dict, or RESP2's flat array."""
+    return reply if isinstance(reply, dict) else dict(zip(reply[0::2], reply[1::2]))
+
+
+def _stream_rows(page: str) -> dict[str, list[str]]:
+    """The stream list's cells after the name, by stream."""
+    return {re.search(r">([^<]+)</a>", row).group(1): re.findall(r"<td[^>]*>([^<]*)</td>", row)
             for row in re.findall(r"<tr><td><a.*?</tr>", page)}
-    usage = fresh.redis.memory_usage("orders")
-    # entries, bytes, groups, worst lag, entries added
-    assert rows["orders"] == [str(STREAM_ENTRIES), str(usage), "1", str(STREAM_ENTRIES - 8), str(STREAM_ENTRIES)]
-    assert rows["audit"] == ["3", str(fresh.redis.memory_usage("audit")), "0", "-", "3"]
+
+
+def test_the_stream_list_shows_size_residence_retention_groups_and_worst_lag(fresh):
+    r = fresh.redis
+    r.execute_command("STREAMDB.RETENTION", "SET", "audit", "MAXAGE", "3600000")
+    try:
+        cookie = login(fresh.console_port, *ADMIN)
+        page = request(fresh.console_port, "GET", "/streams", cookie=cookie)[2]
+        rows = _stream_rows(page)
+        policy = {name: _map(r.execute_command("STREAMDB.RETENTION", "GET", name))
+                  for name in ("orders", "audit")}
+    finally:
+        r.execute_command("STREAMDB.RETENTION", "RESET", "audit")
+    # entries, bytes, resident, retention, groups, worst lag, worst time lag, last id, entries added
+    orders = rows["orders"]
+    assert orders[:6] == [str(STREAM_ENTRIES), str(policy["orders"][b"bytes"]), "100%", "none (default; trimmed 0)",
+                          "1", str(STREAM_ENTRIES - 8)]
+    # The oldest entry billing was not given is the 9th: its age, in a person's unit.
+    assert re.fullmatch(r"\d+ (ms|s)|\d+ min \d+ s", orders[6]) and orders[6] != "0 ms"
+    assert orders[8] == str(STREAM_ENTRIES)
+    audit = rows["audit"]
+    assert audit[:7] == ["3", str(policy["audit"][b"bytes"]), "100%", "age 1 h 0 min (own; trimmed 0)",
+                         "0", "-", "-"]
 
 
 def test_a_binary_key_is_listed_and_opened(fresh):

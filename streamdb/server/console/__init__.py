@@ -22,7 +22,7 @@ import asyncio
 import ssl
 
 from ... import log, tls
-from .charts import ThroughputSampler
+from .charts import GroupLagSampler, ThroughputSampler
 from .http import HttpError, MAX_HEAD_BYTES, Request, read_request, response
 from .pages import (group_action, group_page, layout, login_page, overview_page, stream_page,
                     streams_page, url_value)
@@ -33,8 +33,9 @@ __all__ = ["start_console", "Console"]
 MAX_CONNECTIONS = 64
 WRITE_TIMEOUT = 10.0
 
-# The GET pages that take the query string, by path ("/" is the overview).
-_PAGES = {"/streams": streams_page, "/stream": stream_page, "/group": group_page}
+# The GET pages that take the query string, by path ("/" is the overview, "/group"
+# also takes the group lag sampler).
+_PAGES = {"/streams": streams_page, "/stream": stream_page}
 
 
 class Console:
@@ -44,6 +45,7 @@ class Console:
         self.core = core
         self.sessions = Sessions(core, server)
         self.sampler = ThroughputSampler(core)
+        self.group_lag = GroupLagSampler(core)
         self.secure = secure
         self.open_connections = 0
 
@@ -113,6 +115,8 @@ class Console:
         head_only = method == "HEAD"
         if path == "/":
             return response(200, await overview_page(session, self.sampler), head_only=head_only)
+        if path == "/group":
+            return response(200, await group_page(session, request.query, self.group_lag), head_only=head_only)
         page = _PAGES.get(path)
         if page is None:
             raise HttpError(404, "no such page")
@@ -157,5 +161,6 @@ async def start_console(core, server) -> list:
 
 def _sample_every_second(loop, console: Console) -> None:
     console.sampler.sample()
+    console.group_lag.sample()
     console.sessions.expire()
     loop.call_later(1.0, _sample_every_second, loop, console)

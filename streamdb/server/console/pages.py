@@ -6,12 +6,11 @@ function takes the session and the request's query and returns the HTML body;
 what a user may do decides which forms are drawn (``Session.may``), and the
 server's ACL decides again when a form is posted.
 
-Places left for issue 30's commands (STREAMDB.GROUP), named so they are found:
-``time_lag_section`` (lag in time and its chart, STREAMDB.GROUP INFO),
-``dead_letter_section`` (policy, dead-letter stream, replay: STREAMDB.GROUP
-GET/SET) and ``setid_target`` (reset to a time: today XGROUP SETID to the last
-possible id before that time, which leaves entries-read unknown as Redis does;
-STREAMDB.GROUP SETID ... TIME sets it exactly).
+StreamDB's own commands do what Redis's cannot: ``time_lag_section`` (lag in
+time and its chart, STREAMDB.GROUP INFO), ``dead_letter_section`` (the policy,
+the dead-letter stream and replay: STREAMDB.GROUP GET/SET/RESET) and
+``setid_command`` (reset to a time, earliest or latest with an exact
+entries-read: STREAMDB.GROUP SETID; XGROUP SETID for an id).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import json
 from html import escape
 from urllib.parse import quote_from_bytes
 
+from ...engine.groups import DEAD_LETTER_FIELDS, NotADeadLetter, split_dead_letter
 from ...protocol.reply import CommandError
 from .charts import line_chart
 
@@ -29,14 +29,17 @@ __all__ = ["layout", "login_page", "overview_page", "streams_page", "stream_page
 
 STREAMS_PAGE_SIZE = 50
 ENTRIES_PAGE_SIZE = 20
+DEAD_LETTERS_PAGE_SIZE = 20
+# How often a replay looks again when a watched key changed under it (then it
+# says so rather than loop while another client keeps writing).
+REPLAY_ATTEMPTS = 5
 MAX_ENTRIES_PAGE = 500
 PENDING_SHOWN = 200
 FORMATS = ("text", "json", "hex")
 # What the group page offers to reset a group to: (value, label); "id" and "time"
-# take the text typed next to the choice (setid_target).
-SETID_TARGETS = (("$", "latest ($: only new entries)"), ("0", "earliest (0: the whole stream again)"),
+# take the text typed next to the choice (setid_command).
+SETID_TARGETS = (("$", "latest (only new entries)"), ("0", "earliest (the whole stream again)"),
                  ("id", "the id:"), ("time", "the time:"))
-_MAX_SEQ = 2**64 - 1
 
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f8fa}
@@ -193,13 +196,13 @@ async def overview_page(session, sampler) -> bytes:
             f'<div class="panel"><h2>Persistence</h2>{kv(persistence_rows, "persistence")}</div>'
             f'<div class="panel"><h2>Memory</h2>{kv(memory_rows, "memory")}</div></div>'
             f'<div class="panel"><h2>Throughput, last hour</h2>'
-            f'{_throughput_chart(sampler.commands.values(), "Commands", "per second")}'
-            f'{_throughput_chart(sampler.input_bytes.values(), "Input", "bytes per second")}'
+            f'{_hour_chart(sampler.commands.values(), "Commands", "per second")}'
+            f'{_hour_chart(sampler.input_bytes.values(), "Input", "bytes per second")}'
             f'</div>')
     return layout("Overview", body, session)
 
 
-def _throughput_chart(per_second: list[float], title: str, unit: str) -> str:
+def _hour_chart(per_second: list[float], title: str, unit: str) -> str:
     """Per-second samples drawn as they are for the first ten minutes, then as
     per-minute means (the last, partial minute included): at most 60 points."""
     if len(per_second) <= 600:
@@ -219,20 +222,25 @@ async def streams_page(session, query: dict[str, bytes]) -> bytes:
     rows = []
     for key in keys:
         info = await session.run("XINFO", "STREAM", key)
-        usage = await session.run("MEMORY", "USAGE", key)
         if _error_of(info):     # gone, or this user may not read it
-            rows.append([f"<td>{_h(key)}</td>", f'<td colspan="5">{escape(_error_of(info))}</td>'])
+            rows.append([f"<td>{_h(key)}</td>", f'<td colspan="9">{escape(_error_of(info))}</td>'])
             continue
         info = _pairs(info)
+        retention = await session.run("STREAMDB.RETENTION", "GET", key)
+        retention = {} if _error_of(retention) else _pairs(retention)
+        lag, time_lag = await _worst_lag(session, key) if info.get("groups") else ("-", "-")
         rows.append([f'<td><a href="/stream?key={url_value(key)}">{_h(key)}</a></td>',
                      _td(info.get("length"), True),
-                     _td(usage if isinstance(usage, int) else "-", True),
+                     _td(retention.get("bytes", "-"), True),
+                     _td(_resident_share(retention), True),
+                     _td(_retention_text(retention)),
                      _td(info.get("groups"), True),
-                     _td(await _worst_lag(session, key) if info.get("groups") else "-", True),
+                     _td(lag, True), _td(time_lag, True),
                      _td(info.get("last-generated-id")),
                      _td(info.get("entries-added"), True)])
-    body = _table(["Stream", "Entries", "Bytes", "Groups", "Worst lag (entries)", "Last id",
-                   "Entries added"], rows, table_id="streams")
+    body = _table(["Stream", "Entries", "Bytes", "Resident", "Retention (trimmed)", "Groups",
+                   "Worst lag (entries)", "Worst lag (time)", "Last id", "Entries added"],
+                  rows, table_id="streams")
     if not keys:
         body += "<p>No stream on this page.</p>"
     if next_cursor != b"0":
@@ -240,16 +248,61 @@ async def streams_page(session, query: dict[str, bytes]) -> bytes:
     return layout("Streams", body, session)
 
 
-async def _worst_lag(session, key: bytes) -> str:
-    """The largest entries lag of the stream's groups ("?" when one is unknown).
-    The worst lag in time joins it with STREAMDB.GROUP INFO (issue 30)."""
+def _resident_share(retention: dict) -> str:
+    """The part of the stream's bytes held in memory (the rest is cold, on disk)."""
+    if "resident-bytes" not in retention:
+        return "-"
+    total = retention["bytes"]
+    return f"{100 * retention['resident-bytes'] / total:.0f}%" if total else "100%"
+
+
+def _retention_text(retention: dict) -> str:
+    """STREAMDB.RETENTION GET's policy in force and what it trimmed since the start:
+    "age 1 h, 1048576 bytes, acked (own; trimmed 120)"; "none" without limits."""
+    if "max-age" not in retention:
+        return "-"
+    limits = []
+    if retention["max-age"]:
+        limits.append(f"age {duration_text(retention['max-age'])}")
+    if retention["max-bytes"]:
+        limits.append(f"{retention['max-bytes']} bytes")
+    if limits and retention["acked"]:
+        limits.append("acked")
+    source = "own" if retention["own-settings"] else "default"
+    return (", ".join(limits) or "none") + f" ({source}; trimmed {retention['trimmed-entries']})"
+
+
+def duration_text(ms) -> str:
+    """Milliseconds for a person: "350 ms", "42 s", "3 min 20 s", "2 h 5 min"."""
+    if ms is None:
+        return "?"
+    ms = int(ms)
+    if ms < 1000:
+        return f"{ms} ms"
+    seconds = ms // 1000
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+async def _worst_lag(session, key: bytes) -> tuple[str, str]:
+    """The largest lag of the stream's groups in entries ("?" when one is unknown)
+    and in time (STREAMDB.GROUP INFO's lag-ms: always known)."""
     groups = await session.run("XINFO", "GROUPS", key)
     if _error_of(groups):
-        return "-"
-    lags = [_pairs(g).get("lag") for g in groups]
-    if any(lag is None for lag in lags):
-        return "?"
-    return str(max(lags, default=0))
+        return "-", "-"
+    lags, time_lags = [], []
+    for group in groups:
+        info = await session.run("STREAMDB.GROUP", "INFO", key, _pairs(group)["name"])
+        if _error_of(info):      # deleted since XINFO GROUPS
+            continue
+        info = _pairs(info)
+        lags.append(info["lag"])
+        time_lags.append(info["lag-ms"])
+    lag = "?" if any(n is None for n in lags) else str(max(lags, default=0))
+    return lag, duration_text(max(time_lags, default=0))
 
 
 def _time_to_id(text: str) -> bytes | None:
@@ -364,22 +417,98 @@ async def _groups_of(session, key: bytes) -> str:
                                        "Entries read", "Lag (entries)"], rows, table_id="groups")
 
 
-def time_lag_section(session, key: bytes, group: bytes) -> str:
-    """Lag in time and its chart over the last hour: STREAMDB.GROUP INFO (issue 30)
-    gives the age of the oldest undelivered and oldest pending entries; until it
-    exists this section is empty."""
-    return ""
+async def time_lag_section(session, key: bytes, group: bytes, lag_ring) -> str:
+    """The group's lag in entries and in time (the age of the oldest entry it was not
+    given, of its oldest pending one), its NACKed and dead-lettered counts
+    (STREAMDB.GROUP INFO), and its time lag over the last hour (``lag_ring``, the
+    console's sampler; None draws no chart)."""
+    info = await session.run("STREAMDB.GROUP", "INFO", key, group)
+    if _error_of(info):
+        return _message(_error_of(info), True)
+    info = _pairs(info)
+    lag = info["lag"]
+    table = _table(["Lag (entries)", "Lag (time)", "Oldest pending", "NACKed", "Dead-lettered"],
+                   [[_td("?" if lag is None else lag, True), _td(duration_text(info["lag-ms"]), True),
+                     _td(duration_text(info["oldest-pending-ms"]), True), _td(info["nacked"], True),
+                     _td(info["dead-lettered"], True)]], table_id="time-lag")
+    chart = ""
+    if lag_ring is not None:
+        chart = _hour_chart([ms / 1000 for ms in lag_ring.values()], "Time lag", "seconds")
+    return f'<div class="panel"><h2>Lag</h2>{table}{chart}</div>'
 
 
-def dead_letter_section(session, key: bytes, group: bytes) -> str:
-    """The group's dead-letter policy (STREAMDB.GROUP GET/SET), its dead-letter
-    stream's entries and their replay (issue 30); empty until those commands exist."""
-    return ""
+async def dead_letter_section(session, key: bytes, group: bytes, query: dict[str, bytes]) -> str:
+    """The group's dead-letter policy (STREAMDB.GROUP GET) with the forms to set and
+    remove it, and its dead-letter stream's entries a page at a time (from the id
+    in ``dlq_after``, exclusive) with replay of the selected ones."""
+    policy = await session.run("STREAMDB.GROUP", "GET", key, group)
+    if _error_of(policy):
+        return _message(_error_of(policy), True)
+    policy = _pairs(policy)
+    dlq = policy["dead-letter-key"]
+    action = _group_url(key, group)
+    if dlq is None:
+        body = f'<p id="dead-letter-policy">No dead-letter policy: entries are redelivered without limit. ' \
+               f'{policy["dead-lettered"]} dead-lettered so far.</p>'
+    else:
+        body = (f'<p id="dead-letter-policy">An entry delivered {policy["max-deliveries"]} times goes to '
+                f'<a href="/stream?key={url_value(dlq)}">{_h(dlq)}</a> instead of being delivered again; '
+                f'{policy["dead-lettered"]} dead-lettered so far.</p>')
+    if session.may("STREAMDB.GROUP", "SET", key, group, "MAXDELIVERIES", "1", "DEADLETTER", dlq or b"dlq"):
+        body += (f'<form method="post" action="{action}" class="panel" id="policy-form">{_csrf_field(session)}'
+                 f'<label>Dead-letter after <input name="max" id="policy-max" size="4" '
+                 f'value="{policy["max-deliveries"] or ""}"> deliveries</label> '
+                 f'<label>into the stream <input name="dlq" id="policy-dlq" size="24" '
+                 f'value="{_h(dlq or b"")}"></label> '
+                 f'<button type="submit" name="action" value="setpolicy" id="set-policy">Set</button> '
+                 + ('<button type="submit" name="action" value="resetpolicy" id="reset-policy">'
+                    'Remove the policy</button>' if dlq is not None else "")
+                 + '</form>')
+    if dlq is None:
+        return f'<h2>Dead letters</h2>{body}'
+    after = query.get("dlq_after", b"")
+    entries = await session.run("XRANGE", dlq, b"(" + after if after else b"-", "+",
+                                "COUNT", DEAD_LETTERS_PAGE_SIZE)
+    if _error_of(entries):
+        return f'<h2>Dead letters</h2>{body}{_message(_error_of(entries), True)}'
+    may_replay = session.may("XDEL", dlq, "0-1")
+    rows = []
+    for entry_id, fields in entries:
+        try:
+            where, original = split_dead_letter(fields)
+        except NotADeadLetter as e:
+            where, original = {}, []
+            shown = f"({e})"
+        else:
+            shown = " ".join(f"{as_text(f)}={as_text(v)}" for f, v in zip(original[0::2], original[1::2]))
+        box = (f'<td><input type="checkbox" name="id" value="{_h(entry_id)}" form="dead-letter-form"></td>'
+               if may_replay else "")
+        rows.append(([box] if may_replay else []) + [_td(entry_id)] +
+                    [_td(where.get(name, "-")) for name in DEAD_LETTER_FIELDS] + [_td(shown)])
+    head = ([""] if may_replay else []) + ["Id", "Source", "Source id", "Group", "Last consumer",
+                                          "Deliveries", "Fields"]
+    body += _table(head, rows, table_id="dead-letters")
+    if not rows:
+        body += "<p>No dead letters here.</p>"
+    if len(entries) == DEAD_LETTERS_PAGE_SIZE:
+        body += (f'<p><a id="dead-letters-next" href="{action}&dlq_after={url_value(entries[-1][0])}">'
+                 f'Next dead letters</a></p>')
+    if may_replay and rows:
+        body += (f'<form method="post" action="{action}" id="dead-letter-form" class="panel">{_csrf_field(session)}'
+                 f'<input type="hidden" name="dlq" value="{_h(dlq)}">'
+                 f'<button type="submit" name="action" value="replay" id="replay">Replay selected into their '
+                 f'streams</button></form>')
+    return f'<h2>Dead letters</h2>{body}'
 
 
-async def group_page(session, query: dict[str, bytes]) -> bytes:
+def _group_url(key: bytes, group: bytes) -> str:
+    return f"/group?key={url_value(key)}&group={url_value(group)}"
+
+
+async def group_page(session, query: dict[str, bytes], lag_sampler=None) -> bytes:
     """The group's state and its actions; shows (once) the outcome of the last
-    action posted (``session.flash``)."""
+    action posted (``session.flash``).  ``lag_sampler`` (the console's
+    GroupLagSampler) follows the group's time lag from the first time it is shown."""
     (flash, flash_error), session.flash = session.flash, ("", False)
     key, group = query.get("key", b""), query.get("group", b"")
     title = f"Group {as_text(group)} of {as_text(key)}"
@@ -398,7 +527,7 @@ async def group_page(session, query: dict[str, bytes]) -> bytes:
     pending = await session.run("XPENDING", key, group, "-", "+", PENDING_SHOWN)
     if _error_of(consumers) or _error_of(pending):
         return layout(title, summary, session, _error_of(consumers) or _error_of(pending), True)
-    action = f"/group?key={url_value(key)}&group={url_value(group)}"
+    action = _group_url(key, group)
     may_delete = session.may("XGROUP", "DELCONSUMER", key, group, "c")
     consumer_rows = []
     for c in consumers:
@@ -414,7 +543,8 @@ async def group_page(session, query: dict[str, bytes]) -> bytes:
     consumer_head = ["Consumer", "Pending", "Idle (ms)", "Inactive (ms)"] + (["Action"] if may_delete else [])
     may_ack = session.may("XACK", key, group, "0-1")
     may_claim = session.may("XCLAIM", key, group, "c", "0", "0-1")
-    selectable = may_ack or may_claim
+    may_nack = session.may("XNACK", key, group, "FAIL", "IDS", "1", "0-1")
+    selectable = may_ack or may_claim or may_nack
     pending_rows, classes = [], []
     for entry_id, consumer, idle, deliveries in pending:
         box = (f'<td><input type="checkbox" name="id" value="{_h(entry_id)}" form="pending-form"></td>'
@@ -423,7 +553,8 @@ async def group_page(session, query: dict[str, bytes]) -> bytes:
                             [_td(entry_id), _td(consumer), _td(idle, True), _td(deliveries, True)])
         classes.append("stuck" if deliveries > 1 else "")
     pending_head = ([""] if selectable else []) + ["Id", "Consumer", "Idle (ms)", "Deliveries"]
-    body = summary + time_lag_section(session, key, group)
+    ring = lag_sampler.watch(session.client.db, key, group) if lag_sampler is not None else None
+    body = summary + await time_lag_section(session, key, group, ring)
     body += "<h2>Consumers</h2>" + _table(consumer_head, consumer_rows, table_id="consumers")
     body += f"<h2>Pending entries (first {PENDING_SHOWN})</h2>"
     body += _table(pending_head, pending_rows, classes, table_id="pending")
@@ -431,6 +562,13 @@ async def group_page(session, query: dict[str, bytes]) -> bytes:
         buttons = ""
         if may_ack:
             buttons += '<button type="submit" name="action" value="ack" id="ack">Acknowledge selected</button> '
+        if may_nack:
+            # FATAL dead-letters only under a policy (without one it just marks the
+            # entries failed for good): offered when the group has one.
+            buttons += '<button type="submit" name="action" value="nack" id="nack">NACK selected</button> '
+            if await _has_policy(session, key, group):
+                buttons += ('<button type="submit" name="action" value="deadletter" id="dead-letter">'
+                            'Dead-letter selected</button> ')
         if may_claim:
             buttons += ('<label>Claim selected for consumer <input name="consumer" id="claim-consumer"></label> '
                         '<button type="submit" name="action" value="claim" id="claim">Claim</button>')
@@ -443,28 +581,70 @@ async def group_page(session, query: dict[str, bytes]) -> bytes:
                  f'</select></label> '
                  f'<input name="to" id="setid-to" size="24" placeholder="1700000000000-0 or 2026-11-27T09:00:00Z"> '
                  f'<button type="submit" id="setid">Reset</button></form>')
-    body += dead_letter_section(session, key, group)
+    body += await dead_letter_section(session, key, group, query)
     body += f'<p><a href="/stream?key={url_value(key)}">Back to the stream</a></p>'
     return layout(title, body, session, flash, flash_error)
 
 
-def setid_target(choice: bytes, typed: bytes) -> bytes | None:
-    """XGROUP SETID's id for the reset chosen on the group page (None: the text typed
-    is not what the choice needs).  A time T becomes the last id before T,
-    (T-1)-<max sequence>, so the group next reads the first entry at or after T;
-    XGROUP SETID leaves entries-read unknown, as in Redis (STREAMDB.GROUP SETID ...
-    TIME, issue 30, will set it exactly)."""
-    if choice in (b"$", b"0"):
-        return choice
+async def _has_policy(session, key: bytes, group: bytes) -> bool:
+    policy = await session.run("STREAMDB.GROUP", "GET", key, group)
+    return not _error_of(policy) and _pairs(policy)["dead-letter-key"] is not None
+
+
+def setid_command(key: bytes, group: bytes, choice: bytes, typed: bytes) -> list[bytes] | None:
+    """The command that resets the group as chosen on the group page (None: the text
+    typed is not what the choice needs).  Earliest, latest and a time go through
+    STREAMDB.GROUP SETID, which sets entries-read exactly (the group's lag stays
+    known; the group next reads the first entry at or after the time); an id
+    through XGROUP SETID, which leaves entries-read unknown as in Redis."""
+    if choice == b"$":
+        return [b"STREAMDB.GROUP", b"SETID", key, group, b"LATEST"]
+    if choice == b"0":
+        return [b"STREAMDB.GROUP", b"SETID", key, group, b"EARLIEST"]
     if choice == b"id":
-        return typed or None
+        return [b"XGROUP", b"SETID", key, group, typed] if typed else None
     if choice == b"time":
         first_id = _time_to_id(as_text(typed)) if typed else None
         if first_id is None:
             return None
-        ms = int(first_id.split(b"-", 1)[0])
-        return f"{ms - 1}-{_MAX_SEQ}".encode() if ms > 0 else b"0"
+        return [b"STREAMDB.GROUP", b"SETID", key, group, b"TIME", first_id.split(b"-", 1)[0]]
     return None
+
+
+async def replay_dead_letter(session, dlq: bytes, entry_id: bytes) -> tuple[bool, str] | CommandError:
+    """Append dead letter ``entry_id``'s original fields to its source stream and
+    remove it from ``dlq``, both or neither, as the session's client: MULTI under
+    WATCH of both keys, as ``streamdb-admin dead-letter replay`` does (a concurrent
+    replay of the same entry makes this one find it gone; the source cannot turn
+    into another type between the check and the XADD).  (replayed, what happened),
+    or the error that refused it (NOPERM, ...)."""
+    name = as_text(entry_id)
+    for _ in range(REPLAY_ATTEMPTS):
+        watched = await session.run("WATCH", dlq)
+        found = watched if _error_of(watched) else await session.run("XRANGE", dlq, entry_id, entry_id)
+        if _error_of(found) or not found:
+            await session.run("UNWATCH")
+            return found if _error_of(found) else (False, f"{name} not found")
+        try:
+            where, original = split_dead_letter(found[0][1])
+        except NotADeadLetter as e:
+            await session.run("UNWATCH")
+            return False, f"{name} {e}"
+        source = where[DEAD_LETTER_FIELDS[0]]
+        await session.run("WATCH", source)
+        if await session.run("TYPE", source) not in ("stream", "none"):
+            await session.run("UNWATCH")
+            return False, f"{name} not replayed: {as_text(source)} is no longer a stream"
+        await session.run("MULTI")
+        await session.run("XADD", source, "*", *original)
+        await session.run("XDEL", dlq, entry_id)
+        done = await session.run("EXEC")
+        if isinstance(done, list):
+            return done[0] if _error_of(done[0]) else (True, f"{name} -> {as_text(source)} {as_text(done[0])}")
+        if _error_of(done):          # EXECABORT: a command was refused when queued
+            return done
+        # EXEC answered nil: a watched key changed meanwhile; look again.
+    return False, f"{name} not replayed: the streams kept changing (try again)"
 
 
 async def group_action(session, query: dict[str, bytes], form: dict[str, list[bytes]]) -> tuple[str, bool]:
@@ -473,22 +653,49 @@ async def group_action(session, query: dict[str, bytes], form: dict[str, list[by
     action = form.get("action", [b""])[-1]
     ids = form.get("id", [])
     consumer = form.get("consumer", [b""])[-1]
+    if action in (b"ack", b"nack", b"deadletter", b"replay") and not ids:
+        return "Select the entries first.", True
     if action == b"ack":
-        if not ids:
-            return "Select the entries to acknowledge.", True
         reply = await session.run("XACK", key, group, *ids)
         done = f"Acknowledged {reply} entries."
+    elif action in (b"nack", b"deadletter"):
+        mode = "FAIL" if action == b"nack" else "FATAL"
+        reply = await session.run("XNACK", key, group, mode, "IDS", len(ids), *ids)
+        done = (f"NACKed {reply} entries." if action == b"nack"
+                else f"Dead-lettered {reply} entries.")
     elif action == b"claim":
-        if not ids or not consumer:
+        if not consumer:
             return "Select the entries and name the consumer to claim them for.", True
         reply = await session.run("XCLAIM", key, group, consumer, "0", *ids, "JUSTID")
         done = f"Claimed {len(reply) if isinstance(reply, list) else 0} entries for {as_text(consumer)}."
     elif action == b"setid":
-        target = setid_target(form.get("target", [b""])[-1], form.get("to", [b""])[-1].strip())
-        if target is None:
+        command = setid_command(key, group, form.get("target", [b""])[-1], form.get("to", [b""])[-1].strip())
+        if command is None:
             return "Give an id, or a time as ISO-8601 or unix milliseconds.", True
-        reply = await session.run("XGROUP", "SETID", key, group, target)
-        done = f"The group's last delivered id is now {as_text(target)}."
+        reply = await session.run(*command)
+        after = await session.run("XINFO", "GROUPS", key)
+        now = [_pairs(g) for g in after if _pairs(g).get("name") == group] if not _error_of(after) else []
+        done = "The group was reset."
+        if now:
+            read = now[0]["entries-read"]
+            done = (f"The group's last delivered id is now {as_text(now[0]['last-delivered-id'])}, "
+                    f"entries read {'unknown' if read is None else read}.")
+    elif action == b"setpolicy":
+        most, dlq = form.get("max", [b""])[-1].strip(), form.get("dlq", [b""])[-1].strip()
+        if not most.isdigit() or not dlq:
+            return "Give the number of deliveries and the dead-letter stream's key.", True
+        reply = await session.run("STREAMDB.GROUP", "SET", key, group, "MAXDELIVERIES", most, "DEADLETTER", dlq)
+        done = f"Entries delivered {as_text(most)} times now go to {as_text(dlq)}."
+    elif action == b"resetpolicy":
+        reply = await session.run("STREAMDB.GROUP", "RESET", key, group)
+        done = "The dead-letter policy is removed."
+    elif action == b"replay":
+        dlq = form.get("dlq", [b""])[-1]
+        outcomes = [await replay_dead_letter(session, dlq, entry_id) for entry_id in ids]
+        refused = [o for o in outcomes if isinstance(o, CommandError)]
+        if refused:
+            return refused[0].message, True
+        return "Replay: " + "; ".join(text for _, text in outcomes), not all(ok for ok, _ in outcomes)
     elif action == b"delconsumer":
         reply = await session.run("XGROUP", "DELCONSUMER", key, group, consumer)
         done = f"Deleted consumer {as_text(consumer)} ({reply} pending entries dropped)."
