@@ -156,7 +156,7 @@ def test_an_operator_browses_and_acts_on_a_group(ui, console, shots):
 
     Select(ui.find("#setid-target")).select_by_value("0")
     ui.click("#setid")
-    assert "last delivered id is now 0" in ui.message()
+    assert "last delivered id is now 0-0, entries read 0." in ui.message()
     group = r.xinfo_groups("orders")[0]
     assert group["last-delivered-id"] == b"0-0" and group["lag"] == STREAM_ENTRIES
     Select(ui.find("#setid-target")).select_by_value("id")
@@ -164,13 +164,18 @@ def test_an_operator_browses_and_acts_on_a_group(ui, console, shots):
     ui.click("#setid")
     assert r.xinfo_groups("orders")[0]["last-delivered-id"] == all_ids[9].encode()
 
-    # Reset to a time: the group next reads the first entry at or after it.
+    # Reset to a time: the group's last id is the last entry before it, its
+    # entries-read the number of entries before it (so its lag is exact), and it
+    # next reads the first entry at or after it.
     ms = int(all_ids[20].split("-")[0])
     when = datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
     Select(ui.find("#setid-target")).select_by_value("time")
     ui.find("#setid-to").send_keys(when.isoformat(timespec="milliseconds").replace("+00:00", "Z"))
     ui.click("#setid")
-    assert r.xinfo_groups("orders")[0]["last-delivered-id"] == f"{ms - 1}-{2**64 - 1}".encode()
+    before = [i for i in all_ids if int(i.split("-")[0]) < ms]
+    group = r.xinfo_groups("orders")[0]
+    assert group["last-delivered-id"] == (before[-1].encode() if before else b"0-0")
+    assert (group["entries-read"], group["lag"]) == (len(before), STREAM_ENTRIES - len(before))
     first_at_or_after = next(i for i in all_ids if int(i.split("-")[0]) >= ms)
     delivered = r.xreadgroup("billing", "worker-9", {"orders": ">"}, count=1)
     assert delivered[0][1][0][0] == first_at_or_after.encode()
@@ -180,11 +185,50 @@ def test_an_operator_browses_and_acts_on_a_group(ui, console, shots):
     assert ui.path() == "/login"
 
 
+def test_an_operator_dead_letters_a_pending_entry_and_replays_it(ui, console, shots):
+    r = console.redis
+    r.delete("orders-dlq")
+    ui.log_in(*ADMIN)
+    ui.open("/group?key=orders&group=billing")
+    assert ui.find("#time-lag") and ui.all("svg.chart")
+    assert not ui.all("#dead-letter")          # no policy yet: FATAL would dead-letter nothing
+    ui.find("#policy-max").send_keys("3")
+    ui.find("#policy-dlq").send_keys("orders-dlq")
+    ui.click("#set-policy")
+    assert ui.message() == "Entries delivered 3 times now go to orders-dlq."
+
+    target = pending_ids(r)[0]
+    original = r.xrange("orders", target, target)[0][1]
+    ui.find(f'#pending input[value="{target.decode()}"]').click()
+    ui.click("#dead-letter")
+    assert ui.message() == "Dead-lettered 1 entries."
+    assert target not in pending_ids(r)
+    [(dead_id, dead)] = r.xrange("orders-dlq")
+    assert (dead[b"dlq-source"], dead[b"dlq-id"]) == (b"orders", target)
+    assert target.decode() in ui.find("#dead-letters").text
+    ui.driver.save_screenshot(str(shots / "group-dead-letters.png"))
+
+    last_before = r.xinfo_stream("orders")["last-generated-id"]
+    ui.find(f'#dead-letters input[value="{dead_id.decode()}"]').click()
+    ui.click("#replay")
+    assert f"{dead_id.decode()} -> orders" in ui.message()
+    assert r.xlen("orders-dlq") == 0
+    [(_, fields)] = r.xrange("orders", f"({last_before.decode()}", "+")
+    assert fields == original
+    ui.log_out()
+
+
 def test_a_read_only_user_sees_no_action_and_its_forged_one_is_refused(ui, console, shots):
+    r = console.redis
+    r.delete("orders-dlq")
+    r.execute_command("STREAMDB.GROUP", "SET", "orders", "billing", "MAXDELIVERIES", "2", "DEADLETTER", "orders-dlq")
+    r.execute_command("XNACK", "orders", "billing", "FATAL", "IDS", "1", pending_ids(r)[0])
     ui.log_in(*READER)
     ui.open("/group?key=orders&group=billing")
-    assert len(ui.all("#pending tr")) == 9
-    for action in ("#pending-form", "#setid-form", "#ack", ".delconsumer", "input[type=checkbox]"):
+    assert len(ui.all("#pending tr")) == 8
+    assert ui.find("#time-lag") and len(ui.all("#dead-letters tr")) == 2     # it sees them
+    for action in ("#pending-form", "#setid-form", "#ack", ".delconsumer", "input[type=checkbox]",
+                   "#nack", "#dead-letter", "#policy-form", "#replay", "#dead-letter-form"):
         assert not ui.all(action)
     ui.driver.save_screenshot(str(shots / "group-read-only.png"))
     # Forge the ack form into the reader's own page (its CSRF token is valid):
