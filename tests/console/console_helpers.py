@@ -50,12 +50,13 @@ class ConsoleServer:
         self.redis.execute_command("ACL", "SETUSER", READER[0], *READER_RULES)
 
     def fill(self) -> None:
-        """The users (again: ACL SETUSER is not kept over a restart); orders:
+        """The users (again: ACL SETUSER is not kept over a restart); database 0
+        emptied, then orders:
         STREAM_ENTRIES entries (JSON and binary fields), group billing with 5 entries
         pending for worker-1 and 3 for worker-2; audit: 3 entries, no group."""
         self.add_users()
         r = self.redis
-        r.delete("orders", "audit")
+        r.flushdb()         # and whatever else a test made
         for i in range(STREAM_ENTRIES):
             r.xadd("orders", {"item": f"book-{i}", "doc": f'{{"n": {i}}}', "raw": b"\x00\xff"})
         r.xgroup_create("orders", "billing", "0")

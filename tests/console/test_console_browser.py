@@ -206,6 +206,7 @@ def test_an_operator_dead_letters_a_pending_entry_and_replays_it(ui, console, sh
     [(dead_id, dead)] = r.xrange("orders-dlq")
     assert (dead[b"dlq-source"], dead[b"dlq-id"]) == (b"orders", target)
     assert target.decode() in ui.find("#dead-letters").text
+    ui.driver.execute_script("document.getElementById('dead-letter-policy').scrollIntoView()")
     ui.driver.save_screenshot(str(shots / "group-dead-letters.png"))
 
     last_before = r.xinfo_stream("orders")["last-generated-id"]

@@ -27,7 +27,8 @@ def test_the_operator_tools_all_have_console_scripts():
             "streamdb-compare-replica", "streamdb-loadtest", "streamdb-spark"} <= set(SCRIPTS)
     # Tools behind a console script have no second way in under tools/.
     assert sorted(p.name for p in (ROOT / "tools").glob("*.py")) == [
-        "bench.py", "bench_breakdown.py", "bench_cold.py", "bench_core.py", "bench_group_reset.py",
+        "bench.py", "bench_breakdown.py", "bench_cold.py", "bench_console.py", "bench_core.py",
+        "bench_group_reset.py",
         "bench_metrics.py", "bench_persistence.py", "bench_replication.py", "bench_request.py",
         "bench_spark.py"]
 
