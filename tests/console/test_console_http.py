@@ -446,3 +446,25 @@ def test_a_read_only_user_sees_no_group_tool_and_the_server_refuses_them(fresh):
         shown = _post(fresh, GROUP_PAGE, cookie, fields)
         assert "NOPERM" in shown, fields
     assert (pending_ids(r), r.xlen(DLQ), r.xlen("orders")) == before
+
+
+def _time_lag_points(page: str) -> int:
+    """How many samples the group page's time lag chart draws."""
+    chart = page.split('aria-label="Time lag"', 1)[1].split("</svg>", 1)[0]
+    found = re.search(r'<polyline points="([^"]*)"', chart)
+    return len(found.group(1).split()) if found else 0
+
+
+def test_the_time_lag_chart_follows_at_most_100_groups_the_one_shown_longest_ago_dropped(fresh):
+    r = fresh.redis
+    port = fresh.console_port
+    cookie = login(port, *ADMIN)
+    wait_until(lambda: _time_lag_points(request(port, "GET", GROUP_PAGE, cookie=cookie)[2]) >= 6,
+               what="six samples of billing's time lag")
+    # 100 other groups shown: billing, shown longest ago, is no longer followed ...
+    for i in range(100):
+        r.xgroup_create("orders", f"g{i}", "0")
+        request(port, "GET", f"/group?key=orders&group=g{i}", cookie=cookie)
+    # ... so its chart starts again: the sample taken now, and the few ticks since
+    # it was dropped (one page request ago).
+    assert _time_lag_points(request(port, "GET", GROUP_PAGE, cookie=cookie)[2]) <= 3
