@@ -9,7 +9,9 @@ that dashboards and alerts written for Redis read a StreamDB unchanged.  A value
 both have is computed once and written under both names (``REDIS_EXPORTER_NAMES``);
 redis_exporter families StreamDB has no own name for are declared in
 ``_REDIS_EXPORTER_FAMILIES``.  Adding a series is a line in a family table and an
-``out.add`` where its value is known.
+``out.add`` where its value is known (for a stream's, group's or consumer's: a name in
+``_STREAM_SERIES``/``_GROUP_SERIES``/``_CONSUMER_SERIES`` and its value at the same
+place in the tuple beside it; those are formatted from columns, ``Table``).
 
 The endpoint runs on the server's own event loop (``start_metrics`` is called
 from ``Server.start`` when ``metrics-port`` is set), so a scrape reads the
@@ -37,7 +39,7 @@ import asyncio
 import os
 import time
 from itertools import compress
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from .. import log
 from ..engine.groups import ENTRIES_READ_INVALID
@@ -221,19 +223,18 @@ class Table:
     A scrape of 1,000 streams x 3 groups writes ~45,000 lines, nearly all from
     tables.  Formatting each line in Python (a call, an f-string, an append: ~1 us a
     line) was most of a scrape's time; a table collects a tuple per entity, turns
-    them into columns once (``zip(*rows)``), each column's values into text once
+    each column's values (``itemgetter``) into text once
     (``str``: an int as %d, a float as repr, which Prometheus reads), and
     ``_Family.lines`` joins a family's lines in C.  Measured in-process on
     tools/bench_metrics.py's keyspace (time.process_time, best of 10, loaded
     machine): a scrape's CPU time went from 87 ms to NN ms."""
 
-    __slots__ = ("names", "rows", "labels", "_columns", "_texts", "_labels")
+    __slots__ = ("names", "rows", "labels", "_texts", "_labels")
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
         self.labels: list[Labels] = []
         self.rows: list[tuple] = []
-        self._columns: list[tuple] | None = None
         self._texts: dict[int, tuple[list[bool] | None, list[str]]] = {}   # by column
         self._labels: dict[int, list[str]] = {}                            # by form
 
@@ -246,9 +247,7 @@ class Table:
         """(label texts in ``form``, value texts) of column ``index``'s present values."""
         texts = self._texts.get(index)
         if texts is None:
-            if self._columns is None:
-                self._columns = list(zip(*self.rows)) or [()] * len(self.names)
-            values = self._columns[index]
+            values = list(map(itemgetter(index), self.rows))
             present = [value is not None for value in values] if None in values else None
             if present is not None:
                 values = list(compress(values, present))
@@ -302,8 +301,8 @@ class Exposition:
             labels = _NO_LABELS
         elif labels.__class__ is not Labels:
             labels = Labels.of(labels)
-        family = self._families[name]
-        for family in (family, family.alias):
+        own = self._families[name]
+        for family in (own, own.alias):
             if family is not None:
                 text = _FORM_TEXT[family.form](labels)
                 family.put(f"{family.name}{{{text}}} {value}" if text else f"{family.name} {value}")
