@@ -460,7 +460,7 @@ def test_label_forms_of_the_three_kinds_of_family():
     out.alias("streamdb_group_pending", "redis_stream_group_messages_pending", "redis form")
     out.declare("streamdb_stream_group_lag_seconds", "gauge", "stream form")
     group = Labels.of({"db": "3", "key": 'o"rders'}).child("group", b"billing")
-    out.add_all(group, ("streamdb_group_pending", 2, "streamdb_stream_group_lag_seconds", 1.5))
+    out.table(("streamdb_group_pending", "streamdb_stream_group_lag_seconds")).add(group, (2, 1.5))
     out.add("streamdb_group_pending", 7, {"db": "0", "key": "k", "group": "g"})
     _, s = parse_exposition(out.text())
     assert s == {
@@ -485,3 +485,112 @@ def test_a_scrape_reports_the_previous_ones_duration_and_longest_slice(metrics_s
     took = value(s, "streamdb_metrics_last_scrape_duration_seconds")
     longest = value(s, "streamdb_metrics_last_scrape_longest_slice_seconds")
     assert 0 < longest <= took
+
+
+# The stream, group and consumer lines of _pinned_keyspace_scrape, as the scrape wrote
+# them before it formatted them from tables (issue 30): the text is the contract.
+PINNED_KEYSPACE_LINES = [
+    'streamdb_stream_length{db="0",key="o\\"rd\\\\ers\\n\\\\xff"} 4',
+    'streamdb_stream_length{db="0",key="empty"} 0',
+    'streamdb_stream_length{db="1",key="jobs"} 1',
+    'streamdb_stream_last_entry_age_seconds{db="0",key="o\\"rd\\\\ers\\n\\\\xff"} 11.745',
+    'streamdb_stream_last_entry_age_seconds{db="0",key="empty"} 1700000001.745',
+    'streamdb_stream_last_entry_age_seconds{db="1",key="jobs"} 1.75',
+    'streamdb_stream_entries_added_total{db="0",key="o\\"rd\\\\ers\\n\\\\xff"} 5',
+    'streamdb_stream_entries_added_total{db="0",key="empty"} 1',
+    'streamdb_stream_entries_added_total{db="1",key="jobs"} 1',
+    'streamdb_group_lag{db="1",key="jobs",group="workers"} 0',
+    'streamdb_group_pending{db="0",key="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 2',
+    'streamdb_group_pending{db="0",key="o\\"rd\\\\ers\\n\\\\xff",group="audit"} 0',
+    'streamdb_group_pending{db="1",key="jobs",group="workers"} 0',
+    'streamdb_group_oldest_pending_idle_seconds{db="0",key="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 1.75',
+    'streamdb_group_entries_read{db="0",key="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 2',
+    'streamdb_stream_group_lag_seconds{db="0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 11.747',
+    'streamdb_stream_group_lag_seconds{db="0",stream="o\\"rd\\\\ers\\n\\\\xff",group="audit"} 11.745',
+    'streamdb_stream_group_lag_seconds{db="1",stream="jobs",group="workers"} 0.0',
+    'streamdb_stream_group_oldest_pending_seconds{db="0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 11.749',
+    'streamdb_stream_group_oldest_pending_seconds{db="0",stream="o\\"rd\\\\ers\\n\\\\xff",group="audit"} 0.0',
+    'streamdb_stream_group_oldest_pending_seconds{db="1",stream="jobs",group="workers"} 0.0',
+    'streamdb_stream_group_dead_lettered_total{db="0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 0',
+    'streamdb_stream_group_dead_lettered_total{db="0",stream="o\\"rd\\\\ers\\n\\\\xff",group="audit"} 0',
+    'streamdb_stream_group_dead_lettered_total{db="1",stream="jobs",group="workers"} 0',
+    'streamdb_consumer_pending{db="0",key="o\\"rd\\\\ers\\n\\\\xff",group="billing",consumer="alice"} 2',
+    'streamdb_consumer_pending{db="1",key="jobs",group="workers",consumer="bob"} 0',
+    'streamdb_consumer_idle_seconds{db="0",key="o\\"rd\\\\ers\\n\\\\xff",group="billing",consumer="alice"} 1.75',
+    'streamdb_consumer_idle_seconds{db="1",key="jobs",group="workers",consumer="bob"} 1.75',
+    'redis_stream_length{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff"} 4',
+    'redis_stream_length{db="db0",stream="empty"} 0',
+    'redis_stream_length{db="db1",stream="jobs"} 1',
+    'redis_stream_group_lag{db="db1",stream="jobs",group="workers"} 0',
+    'redis_stream_group_messages_pending{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 2',
+    'redis_stream_group_messages_pending{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff",group="audit"} 0',
+    'redis_stream_group_messages_pending{db="db1",stream="jobs",group="workers"} 0',
+    'redis_stream_group_entries_read{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 2',
+    'redis_stream_group_consumer_messages_pending{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing",consumer="alice"} 2',
+    'redis_stream_group_consumer_messages_pending{db="db1",stream="jobs",group="workers",consumer="bob"} 0',
+    'redis_stream_group_consumer_idle_seconds{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing",consumer="alice"} 1.75',
+    'redis_stream_group_consumer_idle_seconds{db="db1",stream="jobs",group="workers",consumer="bob"} 1.75',
+    'redis_db_keys{db="db0"} 2',
+    'redis_db_keys{db="db1"} 1',
+    'redis_db_keys_expiring{db="db0"} 0',
+    'redis_db_keys_expiring{db="db1"} 0',
+    'redis_stream_groups{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff"} 2',
+    'redis_stream_groups{db="db0",stream="empty"} 0',
+    'redis_stream_groups{db="db1",stream="jobs"} 1',
+    'redis_stream_last_generated_id{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff"} 1699999990005',
+    'redis_stream_last_generated_id{db="db0",stream="empty"} 5',
+    'redis_stream_last_generated_id{db="db1",stream="jobs"} 1700000000000',
+    'redis_stream_group_consumers{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 1',
+    'redis_stream_group_consumers{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff",group="audit"} 0',
+    'redis_stream_group_consumers{db="db1",stream="jobs",group="workers"} 1',
+    'redis_stream_group_last_delivered_id{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 1699999990002',
+    'redis_stream_group_last_delivered_id{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff",group="audit"} 1699999990003',
+    'redis_stream_group_last_delivered_id{db="db1",stream="jobs",group="workers"} 1700000000000',
+]
+
+
+def _pinned_keyspace_scrape() -> list[str]:
+    """Two databases; a binary key that needs escaping; a group with a pending entry
+    and one whose lag and entries-read are unknown (a deleted entry after its id); an
+    empty stream; a consumer that never read."""
+    from inproc import FakeClock, argv
+    from streamdb.server import metrics
+    from streamdb.server.core import Core
+    clock = FakeClock(1_700_000_000.0)
+    core = Core(clock=clock)
+    client = core.new_client(deliver=lambda *_: None)
+    key = b'o"rd\\ers\n\xff'
+    for i in range(1, 6):
+        core.execute(client, argv("XADD", key, f"{1_699_999_990_000 + i}-0", "f", "v"))
+    core.execute(client, argv("XGROUP", "CREATE", key, "billing", "0"))
+    core.execute(client, argv("XREADGROUP", "GROUP", "billing", "alice", "COUNT", "2", "STREAMS", key, ">"))
+    core.execute(client, argv("XGROUP", "CREATE", key, "audit", "1699999990003-0"))
+    core.execute(client, argv("XDEL", key, "1699999990004-0"))
+    core.execute(client, argv("XADD", "empty", "MAXLEN", "0", "5-1", "f", "v"))
+    core.execute(client, argv("SELECT", "1"))
+    core.execute(client, argv("XADD", "jobs", "1700000000000-0", "f", "v"))
+    core.execute(client, argv("XGROUP", "CREATE", "jobs", "workers", "$"))
+    core.execute(client, argv("XGROUP", "CREATECONSUMER", "jobs", "workers", "bob"))
+    clock.t += 1.5
+    text = metrics.render(core, clock.t + 0.25)
+    return [line for line in text.splitlines()
+            if line.startswith(("streamdb_stream_", "streamdb_group_", "streamdb_consumer_",
+                                "redis_stream_", "redis_db_keys"))
+            and not line.startswith("streamdb_stream_cache_")]       # the process's node cache
+
+
+@pytest.mark.parametrize("rows_per_piece, label_cache_max", [(None, None), (1, None), (None, 2)])
+def test_the_exposition_of_a_fixed_keyspace_is_pinned(monkeypatch, rows_per_piece, label_cache_max):
+    """Byte for byte, in the same order, whatever pieces a family is written in (a
+    piece per line and a loop slice per piece: every piece boundary is crossed), on
+    the first scrape and the next (which finds the labels cached), and with label
+    caches emptied every few names."""
+    from streamdb.server import metrics
+    if rows_per_piece is not None:
+        monkeypatch.setattr(metrics, "ROWS_PER_PIECE", rows_per_piece)
+        monkeypatch.setattr(metrics, "SLICE_SECONDS", 0.0)
+    if label_cache_max is not None:
+        monkeypatch.setattr(metrics, "LABEL_CACHE_MAX", label_cache_max)
+    metrics._entity_labels.clear()
+    assert _pinned_keyspace_scrape() == PINNED_KEYSPACE_LINES
+    assert _pinned_keyspace_scrape() == PINNED_KEYSPACE_LINES
