@@ -949,6 +949,15 @@ class RunRecord:
 # ---------------------------------------------------------------------------
 
 
+def redis_tools_missing(prog: str) -> bool:
+    """Whether redis-server or redis-benchmark is not installed (said on stderr, as
+    ``prog``): the tools that compare with Redis then run nothing."""
+    missing = [tool for tool in (REDIS_SERVER, REDIS_BENCHMARK) if not os.path.exists(tool)]
+    for tool in missing:
+        print(f"{prog}: {tool} not found", file=sys.stderr)
+    return bool(missing)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -961,10 +970,8 @@ def main(argv: list[str] | None = None) -> int:
     add_write_options(ap, "the bench.py section of docs/PERFORMANCE.md")
     args = ap.parse_args(argv)
 
-    for tool in (REDIS_SERVER, REDIS_BENCHMARK):
-        if not os.path.exists(tool):
-            print(f"bench: {tool} not found", file=sys.stderr)
-            return 2
+    if redis_tools_missing("bench"):
+        return 2
     names = [x.strip() for x in args.only.split(",") if x.strip()] or list(WORKLOADS)
     for n in names:
         if n not in WORKLOADS:

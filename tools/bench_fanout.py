@@ -26,16 +26,15 @@ section of docs/PERFORMANCE.md.  Timings are never asserted.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import (CHANNEL, COLUMN, PAYLOAD, PERFORMANCE_MD, REDIS_BENCHMARK,  # noqa: E402
-                   REDIS_SERVER, RunRecord, Server, Subscribers, add_write_options, alternate,
-                   measured, planned_writes, progress, redis_benchmark, results_table)
+from bench import (CHANNEL, COLUMN, PAYLOAD, PERFORMANCE_MD, RunRecord, Server,  # noqa: E402
+                   Subscribers, add_write_options, alternate, measured, planned_writes, progress,
+                   redis_benchmark, redis_tools_missing, results_table)
 
 KINDS = ("plain", "pattern")
 # What the pattern subscribers subscribe to: it matches CHANNEL, as a glob must work to.
@@ -90,10 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     add_write_options(ap, "the bench_fanout.py section of docs/PERFORMANCE.md")
     args = ap.parse_args(argv)
 
-    for tool in (REDIS_SERVER, REDIS_BENCHMARK):
-        if not os.path.exists(tool):
-            print(f"bench_fanout: {tool} not found", file=sys.stderr)
-            return 2
+    if redis_tools_missing("bench_fanout"):
+        return 2
     try:
         counts = [int(x) for x in args.subscribers.split(",") if x.strip()]
     except ValueError:
