@@ -108,10 +108,15 @@ class PubSub:
         ``shard``: those only, no pattern applies); the number of deliveries."""
         if shard:
             return _send(self.kinds[SHARD_CHANNELS].get(channel), b"smessage", channel, message)
-        sent = _send(self.kinds[CHANNELS].get(channel), b"message", channel, message)
-        for pattern, listeners in self.kinds[PATTERNS].items():
-            if glob_match(pattern, channel):
-                sent += _send(listeners, b"pmessage", pattern, channel, message)
+        # (_send is called only when someone listens: PUBLISH to a channel nobody
+        # hears, in-process, 10.5k -> 9.1k instructions; ECHO is 4.5k; callgrind)
+        listeners = self.kinds[CHANNELS].get(channel)
+        sent = _send(listeners, b"message", channel, message) if listeners else 0
+        patterns = self.kinds[PATTERNS]
+        if patterns:
+            for pattern, listeners in patterns.items():
+                if glob_match(pattern, channel):
+                    sent += _send(listeners, b"pmessage", pattern, channel, message)
         return sent
 
     def active(self, kind: int, pattern: bytes | None) -> list[bytes]:

@@ -46,6 +46,18 @@ def test_a_message_is_encoded_once_per_protocol_for_all_its_subscribers():
     assert resp2[0][0] is resp2[1][0] and resp3[0][0] is resp3[1][0]
 
 
+def test_a_message_makes_no_batch_when_no_sink_records_commands():
+    core = Core()
+    seen: list = []
+    core.add_effect_sink(seen.append, wants_commands=False)     # as the snapshot's tracker
+    pub = core.new_client()
+    assert core.execute(pub, argv("PUBLISH", "a", "m")) == 0
+    assert core.execute(pub, argv("SPUBLISH", "a", "m")) == 0
+    assert seen == []
+    core.execute(pub, argv("XADD", "s", "1-1", "f", "v"))
+    assert len(seen) == 1                   # data still reaches it
+
+
 def test_a_removed_client_leaves_no_subscription():
     core = Core()
     sub = core.new_client(deliver=lambda reply: None)
