@@ -23,6 +23,9 @@ Workloads (names for --only), targets as the table states them:
             against without, both on StreamDB (no Redis run)          entries/s
   ping      PING, 50 clients (redis-benchmark)                        req/s
   xlen      XLEN on a 1000-entry stream, 50 clients (redis-benchmark) req/s
+  publish   PUBLISH, 50 clients, with 0 and with 10 subscribers reading
+            (redis-benchmark; each subscriber must get every message)  req/s
+  publishp16  the same, pipeline 16                                   req/s
   memory    1M entries ``sensor-id 1234 temperature 19.8``            bytes/entry
   latency   producer at 10k entries/s, 10 consumers blocked in a group:
             produce -> receive latency p50/p99/p99.9
@@ -401,6 +404,129 @@ def _xadd_ts(key: bytes, ts: bytes) -> bytes:
     return resp(b"XADD", key, b"*", b"ts", ts, *ENTRY)
 
 
+# -- Pub/Sub subscribers ------------------------------------------------------------
+
+
+def message_frame(channel: bytes, payload: bytes, pattern: bytes | None = None) -> bytes:
+    """One message push as a RESP2 subscriber of ``channel`` (or of ``pattern``) gets it:
+    an array of bulk strings, the same bytes a request has."""
+    if pattern is None:
+        return resp(b"message", channel, payload)
+    return resp(b"pmessage", pattern, channel, payload)
+
+
+class Subscribers:
+    """``count`` connections subscribed to ``channel`` (to ``pattern`` with PSUBSCRIBE if
+    given), read by a child process of their own as fast as the sockets give bytes, so
+    that neither server's output buffers grow and the publishers' process is not slowed.
+
+    Every publish of ``payload`` to ``channel`` reaches each connection as the same frame
+    (message_frame), so the reader does not parse: it compares each read with the frame
+    repeated (one memcmp) and counts bytes.  ``wait(expected)`` waits until every
+    connection got ``expected`` messages (or ``timeout`` passed) and returns what was
+    read: {"messages", "first", "last", "cpu"} (time.perf_counter() of the first and last
+    read, the clock the parent reads too; the reader's CPU seconds), or raises if a byte differed, a connection closed or
+    messages are missing.  A context manager; ``count`` 0 starts no process."""
+
+    def __init__(self, port: int, count: int, channel: bytes, payload: bytes,
+                 pattern: bytes | None = None) -> None:
+        self.count = count
+        self.frame = message_frame(channel, payload, pattern)
+        self.process = None
+        if not count:
+            return
+        ctx = mp.get_context("fork")
+        self.control, child_end = ctx.Pipe()
+        subscribe = resp(b"PSUBSCRIBE", pattern) if pattern else resp(b"SUBSCRIBE", channel)
+        self.process = ctx.Process(target=_read_subscribers, daemon=True,
+                                   args=(port, count, subscribe, self.frame, child_end))
+        self.process.start()
+        if not self.control.poll(30):
+            raise RuntimeError("the subscribers did not subscribe within 30 s")
+        ready = self.control.recv()
+        if ready != "subscribed":
+            raise RuntimeError(f"subscribers: {ready}")
+
+    def wait(self, expected: int, timeout: float = 60.0) -> dict:
+        if not self.count:
+            return {"messages": 0, "first": 0.0, "last": 0.0, "cpu": 0.0}
+        self.control.send((expected, timeout))
+        if not self.control.poll(timeout + 30):
+            raise RuntimeError("the subscribers' reader did not answer")
+        got = self.control.recv()
+        if isinstance(got, str):
+            raise RuntimeError(f"subscribers: {got}")
+        return got
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.join()
+            self.process = None
+
+    def __enter__(self) -> "Subscribers":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _read_subscribers(port: int, count: int, subscribe: bytes, frame: bytes, control) -> None:
+    """The child process of Subscribers: subscribe, say so, then read every connection
+    until the parent's expected count has arrived on each (see Subscribers)."""
+    import select
+    try:
+        conns = [Conn(port) for _ in range(count)]
+        for c in conns:
+            c.send(subscribe)
+            c.read()                      # the confirmation; nothing is published yet
+            c.sock.setblocking(False)
+    except (OSError, hiredis.ReplyError) as e:
+        control.send(f"could not subscribe: {e}")
+        return
+    control.send("subscribed")
+    cpu_at_start = time.process_time()
+    chunk = 1 << 18
+    repeated = frame * (chunk // len(frame) + 2)
+    by_fd = {c.sock.fileno(): c.sock for c in conns}
+    received = dict.fromkeys(by_fd, 0)          # bytes per connection
+    first = last = 0.0
+    poller = select.epoll()
+    for fd in by_fd:
+        poller.register(fd, select.EPOLLIN)
+    poller.register(control.fileno(), select.EPOLLIN)
+    want = deadline = None                      # bytes per connection; when to give up
+    problem = None
+    while problem is None:
+        if want is not None and (min(received.values()) >= want or time.perf_counter() > deadline):
+            break
+        for fd, _ in poller.poll(0.05):
+            if fd == control.fileno():
+                expected, timeout = control.recv()
+                want, deadline = expected * len(frame), time.perf_counter() + timeout
+                poller.unregister(fd)
+                continue
+            data = by_fd[fd].recv(chunk)
+            now = time.perf_counter()
+            if not data:
+                problem = "the server closed a subscriber's connection"
+                break
+            first = first or now
+            last = now
+            offset = received[fd] % len(frame)
+            if data != repeated[offset:offset + len(data)]:
+                problem = f"unexpected bytes after {received[fd]} bytes: {data[:80]!r}"
+                break
+            received[fd] += len(data)
+    if problem is None and min(received.values()) < want:
+        problem = (f"a subscriber got {min(received.values()) // len(frame)} of "
+                   f"{want // len(frame)} messages")
+    if problem is None and max(received.values()) > want:
+        problem = f"a subscriber got {max(received.values()) // len(frame)} messages, more than sent"
+    control.send(problem or {"messages": sum(received.values()) // len(frame), "first": first,
+                             "last": last, "cpu": time.process_time() - cpu_at_start})
+
+
 # ---------------------------------------------------------------------------
 # The workloads: each returns rows for the table
 # ---------------------------------------------------------------------------
@@ -501,6 +627,40 @@ def w_xaddp16(servers, cfg) -> list[Row]:
                     lambda srv: _xadd_bench(srv, cfg.xaddp_n, 16))
     return [measured("XADD, 50 clients, -P 16", "req/s", res, "rps", ">=", 0.7),
             measured("XADD -P 16 p99 latency", "ms", res, "p99", "<=", 1.5)]
+
+
+# The channel and message of the PUBLISH rows (and bench_fanout.py's default).
+CHANNEL, PAYLOAD = b"bench-channel", b"a message of 32 bytes, say JSON."
+
+
+def _publish_bench(srv, subscribers: int, n: int, pipeline: int) -> dict:
+    """redis-benchmark PUBLISH to a channel with ``subscribers`` reading connections,
+    each of which must then have got every one of the ``n`` messages."""
+    with Subscribers(srv.port, subscribers, CHANNEL, PAYLOAD) as subs:
+        res = redis_benchmark(srv.port, 50, n, pipeline, "PUBLISH", CHANNEL.decode(),
+                              PAYLOAD.decode())
+        subs.wait(n)
+    return res
+
+
+def _publish_rows(servers, cfg, n: int, pipeline: int) -> list[Row]:
+    rows = []
+    for subscribers in (0, 10):
+        res = alternate(servers, cfg.rounds, f"publish, {subscribers} subscribers, -P {pipeline}",
+                        lambda srv: _publish_bench(srv, subscribers, n, pipeline))
+        rows.append(measured(f"PUBLISH, {subscribers} subscribers, 50 clients, -P {pipeline}",
+                             "req/s", res, "rps", ">=", 0.9))
+    return rows
+
+
+def w_publish(servers, cfg) -> list[Row]:
+    """PUBLISH alone (no subscriber: the request path and a look-up) and delivered to 10
+    subscribers (the message encoded and written to each)."""
+    return _publish_rows(servers, cfg, cfg.ping_n, 1)
+
+
+def w_publishp16(servers, cfg) -> list[Row]:
+    return _publish_rows(servers, cfg, cfg.xaddp_n, 16)
 
 
 def w_xrange(servers, cfg) -> list[Row]:
@@ -642,6 +802,8 @@ WORKLOADS = {
     "xgroupdlq": w_xgroupdlq,
     "ping": w_ping,
     "xlen": w_xlen,
+    "publish": w_publish,
+    "publishp16": w_publishp16,
     "memory": w_memory,
     "latency": w_latency,
     "loadtest": w_loadtest,
@@ -809,6 +971,15 @@ class RunRecord:
 # ---------------------------------------------------------------------------
 
 
+def redis_tools_missing(prog: str) -> bool:
+    """Whether redis-server or redis-benchmark is not installed (said on stderr, as
+    ``prog``): the tools that compare with Redis then run nothing."""
+    missing = [tool for tool in (REDIS_SERVER, REDIS_BENCHMARK) if not os.path.exists(tool)]
+    for tool in missing:
+        print(f"{prog}: {tool} not found", file=sys.stderr)
+    return bool(missing)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -821,10 +992,8 @@ def main(argv: list[str] | None = None) -> int:
     add_write_options(ap, "the bench.py section of docs/PERFORMANCE.md")
     args = ap.parse_args(argv)
 
-    for tool in (REDIS_SERVER, REDIS_BENCHMARK):
-        if not os.path.exists(tool):
-            print(f"bench: {tool} not found", file=sys.stderr)
-            return 2
+    if redis_tools_missing("bench"):
+        return 2
     names = [x.strip() for x in args.only.split(",") if x.strip()] or list(WORKLOADS)
     for n in names:
         if n not in WORKLOADS:

