@@ -36,6 +36,8 @@ from .procs import free_port, wait_until_ready
 MASTER_NAME = "mymaster"
 QUORUM = 2
 WAITAOF_TIMEOUT_MS = 1000
+# After a kill -9, what the replicas had already read is applied within this.
+KILL_SETTLE_S = 0.2
 # Sentinel needs a while for each step; bounded waits, with room on a loaded machine.
 FAILOVER_WAIT_S = 60.0
 CONVERGE_WAIT_S = 60.0
@@ -81,6 +83,7 @@ class FailoverRound:
     lost_promised: int = 0
     lost_unpromised: int = 0
     group_regressed: bool = False
+    behind_promoted: bool = False       # Sentinel promoted a replica behind another one
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -225,6 +228,14 @@ def _role(port: int) -> str:
         return ""
 
 
+def _replica_offset(port: int) -> int | None:
+    """The replica's applied offset of its primary's stream (INFO's slave_repl_offset)."""
+    try:
+        return int(redis.Redis(port=port, socket_timeout=1).info("replication")["slave_repl_offset"])
+    except (redis.RedisError, OSError, KeyError, ValueError):
+        return None
+
+
 def _digest(port: int) -> bytes | None:
     try:
         return redis.Redis(port=port, socket_timeout=5).execute_command("DEBUG", "DIGEST")
@@ -283,12 +294,23 @@ def _round(rnd: int, cluster: Cluster, ledger: Ledger, rng, args) -> FailoverRou
     cluster.kill9(old)
     killed_at = time.monotonic()
     log("INFO", f"round {rnd}: kill -9 of the primary on port {old}")
+    # What the replicas hold once the stream stopped: which one Sentinel should pick
+    # (the most advanced holds every write any replica acknowledged).
+    time.sleep(KILL_SETTLE_S)
+    offsets = {port: _replica_offset(port) for port in sorted(others)}
     new = _wait("a new primary", lambda: (p := cluster.primary()) and p != old and p, FAILOVER_WAIT_S)
     if new is None:
         result.notes.append(f"no new primary within {FAILOVER_WAIT_S:.0f} s")
         return result
     result.new_port, result.failover_s = new, time.monotonic() - killed_at
-    log("INFO", f"round {rnd}: the Sentinels promoted port {new} after {result.failover_s:.2f} s")
+    log("INFO", f"round {rnd}: the Sentinels promoted port {new} after {result.failover_s:.2f} s "
+                f"(replica offsets at the kill: "
+                f"{', '.join(f'{port} at {off}' for port, off in offsets.items())})")
+    known = [off for off in offsets.values() if off is not None]
+    if offsets.get(new) is not None and known and offsets[new] < max(known):
+        result.behind_promoted = True
+        log("WARNING", f"round {rnd}: the Sentinels promoted port {new}, behind another replica: "
+                       f"writes only that replica had are lost with it")
     try:
         cluster.start_node(old, None)     # as it was: Sentinel must make it a replica
     except ServerDidNotStart as e:
@@ -371,13 +393,14 @@ def run_failover(args, scratch: str, rng) -> tuple[list[FailoverRound], list[str
 
 def print_failover_table(results: list[FailoverRound], final: list[str], down_after_ms: int) -> None:
     cols = ("round", "killed", "new_primary", "failover_s", "acked_xadds", "promised", "lost_promised",
-            "lost_unpromised", "group_back", "failures")
+            "lost_unpromised", "group_back", "behind_promoted", "failures")
     print(f"failover test: 3 nodes, 3 Sentinels (quorum {QUORUM}), down-after {down_after_ms} ms, WAITAOF 1 1")
     print(" | ".join(f"{c:>15}" for c in cols))
     for r in results:
         print(" | ".join(f"{v!s:>15}" for v in (r.round, r.killed_port, r.new_port, f"{r.failover_s:.2f}",
                                                  r.acked_xadds, r.promised, r.lost_promised, r.lost_unpromised,
-                                                 int(r.group_regressed), r.failures)))
+                                                 int(r.group_regressed), int(r.behind_promoted),
+                                                 r.failures)))
     times = [r.failover_s for r in results if r.new_port]
     tot = lambda attr: sum(getattr(r, attr) for r in results)     # noqa: E731
     median = f"{statistics.median(times):.2f}" if times else "-"
@@ -385,7 +408,7 @@ def print_failover_table(results: list[FailoverRound], final: list[str], down_af
     print(f"TOTAL rounds={len(results)} failover_median_s={median} failover_max_s={worst} "
           f"acked_xadds={tot('acked_xadds')} promised={tot('promised')} lost_promised={tot('lost_promised')} "
           f"lost_unpromised={tot('lost_unpromised')} group_regressions={tot('group_regressed')} "
-          f"failures={tot('failures') + len(final)}")
+          f"behind_promoted={tot('behind_promoted')} failures={tot('failures') + len(final)}")
     print(f"lost {tot('lost_unpromised')} XADDs acknowledged without WAITAOF's confirmation: asynchronous "
           f"replication's window, reported, not a failure")
     for r in results:
