@@ -25,7 +25,7 @@ from ..engine.stream import Stream
 from ..protocol.reply import OK, CommandError, Map, Status
 from .args import eq, parse_int
 from .docs import DOCS, _doc
-from .groups import setid_effect
+from .groups import no_such_group, setid_effect
 
 __all__ = ["GROUP_HELP"]
 
@@ -73,8 +73,7 @@ def _stream_and_group(ctx: Ctx, key: bytes, name: bytes, read: bool) -> tuple[St
         raise CommandError(f"ERR no such key '{_text(key)}'")
     g = (s.groups or {}).get(name)
     if g is None:
-        raise CommandError(f"NOGROUP No such consumer group '{_text(name)}' "
-                           f"for key name '{_text(key)}'")
+        raise no_such_group(key, name)
     return s, g
 
 

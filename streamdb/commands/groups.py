@@ -49,7 +49,7 @@ from .streams import (XREAD_BLOCKED_DEFAULT_COUNT, ReadArgs, ReadBudget,
                       _stream_key_positions, append_auto, parse_ids_block, parse_policy_ids,
                       parse_read_args, xread_reply)
 
-__all__ = ["xclaim_effect", "new_delivery_effects", "setid_effect", "counter_effect"]
+__all__ = ["xclaim_effect", "new_delivery_effects", "no_such_group", "setid_effect", "counter_effect"]
 
 NEW_ONLY = -1     # the ">" id of XREADGROUP
 
@@ -273,9 +273,13 @@ def _xgroup_prelude(ctx: Ctx, argv: list[bytes], need_group: bool,
         raise CommandError(_REQUIRES_KEY)
     g = _group_of(s, argv[3])
     if need_group and g is None:
-        raise CommandError(f"NOGROUP No such consumer group '{_s(argv[3])}' "
-                           f"for key name '{_s(key)}'")
+        raise no_such_group(key, argv[3])
     return s, g
+
+
+def no_such_group(key: bytes, name: bytes) -> CommandError:
+    """XGROUP's NOGROUP error (Redis prints both names with %s)."""
+    return CommandError(f"NOGROUP No such consumer group '{_s(name)}' for key name '{_s(key)}'")
 
 
 @command("xgroup", -2, "", group="stream", since="5.0.0")
