@@ -160,9 +160,25 @@ class ReplicaSide:
 
     # -- one connection ---------------------------------------------------------------
 
+    async def _within(self, awaitable, timeout: float):
+        """``await awaitable``, bounded by ``timeout`` seconds, in a side not stopped meanwhile.
+
+        A stopped side (REPLICAOF elsewhere or NO ONE) must not take one more step: its
+        replacement owns the data and the replication state.  Python 3.11's
+        ``asyncio.wait_for`` can swallow the task's cancellation when what it waits for
+        completes in the same loop turn (CPython gh-86296): a stopped side then applied
+        the next chunk of its old primary's stream, or went on to load a full-sync
+        payload over its successor's data.  ``asyncio.timeout`` cancels the task itself,
+        and the check of ``stopped`` holds whatever the loop did."""
+        async with asyncio.timeout(timeout):
+            result = await awaitable
+        if self.stopped:
+            raise asyncio.CancelledError
+        return result
+
     async def _readline(self, reader, timeout: float) -> bytes:
         while True:
-            line = await asyncio.wait_for(reader.readline(), timeout)
+            line = await self._within(reader.readline(), timeout)
             if not line:
                 raise EOFError("connection closed by the master")
             self.last_io = time.monotonic()
@@ -184,9 +200,12 @@ class ReplicaSide:
         timeout = cfg["repl-timeout"]
         self.state = "connecting"
         log.log(log.NOTICE, f"Connecting to MASTER {self.host}:{self.port}")
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port, ssl=self._tls_context()), timeout)
-        self.writer = writer
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(self.host, self.port,
+                                                           ssl=self._tls_context())
+        self.writer = writer             # (closed by _run's cleanup, stopped or not)
+        if self.stopped:
+            raise asyncio.CancelledError
         log.log(log.NOTICE, "MASTER <-> REPLICA sync started")
         self.state = "handshake"
 
@@ -257,7 +276,7 @@ class ReplicaSide:
         stats = self.repl.core.stats
         try:
             while True:
-                data = await asyncio.wait_for(reader.read(1 << 16), timeout)
+                data = await self._within(reader.read(1 << 16), timeout)
                 if not data:
                     raise EOFError("connection closed by the master")
                 stats.reads_processed += 1      # (Redis counts its master's link too)
@@ -285,7 +304,7 @@ class ReplicaSide:
                                 f"master to disk ({payload.path})")
             t0 = time.monotonic()
             while not payload.complete:
-                data = await asyncio.wait_for(reader.read(payload.want()), timeout)
+                data = await self._within(reader.read(payload.want()), timeout)
                 if not data:
                     raise EOFError(f"connection lost during the full sync transfer "
                                    f"({self.sync_read} bytes received)")

@@ -351,3 +351,42 @@ def test_kill9_of_a_followed_primary_notes_the_full_resync_before_ready(tmp_path
             wait_synced(cp, cr, timeout=30)
             assert cp.info("stats")["sync_full"] == 1                # what the line announced
             assert cp.info("stats")["sync_partial_ok"] == 0
+
+
+def test_replica_switched_between_busy_primaries_follows_only_the_last(tmp_path):
+    """REPLICAOF to one primary, then another, again and again while both stream writes:
+    the side following the previous primary stops at once (never applies another chunk,
+    never loads a payload over its successor's data) and the replica ends equal to the
+    primary it follows last, with no error in its log."""
+    a = ServerProcess(tmp_path / "a", "--save", "")
+    b = ServerProcess(tmp_path / "b", "--save", "")
+    with a, b, replica_of(tmp_path / "r", a) as r:
+        ca, cb, cr = client(a), client(b), client(r)
+        populate(ca)
+        populate(cb)
+        stop = threading.Event()
+
+        def write(c: redis.Redis, tag: str) -> None:
+            n = 0
+            while not stop.is_set():
+                c.xadd("orders", {tag: n})
+                n += 1
+
+        writers = [threading.Thread(target=write, args=(c, t), daemon=True)
+                   for c, t in ((client(a), "a"), (client(b), "b"))]
+        for t in writers:
+            t.start()
+        try:
+            for i in range(40):
+                target = b if i % 2 == 0 else a
+                assert cr.execute_command("REPLICAOF", "127.0.0.1", str(target.port)) == b"OK"
+                time.sleep(0.005 * (i % 7))       # switch at every stage of the handshake
+        finally:
+            stop.set()
+            for t in writers:
+                t.join(10)
+        last = a                                  # (i = 39 switched to a)
+        wait_until(lambda: link_up(cr), 15, "replica linked to its last primary")
+        assert_same(client(last), cr)
+    log = r.log_text()
+    assert "Traceback" not in log and "exception" not in log.lower(), log[-3000:]
