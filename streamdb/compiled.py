@@ -50,6 +50,8 @@ COMPILED_SOURCES = (
     "streamdb/server/core.py",
     "streamdb/server/pipeline.py",
     "streamdb/persistence/changes.py",
+    "streamdb/dispatch/pubsub.py",
+    "streamdb/commands/pubsub.py",
 )
 
 PURE = os.environ.get("STREAMDB_PURE", "") not in ("", "0")

@@ -2,7 +2,7 @@
 no event loop, no benchmark client sharing the CPUs.
 
     .venv/bin/python tools/bench_request.py [--instructions] [--requests N] [--reads R]
-        [--pipeline P] [--appendfsync always|everysec|no]
+        [--pipeline P] [--appendfsync always|everysec|no] [--subscribers S]
 
 The server is wired as ``python -m streamdb --appendonly no --save ''`` wires it
 (__main__.serve: persistence with its changed-key tracker, replication, limits,
@@ -11,7 +11,9 @@ temporary directory, fsynced as that policy says), and R connections with a fake
 transport each get reads of P (16) ``XADD s * f v`` requests through
 ``Connection.data_received`` (the RequestLoop, Core.execute, the handler, the effect
 sinks); a turn is R reads and then the loop's end of turn (``Server._end_of_turn``:
-hooks, then each connection's write).  Prints the time per request (the machine's other
+hooks, then each connection's write).  With ``--subscribers S`` (0 or more) the requests are
+``PUBLISH ch <32 bytes>`` instead, and S more connections are subscribed to ``ch``:
+each message is delivered to each of them and written at the end of the turn.  Prints the time per request (the machine's other
 load makes it noisy) and, with ``--instructions``, the instructions per request counted
 by callgrind (valgrind): the difference of two runs of different lengths, so start-up
 drops out.  Under callgrind the clock runs ~50x slower than the code, so a node spans
@@ -80,8 +82,10 @@ class _Transport:
         pass
 
 
-def run(requests: int, reads: int, pipeline: int = 16, appendfsync: str = "") -> float:
-    """Serve ``requests`` XADDs; the seconds per request."""
+def run(requests: int, reads: int, pipeline: int = 16, appendfsync: str = "",
+        subscribers: int = -1) -> float:
+    """Serve ``requests`` XADDs (PUBLISHes, to ``subscribers`` subscribers, when that is
+    not negative); the seconds per request."""
     from streamdb import commands, replication  # noqa: F401  (fills the command table)
     from streamdb.__main__ import GC_THRESHOLDS
     from streamdb.commands import persistence, retention
@@ -111,7 +115,17 @@ def run(requests: int, reads: int, pipeline: int = 16, appendfsync: str = "") ->
         conn = server._new_connection()
         conn.connection_made(_Transport())
         conns.append(conn)
-    data = encode_request(b"XADD", b"s", b"*", b"f", b"v") * pipeline
+    listeners = []
+    for _ in range(max(subscribers, 0)):
+        conn = server._new_connection()
+        conn.connection_made(_Transport())
+        conn.data_received(encode_request(b"SUBSCRIBE", b"ch"))
+        listeners.append(conn)
+    loop.end_turn()
+    if subscribers >= 0:
+        data = encode_request(b"PUBLISH", b"ch", b"a message of 32 bytes, say JSON.") * pipeline
+    else:
+        data = encode_request(b"XADD", b"s", b"*", b"f", b"v") * pipeline
     turns = max(1, requests // (pipeline * reads))
     start = time.perf_counter()
     for _ in range(turns):
@@ -119,16 +133,16 @@ def run(requests: int, reads: int, pipeline: int = 16, appendfsync: str = "") ->
             conn.data_received(data)
         loop.end_turn()
     elapsed = time.perf_counter() - start
-    if not all(conn.transport.written for conn in conns):
-        raise SystemExit("no replies were written")
+    if not all(conn.transport.written for conn in conns + listeners):
+        raise SystemExit("no replies (or messages) were written")
     return elapsed / (turns * pipeline * reads)
 
 
-def instructions(reads: int, pipeline: int, appendfsync: str) -> int:
+def instructions(reads: int, pipeline: int, appendfsync: str, subscribers: int) -> int:
     def count(n: int) -> int:
         out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
                               sys.executable, __file__, "--run", str(n), "--reads", str(reads),
-                              "--pipeline", str(pipeline),
+                              "--pipeline", str(pipeline), "--subscribers", str(subscribers),
                               *(["--appendfsync", appendfsync] if appendfsync else [])],
                              capture_output=True, text=True, env={**os.environ}).stderr
         return int(re.search(r"Collected : (\d+)", out).group(1))
@@ -143,23 +157,27 @@ def main() -> int:
     ap.add_argument("--pipeline", type=int, default=16, help="requests per read")
     ap.add_argument("--appendfsync", choices=("always", "everysec", "no"), default="",
                     help="with an AOF fsynced so (default: no AOF)")
+    ap.add_argument("--subscribers", type=int, default=-1,
+                    help="PUBLISH to a channel with this many subscribers (0: none) instead of XADD")
     ap.add_argument("--run", type=int, default=0, help=argparse.SUPPRESS)   # one counted run
     args = ap.parse_args()
     if args.run:
-        run(args.run, args.reads, args.pipeline, args.appendfsync)
+        run(args.run, args.reads, args.pipeline, args.appendfsync, args.subscribers)
         return 0
     from streamdb import compiled, protocol
     print(f"core: {' '.join(compiled.status(protocol.CORE, protocol.CORE_REASON))}")
-    what = f"XADD -P{args.pipeline}, {args.reads} reads a turn" + \
+    request = f"PUBLISH to {args.subscribers} subscribers" if args.subscribers >= 0 else "XADD"
+    what = f"{request} -P{args.pipeline}, {args.reads} reads a turn" + \
         (f", appendfsync {args.appendfsync}" if args.appendfsync else "")
-    best = min(run(args.requests, args.reads, args.pipeline, args.appendfsync) for _ in range(3))
+    best = min(run(args.requests, args.reads, args.pipeline, args.appendfsync, args.subscribers)
+               for _ in range(3))
     print(f"{what}, in-process: {best * 1e9:.0f} ns per request (best of 3)")
     if args.instructions:
         if shutil.which("valgrind") is None:
             print("valgrind is not installed: no instruction counts")
         else:
             print(f"{what}, in-process: "
-                  f"{instructions(args.reads, args.pipeline, args.appendfsync)} "
+                  f"{instructions(args.reads, args.pipeline, args.appendfsync, args.subscribers)} "
                   "instructions per request (callgrind)")
     return 0
 

@@ -2,9 +2,8 @@
 the shard forms SSUBSCRIBE SUNSUBSCRIBE SPUBLISH, and PUBSUB's introspection.
 
 The state and the delivery are dispatch/pubsub.py (``core.pubsub``).  Nothing here
-is data: no effect, no AOF, no snapshot.  (Redis also sends PUBLISH down to
-replicas, whose subscribers then get the message: not done yet, see
-docs/COMPATIBILITY.md.)
+is data: no AOF, no snapshot; a message goes down to the replicas, as Redis sends
+it, whose subscribers then get it (``Core.propagate_message``).
 
 A (un)subscribe command answers one confirmation per name, each a Push
 (``[kind, name, count]``), as several replies in a row: the handler returns them

@@ -15,10 +15,13 @@ subscribed; a client subscribed both ways gets it once per way, as in Redis.
 
 from __future__ import annotations
 
+import cython
+
 from ..config import KEYSPACE_EVENT_BITS
 from ..glob import glob_match
 from ..protocol import encode_reply
 from ..protocol.reply import CommandError, Push, Raw
+from .client import Client
 
 __all__ = ["PubSub", "Subscriptions", "CHANNELS", "PATTERNS", "SHARD_CHANNELS",
            "subscribed_mode_refusal", "KEYSPACE_EVENTS", "EVENT_CLASS", "event_enabled",
@@ -94,8 +97,12 @@ class Subscriptions:
         return sum(len(names) for names in self.kinds)
 
 
+# Compiled, a cclass: ``kinds`` is a C field (pubsub.pxd), read by every PUBLISH.
+@cython.cclass
 class PubSub:
     """The server's subscriptions: name -> {client: None} per kind."""
+
+    __slots__ = ("kinds",)
 
     def __init__(self) -> None:
         self.kinds: tuple[dict, dict, dict] = ({}, {}, {})
@@ -139,13 +146,15 @@ class PubSub:
     def publish(self, channel: bytes, message: bytes, shard: bool = False) -> int:
         """Send ``message`` to the subscribers of ``channel`` (a shard channel's if
         ``shard``: those only, no pattern applies); the number of deliveries."""
+        kinds: tuple = self.kinds
         if shard:
-            return _send(self.kinds[SHARD_CHANNELS].get(channel), b"smessage", channel, message)
+            return _send(kinds[SHARD_CHANNELS].get(channel), b"smessage", channel, message)
         # (_send is called only when someone listens: PUBLISH to a channel nobody
         # hears, in-process, 10.5k -> 9.1k instructions; ECHO is 4.5k; callgrind)
-        listeners = self.kinds[CHANNELS].get(channel)
+        channels: dict = kinds[CHANNELS]
+        listeners = channels.get(channel)
         sent = _send(listeners, b"message", channel, message) if listeners else 0
-        patterns = self.kinds[PATTERNS]
+        patterns: dict = kinds[PATTERNS]
         if patterns:
             for pattern, listeners in patterns.items():
                 if glob_match(pattern, channel):
@@ -186,6 +195,7 @@ def _send(listeners: dict | None, *message: bytes) -> int:
     if not listeners:
         return 0
     encoded = [None, None, None, None]
+    client: Client
     for client in listeners:
         deliver = client.deliver
         if deliver is not None:             # (a bare core's clients have no connection)

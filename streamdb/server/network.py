@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 
 from .. import log
-from ..protocol import RequestParser, encode_reply
+from ..protocol import RequestParser
 from ..security import protected
 from .. import tls
 from ..dispatch.client import client_info_line
@@ -73,10 +73,12 @@ class Connection(asyncio.Protocol):
             transport.close()
             self.closing = True
             return
-        self.client = core.new_client(deliver=self.deliver, addr=addr, laddr=laddr)
+        self.client = core.new_client(addr=addr, laddr=laddr)
         self.client.close = self.close_after_flush
         self.parser.authenticated = self.client.authenticated
-        self.requests = RequestLoop(core, self.client, self.parser, self.out)
+        self.requests = RequestLoop(core, self.client, self.parser, self.out, transport,
+                                    self._output_waiting, self._resume_later)
+        self.client.deliver = self.requests.deliver
 
     def connection_lost(self, exc) -> None:
         self.closing = True
@@ -108,21 +110,12 @@ class Connection(asyncio.Protocol):
     # asyncio's callback for a read is process itself: one Python call per read.
     data_received = process
 
-    def deliver(self, reply) -> None:
-        """A reply produced outside the request path (a blocked client served, a
-        Pub/Sub message, a MONITOR line)."""
-        if self.transport is None or self.transport.is_closing():
-            return
-        self.out.append(encode_reply(reply, self.client.resp == 3))
-        # A PUBLISH calls this once per subscriber, many times a turn for each: the
-        # call to schedule the flush is made only by the first (a connection in
-        # _to_flush has its end of turn scheduled already; PUBLISH -P 16 with 10
-        # subscribers, in-process: 57.3k -> 52.1k instructions a request, callgrind).
-        if self not in self.server._to_flush:
-            self.server.schedule_flush(self)
-        if self.client.blocked is None and self.parser.buffered():
-            # Resume the requests that arrived while blocked, on a later turn.
-            asyncio.get_running_loop().call_soon(self.process)
+    def _output_waiting(self) -> None:
+        """A reply delivered outside the request path (RequestLoop.deliver) waits."""
+        self.server.schedule_flush(self)
+
+    def _resume_later(self) -> None:
+        asyncio.get_running_loop().call_soon(self.process)
 
     def close_after_flush(self) -> None:
         self.closing = True
@@ -132,6 +125,8 @@ class Connection(asyncio.Protocol):
         self.server.schedule_flush(self)
 
     def flush(self) -> None:
+        if self.requests is not None:
+            self.requests.flush_pending = False
         if self.transport.is_closing():
             # Gone (the peer hung up, or dropped) while its replies waited: a write to
             # the closed transport would raise and stop the flush of the others.

@@ -10,8 +10,11 @@ cdef class RequestLoop:
     cdef Core core
     cdef Client client
     cdef RequestParser parser
-    cdef list out
+    cdef readonly list out
+    cdef public object transport, on_output, on_resume
+    cdef public bint flush_pending
 
     cpdef int serve(self, data)
     cdef int _run_requests(self)
     cpdef bint write_out(self, transport)
+    cpdef void deliver(self, reply)
