@@ -25,7 +25,7 @@ from ..dispatch.client import client_info_line
 from .core import Core
 from .lifecycle import close_in_forked_children
 from .limits import output_limit_reached
-from .pipeline import CLOSE_AFTER_FLUSH, DROP_NOW, QUERY_BUFFER_FULL, RequestLoop
+from .pipeline import CLOSE_AFTER_FLUSH, DROP_NOW, QUERY_BUFFER_FULL, RequestLoop, flush_connections
 
 __all__ = ["Server", "Connection"]
 
@@ -76,12 +76,15 @@ class Connection(asyncio.Protocol):
         self.client = core.new_client(addr=addr, laddr=laddr)
         self.client.close = self.close_after_flush
         self.parser.authenticated = self.client.authenticated
-        self.requests = RequestLoop(core, self.client, self.parser, self.out, transport,
-                                    self._output_waiting, self._resume_later)
+        self.requests = RequestLoop(core, self.client, self.parser, self.out, transport, self,
+                                    self.server._to_flush, self.server.end_turn_needed,
+                                    self._resume_later)
         self.client.deliver = self.requests.deliver
 
     def connection_lost(self, exc) -> None:
         self.closing = True
+        if self.requests is not None:
+            self.requests.conn = None       # (no cycle left: it delivers nothing more)
         if self.client is not None:
             self.core.remove_client(self.client)
             self.server.forget(self)
@@ -110,10 +113,6 @@ class Connection(asyncio.Protocol):
     # asyncio's callback for a read is process itself: one Python call per read.
     data_received = process
 
-    def _output_waiting(self) -> None:
-        """A reply delivered outside the request path (RequestLoop.deliver) waits."""
-        self.server.schedule_flush(self)
-
     def _resume_later(self) -> None:
         asyncio.get_running_loop().call_soon(self.process)
 
@@ -125,8 +124,6 @@ class Connection(asyncio.Protocol):
         self.server.schedule_flush(self)
 
     def flush(self) -> None:
-        if self.requests is not None:
-            self.requests.flush_pending = False
         if self.transport.is_closing():
             # Gone (the peer hung up, or dropped) while its replies waited: a write to
             # the closed transport would raise and stop the flush of the others.
@@ -137,11 +134,18 @@ class Connection(asyncio.Protocol):
                 # The socket took it all (the usual case): nothing is pending, which
                 # is all output_limit_reached would find and record.
                 self.soft_limit_since = None
-            elif output_limit_reached(self, self.core.config.values["client-output-buffer-limit"]):
-                self.drop_for_output_limit()
+            elif self.output_left_over():
                 return
         if self.closing:
             self.transport.close()
+
+    def output_left_over(self) -> bool:
+        """The socket did not take all that was written: the output-buffer limits
+        (limits.py); whether they dropped the connection."""
+        if output_limit_reached(self, self.core.config.values["client-output-buffer-limit"]):
+            self.drop_for_output_limit()
+            return True
+        return False
 
     def drop_for_output_limit(self) -> None:
         """Redis's closeClientOnOutputBufferLimitReached: drop, without flushing."""
@@ -194,6 +198,12 @@ class Server:
     def schedule_flush(self, conn: Connection) -> None:
         self._to_flush[conn] = None
         if not self._flush_scheduled:
+            self.end_turn_needed()
+
+    def end_turn_needed(self) -> None:
+        """Something joined ``_to_flush`` by itself (RequestLoop.deliver): the turn's
+        end is scheduled, once."""
+        if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._end_of_turn)
 
@@ -203,14 +213,19 @@ class Server:
         for hook in self.before_reply_hooks:
             if hook() is False:
                 durable = False
-        conns = self._to_flush
-        self._to_flush = {}
+        # A copy, and the dict emptied in place: every RequestLoop holds it.
+        conns = self._to_flush.copy()
+        self._to_flush.clear()
         if self._held:
             conns = {**self._held, **conns}
             self._held = {}
         if durable:
-            for conn in conns:
+            # (compiled: most connections are written there; pipeline.py)
+            later, pending = flush_connections(conns)
+            for conn in later:
                 conn.flush()
+            for conn in pending:
+                conn.output_left_over()
             return
         # Some effects are not on disk.  A client whose own writes are among them is
         # not acknowledged: its connection's replies wait, in order, for a retry

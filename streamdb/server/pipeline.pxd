@@ -11,10 +11,12 @@ cdef class RequestLoop:
     cdef Client client
     cdef RequestParser parser
     cdef readonly list out
-    cdef public object transport, on_output, on_resume
-    cdef public bint flush_pending
+    cdef public object transport, conn, on_output, on_resume
+    cdef public dict to_flush
 
     cpdef int serve(self, data)
     cdef int _run_requests(self)
     cpdef bint write_out(self, transport)
     cpdef void deliver(self, reply)
+
+cpdef tuple flush_connections(conns)
