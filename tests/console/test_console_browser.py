@@ -81,11 +81,15 @@ class Console:
 
     def click(self, target) -> None:
         """Click a link or button (a CSS selector or an element) and wait until the
-        page it loads has replaced this one."""
+        page it loads has replaced this one and is whole: an element found while
+        the new document still loads can belong to none once it has (Chromium's
+        "Node with given id does not belong to the document", seen under load)."""
         element = self.find(target) if isinstance(target, str) else target
         old_page = self.find("html")
         element.click()
-        WebDriverWait(self.driver, 15).until(expected_conditions.staleness_of(old_page))
+        wait = WebDriverWait(self.driver, 15)
+        wait.until(expected_conditions.staleness_of(old_page))
+        wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
 
     def log_in(self, user: str, password: str) -> None:
         self.open("/login")
