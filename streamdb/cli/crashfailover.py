@@ -84,6 +84,10 @@ class FailoverRound:
     lost_unpromised: int = 0
     group_regressed: bool = False
     behind_promoted: bool = False       # Sentinel promoted a replica behind another one
+    # The Sentinels' failovers during the round (their config epoch's rise): 1 for the
+    # kill; more when a second one followed it (a Sentinel that saw the new primary
+    # answer late): each is another window for the writes acknowledged without the wait.
+    failovers: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -178,6 +182,21 @@ class Cluster:
             except (redis.RedisError, OSError):
                 continue
         return None
+
+    def config_epoch(self) -> int | None:
+        """The epoch of the Sentinels' last failover (SENTINEL MASTER's config-epoch, the
+        highest any Sentinel answers; None while none does)."""
+        epochs = []
+        for port in self.sentinel_ports:
+            try:
+                row = redis.Redis(port=port, socket_timeout=1).execute_command(
+                    "SENTINEL", "MASTER", MASTER_NAME)
+            except (redis.RedisError, OSError):
+                continue
+            fields = dict(zip(row[::2], row[1::2])) if isinstance(row, list) else row
+            if b"config-epoch" in fields:
+                epochs.append(int(fields[b"config-epoch"]))
+        return max(epochs, default=None)
 
     def known_replicas(self) -> set[int]:
         """The replicas every Sentinel knows of and sees up."""
@@ -290,6 +309,7 @@ def _round(rnd: int, cluster: Cluster, ledger: Ledger, rng, args) -> FailoverRou
         result.notes.append("the Sentinels never saw both replicas up")
         return result
     time.sleep(rng.uniform(args.min_seconds, args.max_seconds))      # the load runs on the primary
+    epoch_before = cluster.config_epoch()
     result.killed_port = old
     cluster.kill9(old)
     killed_at = time.monotonic()
@@ -321,6 +341,13 @@ def _round(rnd: int, cluster: Cluster, ledger: Ledger, rng, args) -> FailoverRou
         result.notes.append(f"port {old} was never turned into a replica")
     else:
         log("INFO", f"round {rnd}: port {old} is back, as a replica")
+    epoch_after = cluster.config_epoch()
+    if epoch_before is not None and epoch_after is not None:
+        result.failovers = epoch_after - epoch_before
+        if result.failovers > 1:
+            log("WARNING", f"round {rnd}: the Sentinels failed over {result.failovers} times "
+                           f"for one kill")
+    new = cluster.primary() or new          # (where a second failover left it)
     check = verify_promises(_client(new, 30), ledger)
     result.lost_promised, result.lost_unpromised = len(check.lost_promised), len(check.lost_unpromised)
     result.group_regressed = check.group_regressed
@@ -392,13 +419,13 @@ def run_failover(args, scratch: str, rng) -> tuple[list[FailoverRound], list[str
 
 
 def print_failover_table(results: list[FailoverRound], final: list[str], down_after_ms: int) -> None:
-    cols = ("round", "killed", "new_primary", "failover_s", "acked_xadds", "promised", "lost_promised",
-            "lost_unpromised", "group_back", "behind_promoted", "failures")
+    cols = ("round", "killed", "new_primary", "failover_s", "failovers", "acked_xadds", "promised",
+            "lost_promised", "lost_unpromised", "group_back", "behind_promoted", "failures")
     print(f"failover test: 3 nodes, 3 Sentinels (quorum {QUORUM}), down-after {down_after_ms} ms, WAITAOF 1 1")
     print(" | ".join(f"{c:>15}" for c in cols))
     for r in results:
         print(" | ".join(f"{v!s:>15}" for v in (r.round, r.killed_port, r.new_port, f"{r.failover_s:.2f}",
-                                                 r.acked_xadds, r.promised, r.lost_promised, r.lost_unpromised,
+                                                 r.failovers, r.acked_xadds, r.promised, r.lost_promised, r.lost_unpromised,
                                                  int(r.group_regressed), int(r.behind_promoted),
                                                  r.failures)))
     times = [r.failover_s for r in results if r.new_port]
@@ -408,7 +435,8 @@ def print_failover_table(results: list[FailoverRound], final: list[str], down_af
     print(f"TOTAL rounds={len(results)} failover_median_s={median} failover_max_s={worst} "
           f"acked_xadds={tot('acked_xadds')} promised={tot('promised')} lost_promised={tot('lost_promised')} "
           f"lost_unpromised={tot('lost_unpromised')} group_regressions={tot('group_regressed')} "
-          f"behind_promoted={tot('behind_promoted')} failures={tot('failures') + len(final)}")
+          f"behind_promoted={tot('behind_promoted')} sentinel_failovers={tot('failovers')} "
+          f"failures={tot('failures') + len(final)}")
     print(f"lost {tot('lost_unpromised')} XADDs acknowledged without WAITAOF's confirmation: asynchronous "
           f"replication's window, reported, not a failure")
     for r in results:
