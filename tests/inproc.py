@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
+
 import streamdb.commands  # noqa: F401  (fills the command table)
 from streamdb.server.core import Core
 
@@ -40,3 +43,49 @@ def replay(batches, core: Core) -> None:
         for a in effects:
             reply = core.execute(client, a)
             assert not hasattr(reply, "message"), (a, getattr(reply, "message", None))
+
+
+# -- the command table, for the tests that hold compiled handlers equal to their sources
+
+
+def command_table() -> dict:
+    """The command table as it is: each spec with a copy of its subcommands."""
+    from streamdb.dispatch import registry
+    return {name: (spec, dict(spec.subcommands)) for name, spec in registry.COMMANDS.items()}
+
+
+def install_table(table: dict) -> None:
+    """Make ``table`` (from command_table) the one commands run from."""
+    from streamdb.dispatch import registry
+    for spec, subs in table.values():
+        spec.subcommands.clear()
+        spec.subcommands.update(subs)
+    registry.TABLE.replace({name: spec for name, (spec, _) in table.items()})
+
+
+@contextlib.contextmanager
+def table_installed(table: dict):
+    built = command_table()
+    install_table(table)
+    try:
+        yield
+    finally:
+        install_table(built)
+
+
+def table_from_sources(module_names) -> tuple[dict, dict]:
+    """(the command table with these pure-mode modules registered from their sources,
+    in order, each importing the sources before it; the source modules by name).  The
+    build's table and modules are put back at once."""
+    from streamdb import compiled
+    built = command_table()
+    saved = {name: sys.modules[name] for name in module_names}
+    loaded = {}
+    try:
+        for name in module_names:
+            loaded[name] = sys.modules[name] = compiled.load_source(name)
+        table = command_table()
+    finally:
+        sys.modules.update(saved)
+        install_table(built)
+    return table, loaded

@@ -12,7 +12,6 @@ source (the test then only holds the workloads themselves deterministic).
 
 from __future__ import annotations
 
-import contextlib
 import random
 import sys
 
@@ -29,6 +28,7 @@ from streamdb.engine import ConsumerGroup
 from streamdb.protocol.reply import encode_reply
 from streamdb.server.core import BLOCKED
 
+from inproc import command_table, table_from_sources, table_installed
 from test_groups_unit import Env, random_group_workload
 
 # In import order: each one's source must see the sources before it.
@@ -36,42 +36,11 @@ HANDLER_MODULES = ("streamdb.engine.policies", "streamdb.commands.args",
                    "streamdb.commands.streams", "streamdb.commands.groups")
 
 
-def _table() -> dict:
-    """The command table as it is: each spec with a copy of its subcommands."""
-    return {name: (spec, dict(spec.subcommands)) for name, spec in registry.COMMANDS.items()}
-
-
-def _install(table: dict) -> None:
-    for spec, subs in table.values():
-        spec.subcommands.clear()
-        spec.subcommands.update(subs)
-    registry.TABLE.replace({name: spec for name, (spec, _) in table.items()})
-
-
 @pytest.fixture(scope="module")
 def source_table():
     """The command table with the handler modules' sources registered in it (each
     source importing the others' sources); the build's table is put back at once."""
-    built = _table()
-    saved_modules = {name: sys.modules[name] for name in HANDLER_MODULES}
-    try:
-        for name in HANDLER_MODULES:
-            sys.modules[name] = compiled.load_source(name)
-        sources = _table()
-    finally:
-        sys.modules.update(saved_modules)
-        _install(built)
-    return sources
-
-
-@contextlib.contextmanager
-def handlers(table: dict):
-    built = _table()
-    _install(table)
-    try:
-        yield
-    finally:
-        _install(built)
+    return table_from_sources(HANDLER_MODULES)[0]
 
 
 class RecordingEnv(Env):
@@ -133,7 +102,7 @@ def random_stream_workload(e: RecordingEnv, rng: random.Random, steps: int) -> N
 
 
 def _outcome(table: dict, workload, seed: int):
-    with handlers(table):
+    with table_installed(table):
         e = RecordingEnv()
         workload(e, random.Random(seed), 200)
         return e.replies, e.batches, digest_keyspace(e.core)
@@ -142,14 +111,14 @@ def _outcome(table: dict, workload, seed: int):
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 2**32))
 def test_stream_commands_compiled_as_from_source(source_table, seed):
-    assert (_outcome(_table(), random_stream_workload, seed)
+    assert (_outcome(command_table(), random_stream_workload, seed)
             == _outcome(source_table, random_stream_workload, seed))
 
 
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 2**32))
 def test_group_commands_compiled_as_from_source(source_table, seed):
-    assert (_outcome(_table(), random_group_workload, seed)
+    assert (_outcome(command_table(), random_group_workload, seed)
             == _outcome(source_table, random_group_workload, seed))
 
 

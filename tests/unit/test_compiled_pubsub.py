@@ -19,10 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inproc import Recorder, argv
+from inproc import Recorder, argv, command_table, table_from_sources, table_installed
 from streamdb import compiled
 import streamdb.commands  # noqa: F401  (fills the command table)
-from streamdb.dispatch import registry
 from streamdb.protocol import encode_reply
 from streamdb.server.core import Core
 
@@ -33,31 +32,11 @@ CHANNELS = ["a", "b", "ab", "__keyspace@0__:s"]
 PATTERNS = ["a*", "?", "[ab]*", "*", "__key*"]
 
 
-def _table() -> dict:
-    return {name: (spec, dict(spec.subcommands)) for name, spec in registry.COMMANDS.items()}
-
-
-def _install(table: dict) -> None:
-    for spec, subs in table.values():
-        spec.subcommands.clear()
-        spec.subcommands.update(subs)
-    registry.TABLE.replace({name: spec for name, (spec, _) in table.items()})
-
-
 @pytest.fixture(scope="module")
 def sources():
     """(the command table with the commands' source registered, the subscriptions'
     source module); the build's table is put back at once."""
-    built = _table()
-    saved = {name: sys.modules[name] for name in PUBSUB_MODULES}
-    loaded = {}
-    try:
-        for name in PUBSUB_MODULES:
-            loaded[name] = sys.modules[name] = compiled.load_source(name)
-        table = _table()
-    finally:
-        sys.modules.update(saved)
-        _install(built)
+    table, loaded = table_from_sources(PUBSUB_MODULES)
     return table, loaded["streamdb.dispatch.pubsub"]
 
 
@@ -110,9 +89,7 @@ def workload(core: Core, rng: random.Random, steps: int) -> list:
 
 
 def _outcome(table: dict, pubsub_module, seed: int):
-    built = _table()
-    _install(table)
-    try:
+    with table_installed(table):
         core = Core()
         if pubsub_module is not None:
             core.pubsub = pubsub_module.PubSub()
@@ -123,18 +100,15 @@ def _outcome(table: dict, pubsub_module, seed: int):
         core.refresh_notify_flags()
         seen = workload(core, rng, 150)
         return seen, recorder.batches
-    finally:
-        _install(built)
 
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32))
 def test_pubsub_compiled_as_from_source(sources, seed):
     table, pubsub_source = sources
-    assert _outcome(_table(), None, seed) == _outcome(table, pubsub_source, seed)
+    assert _outcome(command_table(), None, seed) == _outcome(table, pubsub_source, seed)
 
 
 def test_the_pubsub_modules_run_compiled_unless_streamdb_pure_is_set():
     for name in PUBSUB_MODULES:
-        module = sys.modules[name]
-        assert module.__file__.endswith(".py") == compiled.PURE, module.__file__
+        assert compiled.is_compiled(sys.modules[name]) == (not compiled.PURE), name
