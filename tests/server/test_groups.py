@@ -216,8 +216,7 @@ def test_xreadgroup_dirty_count_as_current_redis(server, redis_server):
     entries counts once however many it serves (7.0 too); a read of the consumer's
     own pending entries counts nothing (7.0: once), and a read that creates its
     consumer counts that once (7.0 created none for a '>' read serving nothing)."""
-    deltas = []
-    for port in (server.port, redis_server.port):
+    def deltas_on(port: int) -> list[int]:
         c = RawClient(port)
         c.call("FLUSHALL")
         for i in range(1, 5):
@@ -237,8 +236,19 @@ def test_xreadgroup_dirty_count_as_current_redis(server, redis_server):
             before = dirty()
             c.call(*cmd)
             got.append(dirty() - before)
-        deltas.append(got)
         c.close()
+        return got
+
+    deltas = []
+    for port in (server.port, redis_server.port):
+        # A snapshot taken meanwhile sets the count back to 0 (a server with a small
+        # stream cache snapshots on its own to make nodes cold), which shows as a
+        # negative difference: measured again then.
+        for _ in range(5):
+            got = deltas_on(port)
+            if min(got) >= 0:
+                break
+        deltas.append(got)
     ours, redis_70 = deltas
     assert redis_70 == [1, 1, 1, 0]
     assert ours == [1, 1, 0, 1]
