@@ -11,9 +11,10 @@ temporary directory, fsynced as that policy says), and R connections with a fake
 transport each get reads of P (16) ``XADD s * f v`` requests through
 ``Connection.data_received`` (the RequestLoop, Core.execute, the handler, the effect
 sinks); a turn is R reads and then the loop's end of turn (``Server._end_of_turn``:
-hooks, then each connection's write).  With ``--subscribers S`` (0 or more) the requests are
-``PUBLISH ch <32 bytes>`` instead, and S more connections are subscribed to ``ch``:
-each message is delivered to each of them and written at the end of the turn.  Prints the time per request (the machine's other
+hooks, then each connection's write).  With ``--subscribers S`` (0 or more) the
+requests are bench.py's PUBLISH (its CHANNEL and 32-byte PAYLOAD) instead, and S more
+connections subscribe to that channel: each message is delivered to each of them and
+written at the end of the turn.  Prints the time per request (the machine's other
 load makes it noisy) and, with ``--instructions``, the instructions per request counted
 by callgrind (valgrind): the difference of two runs of different lengths, so start-up
 drops out.  Under callgrind the clock runs ~50x slower than the code, so a node spans
@@ -38,6 +39,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+from bench import CHANNEL, PAYLOAD  # noqa: E402  (bench.py's PUBLISH rows' message)
 
 
 class _Handle:
@@ -121,11 +124,11 @@ def run(requests: int, reads: int, pipeline: int = 16, appendfsync: str = "",
     for _ in range(max(subscribers, 0)):
         conn = server._new_connection()
         conn.connection_made(_Transport())
-        conn.data_received(encode_request(b"SUBSCRIBE", b"ch"))
+        conn.data_received(encode_request(b"SUBSCRIBE", CHANNEL))
         listeners.append(conn)
     loop.end_turn()
     if subscribers >= 0:
-        data = encode_request(b"PUBLISH", b"ch", b"a message of 32 bytes, say JSON.") * pipeline
+        data = encode_request(b"PUBLISH", CHANNEL, PAYLOAD) * pipeline
     else:
         data = encode_request(b"XADD", b"s", b"*", b"f", b"v") * pipeline
     turns = max(1, requests // (pipeline * reads))

@@ -75,11 +75,10 @@ class RequestLoop:
         client: Client = self.client
         self.out.append(encode_reply(reply, client.resp == 3))
         to_flush: dict = self.to_flush
-        if not to_flush:
-            to_flush[self.conn] = None
+        first: cython.bint = not to_flush
+        to_flush[self.conn] = None
+        if first:
             self.on_output()
-        else:
-            to_flush[self.conn] = None
         if client.blocked is None and self.parser.buffered():
             # Resume the requests that arrived while blocked, on a later turn.
             self.on_resume()

@@ -88,7 +88,7 @@ class Session:
             # wait for the disk.  (Waiting a loop turn for each was most of the
             # Streams page: four reads a stream.)
             return reply
-        waiter = _TurnWaiter(self.client, asyncio.get_running_loop())
+        waiter = _TurnWaiter(client, asyncio.get_running_loop())
         self.server.schedule_flush(waiter)
         try:
             await asyncio.wait_for(asyncio.shield(waiter.done), DURABLE_WAIT)
