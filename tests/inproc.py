@@ -6,6 +6,7 @@ import contextlib
 import sys
 
 import streamdb.commands  # noqa: F401  (fills the command table)
+from streamdb.dispatch.client import Outbox
 from streamdb.server.core import Core
 
 
@@ -17,6 +18,20 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.t
+
+
+class Delivered(Outbox):
+    """A bare client's outbox: each reply delivered to it goes to ``sink`` (a callable):
+    ``core.new_client(outbox=Delivered(got.append))``."""
+
+    def __init__(self, sink) -> None:
+        self.sink = sink
+
+    def deliver(self, reply) -> None:
+        self.sink(reply)
+
+    def deliver_encoded(self, data) -> None:
+        self.sink(data)
 
 
 def argv(*args) -> list[bytes]:

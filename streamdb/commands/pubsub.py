@@ -13,8 +13,10 @@ checked before the handler runs (security/enforce.py).
 
 from __future__ import annotations
 
+import cython
+
 from ..dispatch.context import Ctx
-from ..dispatch.pubsub import CHANNELS, PATTERNS, SHARD_CHANNELS
+from ..dispatch.pubsub import CHANNELS, PATTERNS, SHARD_CHANNELS, PubSub
 from ..dispatch.registry import command, subcommand
 from ..protocol import encode_reply
 from ..protocol.reply import CommandError, Push, Raw, Status
@@ -95,7 +97,8 @@ _register_pair(PATTERNS, "psubscribe", "pattern", "2.0.0")
 _register_pair(SHARD_CHANNELS, "ssubscribe", "shardchannel", "7.0.0")
 
 
-def _propagate(ctx: Ctx, name: bytes, argv) -> None:
+@cython.cfunc
+def _propagate(ctx: Ctx, name: bytes, argv) -> cython.void:
     """The message to the replicas (Core.propagate_message), when a sink records
     commands: the snapshot's tracker, the only sink of a server with neither AOF nor
     replicas, skips a message, and the batch made for it cost a PUBLISH heard by
@@ -108,7 +111,8 @@ def _propagate(ctx: Ctx, name: bytes, argv) -> None:
 @command("publish", 3, _PUBLISHING, group="pubsub", since="2.0.0")
 def publish(ctx: Ctx, argv):
     """PUBLISH channel message"""
-    receivers = ctx.core.pubsub.publish(argv[1], argv[2])
+    pubsub: PubSub = ctx.core.pubsub
+    receivers = pubsub.publish(argv[1], argv[2], False)
     _propagate(ctx, b"PUBLISH", argv)
     return receivers
 
@@ -116,7 +120,8 @@ def publish(ctx: Ctx, argv):
 @command("spublish", 3, _PUBLISHING, group="pubsub", since="7.0.0")
 def spublish(ctx: Ctx, argv):
     """SPUBLISH shardchannel message"""
-    receivers = ctx.core.pubsub.publish(argv[1], argv[2], shard=True)
+    pubsub: PubSub = ctx.core.pubsub
+    receivers = pubsub.publish(argv[1], argv[2], True)
     _propagate(ctx, b"SPUBLISH", argv)
     return receivers
 

@@ -39,7 +39,7 @@ def psync(ctx: Ctx, argv):
     repl = _repl(ctx)
     if repl is None or ctx.replaying:
         raise CommandError("ERR replication is not enabled on this server")
-    if ctx.client.deliver is None:
+    if ctx.client.outbox is None:
         raise CommandError("ERR PSYNC needs a connection")
     return repl.psync(ctx.client, argv[1], argv[2])
 

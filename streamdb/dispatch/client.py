@@ -3,11 +3,38 @@ describes a client in CLIENT LIST / CLIENT INFO, the ACL LOG and the server log.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import cython
 
-__all__ = ["Client", "client_info_line", "client_type"]
+__all__ = ["Client", "Outbox", "client_info_line", "client_type"]
+
+
+@cython.cclass
+class Outbox:
+    """Where a client's replies produced outside its request path go: a blocked
+    client's reply once it is served, a Pub/Sub message, a MONITOR line, a replica's
+    stream.  The network layer's connection implements it (server/pipeline.py's
+    RequestLoop); a bare core's clients (tools, tests, replay) have none.
+
+    A class rather than a callable so that the compiled dispatch calls ``deliver``
+    in C: a PUBLISH calls it once per subscriber (the Python call of a bound method
+    was a quarter of a delivery; tools/bench_request.py, callgrind)."""
+
+    __slots__ = ()
+
+    @cython.ccall
+    def deliver(self, reply) -> cython.void:
+        """Queue ``reply`` (a reply value, or Raw bytes) for the client."""
+        raise NotImplementedError
+
+    @cython.ccall
+    def deliver_encoded(self, data) -> cython.void:
+        """Queue ``data``, bytes already in the client's protocol, as they are (what
+        Pub/Sub encodes once for all its subscribers of one protocol)."""
+        raise NotImplementedError
+
+    def queued_bytes(self) -> int:
+        """Bytes queued for the client that its socket has not taken yet."""
+        raise NotImplementedError
 
 
 # Compiled, a cclass whose attributes are the C fields declared in client.pxd
@@ -18,11 +45,11 @@ class Client:
     __slots__ = ("id", "name", "db", "resp", "authenticated", "user", "addr", "laddr",
                  "created_ms", "last_ms", "last_cmd", "in_multi", "multi_queue",
                  "multi_error", "watched", "dirty_cas", "blocked", "block_timer", "wake_timer",
-                 "deliver", "close", "lib_name", "lib_ver", "flags", "kind",
+                 "outbox", "close", "lib_name", "lib_ver", "flags", "kind",
                  "close_after_reply", "query_buffer", "output_size", "woff", "aof_woff",
                  "acl_check", "pubsub")
 
-    def __init__(self, cid: int, now_ms: int, deliver: Callable | None = None,
+    def __init__(self, cid: int, now_ms: int, outbox: Outbox | None = None,
                  addr: str = "", laddr: str = "") -> None:
         self.id = cid
         self.name = b""
@@ -43,9 +70,9 @@ class Client:
         self.blocked = None          # BlockRequest while blocked
         self.block_timer = None      # network layer's timer handle
         self.wake_timer = None       # network layer's timer of BlockRequest.next_wake
-        # deliver(reply) sends a reply produced outside the request path
-        # (a blocked client being served); set by the network layer.
-        self.deliver = deliver
+        # Where replies produced outside the request path go (Outbox); set by the
+        # network layer, None for a client with no connection.
+        self.outbox = outbox
         self.close = None            # close() asks the network layer to drop the client
         self.lib_name = b""
         self.lib_ver = b""

@@ -107,13 +107,8 @@ def _widen_pipe(fd: int) -> None:
 
 
 def _write_buffer_size(client) -> int:
-    """Bytes queued on the client's socket: the network layer's transport, reached
-    through the bound ``deliver`` (the core's Client holds no socket)."""
-    conn = getattr(client.deliver, "__self__", None)
-    transport = getattr(conn, "transport", None)
-    if transport is None:
-        return 0
-    return transport.get_write_buffer_size() + sum(len(b) for b in getattr(conn, "out", ()))
+    """Bytes queued for the client and not yet taken by its socket."""
+    return 0 if client.outbox is None else client.outbox.queued_bytes()
 
 
 class PayloadTransfer:
@@ -169,7 +164,7 @@ class PayloadTransfer:
         if data:
             self.sent += len(data)
             link.touch()
-            client.deliver(Raw(data))
+            client.outbox.deliver(Raw(data))
             return
         self._close_fd()
         _, status = os.waitpid(self.pid, 0)

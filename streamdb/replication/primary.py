@@ -13,7 +13,7 @@ bytes of that stream, as Redis's do:
 
 A replica link is a normal client connection that sent PSYNC: from then on its
 ``client.kind`` is ``"replica"`` (no READONLY/MISCONF rules, not a normal
-client), the stream is written to it with ``client.deliver(Raw(bytes))`` at the
+client), the stream is written to it with ``client.outbox.deliver(Raw(bytes))`` at the
 end of each loop turn (``flush``, a ``before_reply_hook``), and the REPLCONF
 ACKs it sends are ordinary commands on the same connection.
 
@@ -89,7 +89,7 @@ class ReplicaLink:
         """The replica acked the loaded payload: send the stream held meanwhile."""
         held, self.held, self.transfer = self.held, None, None
         if held:
-            self.client.deliver(Raw(b"".join(held)))
+            self.client.outbox.deliver(Raw(b"".join(held)))
 
     def stop_transfer(self, why: str) -> None:
         if self.transfer is not None:
@@ -235,7 +235,7 @@ class Replication:
             if link.held is not None:
                 link.held.append(data)
             elif link.client.id in clients:
-                link.client.deliver(Raw(data))
+                link.client.outbox.deliver(Raw(data))
 
     def stream_db(self) -> int:
         """The db a replica's applying client is in at the current offset."""
@@ -438,7 +438,7 @@ class Replication:
         WAIT_KEY meanwhile; never blocks where a command may not (MULTI, replay)."""
         got = counts()
         client = ctx.client
-        if enough(got) or ctx.in_exec or ctx.replaying or client.deliver is None:
+        if enough(got) or ctx.in_exec or ctx.replaying or client.outbox is None:
             return got
 
         def serve(_ctx):

@@ -20,7 +20,7 @@ Rules:
   are several argv is given to sinks as one batch, wrapped in MULTI/EXEC so
   that a torn write never applies half of it.
 * A blocked client is served in the same call that made its key ready, and
-  its reply goes out through ``client.deliver``.
+  its reply goes out through ``client.outbox``.
 """
 
 from __future__ import annotations
@@ -244,8 +244,8 @@ class Core:
 
     # -- clients --------------------------------------------------------------
 
-    def new_client(self, deliver=None, addr: str = "", laddr: str = "", kind: str = "normal") -> Client:
-        c = Client(self._next_client_id, self.now_ms(), deliver, addr, laddr)
+    def new_client(self, outbox=None, addr: str = "", laddr: str = "", kind: str = "normal") -> Client:
+        c = Client(self._next_client_id, self.now_ms(), outbox, addr, laddr)
         c.kind = kind
         self._next_client_id += 1
         if kind == "normal":
@@ -267,7 +267,7 @@ class Core:
     # rather than through a bound method, ~150 instructions of an XADD request less.
     @cython.ccall
     def execute(self, client: Client, argv):
-        """Run one request.  Returns the reply, BLOCKED (reply comes via client.deliver),
+        """Run one request.  Returns the reply, BLOCKED (reply comes via client.outbox),
         or DROP (close the connection now, without a reply).  The checks run in
         Redis's order (processCommand); a command they refuse gets its error from
         ``_refuse``, an EXEC refused as a whole from ``_abort_exec``."""
@@ -662,8 +662,8 @@ class Core:
                     del self.blocking_keys[(client.db, key)]
         if self.on_client_unblocked is not None:
             self.on_client_unblocked(client)
-        if reply is not None and client.deliver is not None:
-            client.deliver(reply)
+        if reply is not None and client.outbox is not None:
+            client.outbox.deliver(reply)
 
     def unblock_on_timeout(self, client: Client) -> None:
         if client.blocked is not None:

@@ -79,7 +79,7 @@ class Connection(asyncio.Protocol):
         self.requests = RequestLoop(core, self.client, self.parser, self.out, transport, self,
                                     self.server._to_flush, self.server.end_turn_needed,
                                     self._resume_later)
-        self.client.deliver = self.requests.deliver
+        self.client.outbox = self.requests
 
     def connection_lost(self, exc) -> None:
         self.closing = True

@@ -182,8 +182,8 @@ class Observer:
         for cid, monitor in list(self.monitors.items()):
             if live.get(cid) is not monitor:       # disconnected since MONITOR
                 del self.monitors[cid]
-            elif monitor.deliver is not None:
-                monitor.deliver(line)
+            elif monitor.outbox is not None:
+                monitor.outbox.deliver(line)
 
     # -- latency histograms ---------------------------------------------------------
 

@@ -3,10 +3,10 @@
 # protocol/_resp.pxd) without look-ups.
 
 from streamdb.protocol._resp cimport RequestParser, encode_reply
-from streamdb.dispatch.client cimport Client
+from streamdb.dispatch.client cimport Client, Outbox
 from streamdb.server.core cimport Core, Stats
 
-cdef class RequestLoop:
+cdef class RequestLoop(Outbox):
     cdef Core core
     cdef Client client
     cdef RequestParser parser
@@ -17,6 +17,5 @@ cdef class RequestLoop:
     cpdef int serve(self, data)
     cdef int _run_requests(self)
     cpdef bint write_out(self, transport)
-    cpdef void deliver(self, reply)
 
 cpdef tuple flush_connections(conns)

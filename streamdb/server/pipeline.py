@@ -20,7 +20,7 @@ import cython
 
 from .. import log
 from ..protocol import CommandError, ProtocolError, encode_reply
-from ..dispatch.client import Client
+from ..dispatch.client import Client, Outbox
 from .core import BLOCKED, DROP, Core, Stats
 
 __all__ = ["RequestLoop", "flush_connections", "READ_ON", "DROP_NOW", "CLOSE_AFTER_FLUSH",
@@ -35,8 +35,9 @@ QUERY_BUFFER_FULL = 3  # the unparsed input is over client-query-buffer-limit: c
 
 # Compiled, a cclass: what serve reads per request are C fields (pipeline.pxd).
 @cython.cclass
-class RequestLoop:
-    """One connection's request path: its client, parser and output list."""
+class RequestLoop(Outbox):
+    """One connection's request path: its client, parser and output list; and its
+    client's Outbox (what is delivered joins the replies)."""
 
     __slots__ = ("core", "client", "parser", "out", "transport", "conn", "to_flush",
                  "on_output", "on_resume")
@@ -59,29 +60,44 @@ class RequestLoop:
     @cython.ccall
     def deliver(self, reply) -> cython.void:
         """A reply produced outside the request path (a blocked client served, a
-        Pub/Sub message, a MONITOR line, a replica's stream): queued, encoded, with the
-        replies (``client.deliver`` of a connected client is this).
+        MONITOR line, a replica's stream): queued, encoded, with the replies."""
+        client: Client = self.client
+        self.deliver_encoded(encode_reply(reply, client.resp == 3))
+
+    @cython.ccall
+    def deliver_encoded(self, data) -> cython.void:
+        """``data``, already encoded, queued with the replies (``deliver``'s end, and
+        each Pub/Sub message).
 
         Here and not in the connection so that it runs compiled: a PUBLISH calls it
-        once per subscriber, and as the connection's Python method it was most of a
-        delivery (PUBLISH -P 16 to 10 subscribers, in-process: bench_request.py).  The
-        connection joins the turn's writes here too: only the first connection of a
-        turn calls out (``on_output``, to schedule the turn's end), a Python call per
-        subscriber and turn being most of what was left (PUBLISH to 100 subscribers,
-        -P 1: 1.3k of 2.3k instructions a delivery, callgrind)."""
-        transport = self.transport
-        if transport is None or transport.is_closing():
+        once per subscriber.  What a delivery does is kept to the list append: the
+        connection joins the turn's writes only with its first output since its last
+        write (output queued means it has joined them already, or is being served and
+        joins them after its read), and only the first connection of a turn calls out
+        (``on_output``, to schedule the turn's end).  A connection that is gone takes
+        nothing; one whose transport is closing is emptied by its flush
+        (``flush_connections``), not tested per delivery.  Measured per delivery,
+        PUBLISH -P 16 to 10 subscribers (tools/bench_request.py, callgrind): the
+        transport's is_closing() 314 instructions, the dict insert 161."""
+        if self.conn is None:
             return
         client: Client = self.client
-        self.out.append(encode_reply(reply, client.resp == 3))
-        to_flush: dict = self.to_flush
-        first: cython.bint = not to_flush
-        to_flush[self.conn] = None
-        if first:
-            self.on_output()
+        out: list = self.out
+        if not out:
+            to_flush: dict = self.to_flush
+            if not to_flush:
+                self.on_output()
+            to_flush[self.conn] = None
+        out.append(data)
         if client.blocked is None and self.parser.buffered():
             # Resume the requests that arrived while blocked, on a later turn.
             self.on_resume()
+
+    def queued_bytes(self) -> int:
+        transport = self.transport
+        if transport is None:
+            return 0
+        return transport.get_write_buffer_size() + sum([len(b) for b in self.out])
 
     @cython.ccall
     def serve(self, data) -> cython.int:

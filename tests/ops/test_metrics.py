@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from helpers import ServerProcess
+from inproc import Delivered
 from streamdb.cli.procs import free_port
 
 
@@ -558,7 +559,7 @@ def _pinned_keyspace_scrape() -> list[str]:
     from streamdb.server.core import Core
     clock = FakeClock(1_700_000_000.0)
     core = Core(clock=clock)
-    client = core.new_client(deliver=lambda *_: None)
+    client = core.new_client(outbox=Delivered(lambda *_: None))
     key = b'o"rd\\ers\n\xff'
     for i in range(1, 6):
         core.execute(client, argv("XADD", key, f"{1_699_999_990_000 + i}-0", "f", "v"))

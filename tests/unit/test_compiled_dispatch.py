@@ -25,6 +25,8 @@ from streamdb.config import Config
 from streamdb.protocol import encode_reply
 from streamdb.server import core as core_module
 
+from inproc import Delivered
+
 SOURCE_REGISTRY = compiled.load_source("streamdb.dispatch.registry")
 SOURCE_CORE = compiled.load_source("streamdb.server.core")
 
@@ -120,7 +122,7 @@ def _run(core_class, requests):
     core = core_class(Config(), clock=lambda: 1_700_000_000.5)
     effects = []
     core.add_effect_sink(lambda batch: effects.append((batch.db, batch.commands)))
-    client = core.new_client(deliver=lambda reply: None)
+    client = core.new_client(outbox=Delivered(lambda reply: None))
     replies = [encode_reply(core.execute(client, list(argv)), False) for argv in requests]
     stats = core.stats
     counters = (stats.commands_processed, stats.error_replies, dict(stats.errors),

@@ -23,6 +23,8 @@ from streamdb.protocol.request import encode_request
 from streamdb.server import pipeline
 from streamdb.server.core import Core
 
+from inproc import Delivered
+
 SOURCE_PIPELINE = compiled.load_source("streamdb.server.pipeline")
 
 PASSWORD = b"pw"
@@ -61,7 +63,7 @@ def _run(module, data_chunks: list[bytes], requirepass: bool) -> tuple:
         config.set("requirepass", PASSWORD.decode())
     core = Core(config, clock=lambda: 1_700_000_000.0)
     delivered = []
-    client = core.new_client(deliver=delivered.append)
+    client = core.new_client(outbox=Delivered(delivered.append))
     # What the network layer's close does (CLIENT KILL of the client itself).
     client.close = lambda: setattr(client, "close_after_reply", True)
     parser = RequestParser(config["proto-max-bulk-len"])

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inproc import Recorder, argv, command_table, table_from_sources, table_installed
+from inproc import Delivered, Recorder, argv, command_table, table_from_sources, table_installed
 from streamdb import compiled
 import streamdb.commands  # noqa: F401  (fills the command table)
 from streamdb.protocol import encode_reply
@@ -48,7 +48,7 @@ def workload(core: Core, rng: random.Random, steps: int) -> list:
 
     def connect():
         i = len(clients)
-        c = core.new_client(deliver=lambda m, i=i: seen.append((i, "push", bytes(m))))
+        c = core.new_client(outbox=Delivered(lambda m, i=i: seen.append((i, "push", bytes(m)))))
         if rng.random() < 0.4:
             core.execute(c, argv("HELLO", "3"))
         clients.append(c)
@@ -80,7 +80,7 @@ def workload(core: Core, rng: random.Random, steps: int) -> list:
             args = ["XADD", "s", f"{step + 1}-0", "f", "v"]     # keyspace events, when enabled
         else:
             core.remove_client(c)
-            clients[i] = core.new_client(deliver=lambda m, i=i: seen.append((i, "push", bytes(m))))
+            clients[i] = core.new_client(outbox=Delivered(lambda m, i=i: seen.append((i, "push", bytes(m)))))
             seen.append((i, "reconnected", b""))
             continue
         reply = core.execute(c, argv(*args))

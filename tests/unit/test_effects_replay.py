@@ -17,13 +17,13 @@ from streamdb.commands import COMMANDS
 from streamdb.commands.server import digest_keyspace
 from streamdb.server.core import BLOCKED, Core
 
-from inproc import FakeClock, Recorder, replay
+from inproc import Delivered, FakeClock, Recorder, replay
 from inproc import argv as _b
 
 
 def random_workload(core: Core, clock: FakeClock, rng: random.Random, steps: int) -> None:
     have = set(COMMANDS)
-    clients = [core.new_client(deliver=lambda reply: None) for _ in range(4)]
+    clients = [core.new_client(outbox=Delivered(lambda reply: None)) for _ in range(4)]
     keys = [b"s1", b"s2", b"s3"]
     groups = [b"g1", b"g2"]
     consumers = [b"alice", b"bob", b"carol"]
@@ -144,7 +144,7 @@ def test_blocked_xread_is_served_in_the_same_call_as_the_xadd():
     clock = FakeClock()
     core = Core(clock=clock)
     got = []
-    reader = core.new_client(deliver=got.append)
+    reader = core.new_client(outbox=Delivered(got.append))
     writer = core.new_client()
     assert core.execute(reader, _b("XREAD", "BLOCK", 0, "STREAMS", "s", "$")) is BLOCKED
     reply = core.execute(writer, _b("XADD", "s", "5-1", "a", "1"))

@@ -22,7 +22,7 @@ from streamdb.engine import ConsumerGroup
 from streamdb.protocol.reply import encode_reply
 from streamdb.server.core import BLOCKED, Core
 
-from inproc import FakeClock, replay
+from inproc import Delivered, FakeClock, replay
 from inproc import argv as _b
 
 # ---------------------------------------------------------------------------
@@ -170,7 +170,7 @@ class Env:
         self.core.add_effect_sink(
             lambda batch: self.batches.append((batch.db, [list(a) for a in batch.commands])))
         self.delivered: list = []
-        self.client = self.core.new_client(deliver=self.delivered.append)
+        self.client = self.core.new_client(outbox=Delivered(self.delivered.append))
 
     def run(self, *args, client=None):
         return self.core.execute(client or self.client, _b(*args))
@@ -390,7 +390,7 @@ def test_entries_left_out_by_maxcount_or_maxsize_have_no_effect():
 def test_blocked_xreadgroup_served_by_xadd_and_replayed():
     e = Env()
     e.run("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
-    blocked = e.core.new_client(deliver=e.delivered.append)
+    blocked = e.core.new_client(outbox=Delivered(e.delivered.append))
     assert e.run("XREADGROUP", "GROUP", "g", "w", "BLOCK", "0", "STREAMS", "s", ">",
                  client=blocked) is BLOCKED
     # A change that brings nothing new keeps it blocked.
@@ -408,7 +408,7 @@ def test_blocked_xreadgroup_served_by_xadd_and_replayed():
 
 def _blocked_reader(e: "Env", key: str = "s", command: str = "XREADGROUP"):
     """A client blocked on ``key`` by XREADGROUP GROUP g w (or XREAD $), in db 0."""
-    c = e.core.new_client(deliver=e.delivered.append)
+    c = e.core.new_client(outbox=Delivered(e.delivered.append))
     if command == "XREAD":
         assert e.run("XREAD", "BLOCK", "0", "STREAMS", key, "$", client=c) is BLOCKED
     else:
@@ -523,7 +523,7 @@ def test_blocked_xread_keeps_waiting_when_its_key_goes():
 
 
 def random_group_workload(e: Env, rng: random.Random, steps: int) -> None:
-    clients = [e.core.new_client(deliver=lambda reply: None) for _ in range(3)]
+    clients = [e.core.new_client(outbox=Delivered(lambda reply: None)) for _ in range(3)]
     keys = ["s1", "s2"]
     groups = ["g1", "g2"]
     names = ["alice", "bob", "carol"]

@@ -1,10 +1,10 @@
-"""Pub/Sub on a bare Core (no sockets): deliveries go through client.deliver, a
+"""Pub/Sub on a bare Core (no sockets): deliveries go through client.outbox, a
 message reaches the effect sinks as a batch that is not data (replicas get it, the
 AOF and the snapshot do not), and a removed client leaves no subscription behind."""
 
 from __future__ import annotations
 
-from inproc import Recorder, argv
+from inproc import Delivered, Recorder, argv
 from streamdb.protocol import encode_reply
 from streamdb.protocol.reply import Push, Raw
 from streamdb.server.core import Core
@@ -17,14 +17,14 @@ def test_publish_delivers_pushes_and_propagates_a_message_not_data():
     data_flags: list = []
     core.add_effect_sink(lambda batch: data_flags.append(batch.data))
     got: list = []
-    sub = core.new_client(deliver=got.append)
+    sub = core.new_client(outbox=Delivered(got.append))
     pub = core.new_client()
     assert isinstance(core.execute(sub, argv("SUBSCRIBE", "a")), Raw)
     core.execute(sub, argv("PSUBSCRIBE", "a*"))
     assert core.execute(pub, argv("PUBLISH", "a", "m")) == 2
     assert got == [encode_reply(Push([b"message", b"a", b"m"]), False),
                    encode_reply(Push([b"pmessage", b"a*", b"a", b"m"]), False)]
-    assert all(type(m) is Raw for m in got)     # sent as they are
+    assert all(type(m) is bytes for m in got)   # encoded once, delivered as they are
     assert core.execute(pub, argv("SPUBLISH", "a", "m")) == 0
     assert recorder.batches == [(0, [[b"PUBLISH", b"a", b"m"]]), (0, [[b"SPUBLISH", b"a", b"m"]])]
     assert data_flags == [False, False]
@@ -36,7 +36,7 @@ def test_a_message_is_encoded_once_per_protocol_for_all_its_subscribers():
     resp2: list = [[], []]
     resp3: list = [[], []]
     for got in resp2 + resp3:
-        sub = core.new_client(deliver=got.append)
+        sub = core.new_client(outbox=Delivered(got.append))
         if any(got is box for box in resp3):
             core.execute(sub, argv("HELLO", "3"))
         core.execute(sub, argv("SUBSCRIBE", "a"))
@@ -60,7 +60,7 @@ def test_a_message_makes_no_batch_when_no_sink_records_commands():
 
 def test_a_removed_client_leaves_no_subscription():
     core = Core()
-    sub = core.new_client(deliver=lambda reply: None)
+    sub = core.new_client(outbox=Delivered(lambda reply: None))
     core.execute(sub, argv("SUBSCRIBE", "a", "b"))
     core.execute(sub, argv("SSUBSCRIBE", "s"))
     core.remove_client(sub)
