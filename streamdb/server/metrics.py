@@ -199,19 +199,28 @@ class _Family:
         newline) per at most ROWS_PER_PIECE of them."""
         if self.samples:
             yield "\n".join(self.samples) + "\n"
-        # A table's lines are joined in C: "name{" + "\nname{".join("labels} value", ...),
-        # the values turned to text once per column (for this family and its alias).
+        # The values are turned to text once per column (for this family and its alias).
         first = self.name + "{"
-        between = "\n" + first
         for table, index in self.columns:
             labels, values = table.series(index, self.form)
             for start in range(0, len(values), ROWS_PER_PIECE):
                 end = start + ROWS_PER_PIECE
-                yield first + between.join(map(_LABELS_VALUE, zip(labels[start:end], values[start:end]))) + "\n"
+                yield _sample_lines(first, labels[start:end], values[start:end])
 
 
-_LABELS_VALUE = "} ".join       # ("labels", "value") -> 'labels} value'
-# The most lines joined in one go (~0.2 ms): a family of a big keyspace is written in
+def _sample_lines(first: str, labels: list[str], values: list[str]) -> str:
+    """'name{labels} value\n' per row (``first`` is 'name{'), joined in C: the four
+    pieces of every line are laid out in one list by slice assignment, so that no line
+    is built on its own (a concatenation per line took twice as long as this)."""
+    parts = ["\n" + first, None, "} ", None] * len(values)
+    parts[0] = first
+    parts[1::4] = labels
+    parts[3::4] = values
+    parts.append("\n")
+    return "".join(parts)
+
+
+# The most lines joined in one go (~0.1 ms): a family of a big keyspace is written in
 # pieces, each of which may end a slice of the loop's time.
 ROWS_PER_PIECE = 1000
 
