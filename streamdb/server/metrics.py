@@ -128,13 +128,14 @@ def _label_text(labels) -> str:
 class Labels:
     """An entity's labels, escaped and joined once, in the three forms (``own``,
     ``redis``, ``stream``: OWN, REDIS, STREAM above).  Each family writes its own.
-    ``encoded``: the three, UTF-8, by form (a Table's lines are joined as bytes)."""
+    ``encoded``: the three by form, UTF-8 and closed as a sample line has them ('} '
+    after them, before the value): a Table's lines are joined as bytes."""
 
     __slots__ = ("own", "redis", "stream", "encoded")
 
     def __init__(self, own: str = "", redis: str = "", stream: str = "") -> None:
         self.own, self.redis, self.stream = own, redis, stream
-        self.encoded = own.encode(), redis.encode(), stream.encode()
+        self.encoded = tuple(f"{text}}} ".encode() for text in (own, redis, stream))
 
     @classmethod
     def of(cls, labels: dict[str, str]) -> "Labels":
@@ -212,14 +213,15 @@ class _Family:
 
 
 def _sample_lines(first: bytes, labels: list[bytes], values: list[bytes]) -> bytes:
-    """'name{labels} value\n' per row (``first`` is 'name{'), joined in C: the four
-    pieces of every line are laid out in one list by slice assignment, so that no line
-    is built on its own (a concatenation per line took twice as long as this).  Bytes,
-    as the endpoint sends them: 4.5 MB of text encoded once more took ~4 ms a scrape."""
-    parts = [b"\n" + first, None, b"} ", None] * len(values)
+    """'name{labels} value\n' per row (``first`` is 'name{', ``labels`` Labels.encoded,
+    closed by '} '), joined in C: the three pieces of every line are laid out in one
+    list by slice assignment, so that no line is built on its own (a concatenation per
+    line took twice as long as this).  Bytes, as the endpoint sends them: 4.5 MB of
+    text encoded once more took ~4 ms a scrape."""
+    parts = [b"\n" + first, None, None] * len(values)
     parts[0] = first
-    parts[1::4] = labels
-    parts[3::4] = values
+    parts[1::3] = labels
+    parts[2::3] = values
     parts.append(b"\n")
     return b"".join(parts)
 
@@ -656,25 +658,20 @@ def _stream_metrics(core, out: Exposition, now: float, budget: int, loop_slice: 
                 continue
             budget -= 1
             labels = _stream_labels(dbl, key)
-            batch.stream_labels.append(labels)
-            batch.streams.append(stream)
-            batch.group_counts.append(len(groups))
+            batch.streams.append((labels, stream, len(groups)))
             for gname, group in groups.items():
                 if budget <= 0:
                     truncated += 1 + len(group.consumers)
                     continue
                 budget -= 1
                 glabels = _child_labels(labels, "group", gname)
-                batch.group_labels.append(glabels)
-                batch.group_streams.append(stream)
-                batch.groups.append(group)
+                batch.groups.append((glabels, stream, group))
                 for cname, consumer in group.consumers.items():
                     if budget <= 0:
                         truncated += 1
                         continue
                     budget -= 1
-                    batch.consumer_labels.append(_child_labels(glabels, "consumer", cname))
-                    batch.consumers.append(consumer)
+                    batch.consumers.append((_child_labels(glabels, "consumer", cname), consumer))
     batch.write(tables, now_ms)
     out.add("streamdb_metrics_series_truncated", truncated)
 
@@ -686,29 +683,30 @@ STREAMS_PER_BATCH = 64
 
 
 class _Batch:
-    """Streams, groups and consumers listed in one slice, each beside its Labels (a
-    group beside its stream, too), until ``write`` computes their series."""
+    """Streams, groups and consumers listed in one slice, until ``write`` computes
+    their series: rows of (Labels, stream, its number of groups), (Labels, its stream,
+    group) and (Labels, consumer)."""
 
-    __slots__ = ("stream_labels", "streams", "group_counts", "group_labels", "group_streams", "groups",
-                 "consumer_labels", "consumers")
+    __slots__ = ("streams", "groups", "consumers")
 
     def __init__(self) -> None:
-        self.stream_labels: list[Labels] = []
-        self.streams: list[Stream] = []
-        self.group_counts: list[int] = []
-        self.group_labels: list[Labels] = []
-        self.group_streams: list[Stream] = []
-        self.groups: list = []
-        self.consumer_labels: list[Labels] = []
-        self.consumers: list = []
+        self.streams: list[tuple] = []
+        self.groups: list[tuple] = []
+        self.consumers: list[tuple] = []
 
     def write(self, tables, now_ms: int) -> "_Batch":
         """Adds the series of what this holds to ``tables`` (stream, group, consumer);
         returns an empty batch."""
         streams, groups, consumers = tables
-        streams.extend(self.stream_labels, _stream_columns(self.streams, self.group_counts, now_ms))
-        groups.extend(self.group_labels, _group_columns(self.group_streams, self.groups, now_ms))
-        consumers.extend(self.consumer_labels, _consumer_columns(self.consumers, now_ms))
+        if self.streams:
+            labels, objects, group_counts = zip(*self.streams)
+            streams.extend(labels, _stream_columns(objects, group_counts, now_ms))
+        if self.groups:
+            labels, of_streams, objects = zip(*self.groups)
+            groups.extend(labels, _group_columns(of_streams, objects, now_ms))
+        if self.consumers:
+            labels, objects = zip(*self.consumers)
+            consumers.extend(labels, _consumer_columns(objects, now_ms))
         return _Batch()
 
 
@@ -738,7 +736,7 @@ _STREAM_SERIES = (
 )
 
 
-def _stream_columns(streams: list, group_counts: list[int], now_ms: int) -> tuple:
+def _stream_columns(streams, group_counts, now_ms: int) -> tuple:
     last_ids = list(map(_last_id, streams))
     last_ms = [sid >> 64 for sid in last_ids]
     return (
@@ -765,16 +763,15 @@ _GROUP_SERIES = (
 )
 
 
-def _group_columns(streams: list, groups: list, now_ms: int) -> tuple:
+def _group_columns(streams, groups, now_ms: int) -> tuple:
     """``streams[i]`` is the stream of ``groups[i]``."""
     pels = list(map(_pel, groups))
-    oldest = [pel.peekitem(0)[1] if pel else None for pel in pels]
     return (
         list(map(group_lag, streams, groups)),
         list(map(len, pels)),
         list(map(len, map(_consumers, groups))),
         [sid >> 64 for sid in map(_last_id, groups)],
-        [None if entry is None else max(entry.idle(now_ms), 0) for entry in oldest],
+        [max(pel.peekitem(0)[1].idle(now_ms), 0) if pel else None for pel in pels],   # the oldest's
         [None if count == ENTRIES_READ_INVALID else count for count in map(_entries_read, groups)],
         list(map(time_lag_ms, streams, groups, repeat(now_ms))),
         list(map(oldest_pending_ms, groups, repeat(now_ms))),
@@ -785,7 +782,7 @@ def _group_columns(streams: list, groups: list, now_ms: int) -> tuple:
 _CONSUMER_SERIES = ("streamdb_consumer_pending", "streamdb_consumer_idle_seconds")
 
 
-def _consumer_columns(consumers: list, now_ms: int) -> tuple:
+def _consumer_columns(consumers, now_ms: int) -> tuple:
     return (list(map(len, map(_pending, consumers))),
             [now_ms - seen if now_ms > seen else 0 for seen in map(_seen_time, consumers)])
 
