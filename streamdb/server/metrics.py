@@ -685,7 +685,14 @@ STREAMS_PER_BATCH = 64
 class _Batch:
     """Streams, groups and consumers listed in one slice, until ``write`` computes
     their series: rows of (Labels, stream, its number of groups), (Labels, its stream,
-    group) and (Labels, consumer)."""
+    group) and (Labels, consumer).
+
+    A column at a time (``map`` over the batch's groups, rather than a function call
+    and a tuple per group), ages in whole ms formatted once per distinct value, lines
+    joined as bytes (``_sample_lines``): a scrape's steps of tools/bench_metrics.py's
+    keyspace took 47.6 -> 35.8 ms of CPU, compiled core, in-process (time.process_time,
+    best of 25 alternated runs, loaded machine); 83 -> 69 million instructions a render
+    of 300 streams x 3 groups (callgrind)."""
 
     __slots__ = ("streams", "groups", "consumers")
 
