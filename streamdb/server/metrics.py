@@ -247,8 +247,9 @@ ROWS_PER_PIECE = 1000
 # The pieces of table lines the last scrape wrote, but those of ages, with the texts
 # they were joined from, by (family, table, first row): (label texts, value texts,
 # piece).  Counts mostly stay the same from one scrape to the next; comparing two
-# pieces' texts (C, a pointer or a few bytes each) costs a fifth of joining them, and
-# sending the same bytes object again spares the allocation of fresh pages for it.
+# pieces' texts (C, a pointer or a few bytes each: ~5 us for 1,000 lines) costs a few
+# percent of joining them (~100-200 us), and sending the same bytes object again
+# spares the allocation of fresh pages for it.
 # Equal texts make an equal piece: a kept piece is never stale.  (~3.5 MB for
 # tools/bench_metrics.py's keyspace: the 70% of its text that is not ages.)
 _kept_pieces: dict[tuple, tuple[list[bytes], list[bytes], bytes]] = {}
@@ -285,9 +286,9 @@ class Table:
         """A row: ``values`` in the order of ``names``."""
         self.extend([labels], [[value] for value in values])
 
-    def extend(self, labels: list[Labels], columns) -> None:
-        """Rows, given by column: ``columns`` in the order of ``names``, each as long
-        as ``labels``."""
+    def extend(self, labels, columns) -> None:
+        """Rows, given by column: ``labels`` (a sequence of Labels) and ``columns`` in
+        the order of ``names``, each a sequence as long as ``labels``."""
         self.labels += labels
         for column, values in zip(self.columns, columns):
             column += values
@@ -721,10 +722,11 @@ class _Batch:
 
     A column at a time (``map`` over the batch's groups, rather than a function call
     and a tuple per group), ages in whole ms formatted once per distinct value, lines
-    joined as bytes (``_sample_lines``): a scrape's steps of tools/bench_metrics.py's
-    keyspace took 47.6 -> 35.8 ms of CPU, compiled core, in-process (time.process_time,
-    best of 25 alternated runs, loaded machine); 83 -> 69 million instructions a render
-    of 300 streams x 3 groups (callgrind)."""
+    joined as bytes (``_sample_lines``), and the pieces that did not change sent again
+    (``_kept_pieces``): a scrape's steps of tools/bench_metrics.py's keyspace took
+    57.6 -> 36.4 ms of CPU, compiled core, in-process (time.process_time, best of 25
+    alternated runs, loaded machine); 83 -> 65 million instructions a render of 300
+    streams x 3 groups (callgrind; 83 -> 67 on the Python path)."""
 
     __slots__ = ("streams", "groups", "consumers")
 
