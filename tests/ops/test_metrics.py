@@ -580,16 +580,21 @@ def _pinned_keyspace_scrape() -> list[str]:
             and not line.startswith("streamdb_stream_cache_")]       # the process's node cache
 
 
-@pytest.mark.parametrize("rows_per_piece, label_cache_max", [(None, None), (1, None), (None, 2)])
-def test_the_exposition_of_a_fixed_keyspace_is_pinned(monkeypatch, rows_per_piece, label_cache_max):
+@pytest.mark.parametrize("rows_per_piece, label_cache_max, streams_per_batch",
+                         [(None, None, None), (1, None, None), (None, 2, None), (None, None, 2)])
+def test_the_exposition_of_a_fixed_keyspace_is_pinned(monkeypatch, rows_per_piece, label_cache_max,
+                                                      streams_per_batch):
     """Byte for byte, in the same order, whatever pieces a family is written in (a
     piece per line and a loop slice per piece: every piece boundary is crossed), on
-    the first scrape and the next (which finds the labels cached), and with label
-    caches emptied every few names."""
+    the first scrape and the next (which finds the labels cached), with label caches
+    emptied every few names, and with the streams read in batches of one (a slice per
+    stream) or two (a batch that fills up)."""
     from streamdb.server import metrics
     if rows_per_piece is not None:
         monkeypatch.setattr(metrics, "ROWS_PER_PIECE", rows_per_piece)
         monkeypatch.setattr(metrics, "SLICE_SECONDS", 0.0)
+    if streams_per_batch is not None:
+        monkeypatch.setattr(metrics, "STREAMS_PER_BATCH", streams_per_batch)
     if label_cache_max is not None:
         monkeypatch.setattr(metrics, "LABEL_CACHE_MAX", label_cache_max)
     metrics._entity_labels.clear()
