@@ -18,7 +18,7 @@ from __future__ import annotations
 import cython
 
 from ..config import KEYSPACE_EVENT_BITS
-from ..glob import glob_match
+from ..glob import glob_match, glob_matcher
 from ..protocol import encode_commands
 from ..protocol.reply import CommandError
 from .client import Client, Outbox
@@ -159,7 +159,9 @@ class PubSub:
         patterns: dict = kinds[PATTERNS]
         if patterns:
             for pattern, listeners in patterns.items():
-                if glob_match(pattern, channel):
+                # (a kept matcher: "news.*" is a startswith, not the glob loop in
+                # Python; PUBLISH to 10 pattern subscribers ran at 0.73x Redis's rate)
+                if glob_matcher(pattern)(channel):
                     sent += _send(listeners, [b"pmessage", pattern, channel, message])
         return sent
 
