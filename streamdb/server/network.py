@@ -25,7 +25,8 @@ from ..dispatch.client import client_info_line
 from .core import Core
 from .lifecycle import close_in_forked_children
 from .limits import output_limit_reached
-from .pipeline import CLOSE_AFTER_FLUSH, DROP_NOW, QUERY_BUFFER_FULL, RequestLoop, flush_connections
+from .pipeline import (CLOSE_AFTER_FLUSH, DROP_NOW, QUERY_BUFFER_FULL, READ_ON, RequestLoop,
+                       flush_connections)
 
 __all__ = ["Server", "Connection"]
 
@@ -96,19 +97,27 @@ class Connection(asyncio.Protocol):
         client is blocked, and for good once it is to be closed."""
         if self.closing:
             return
+        # (The usual read ends here: a connection with replies joined the turn's
+        # writes in serve.)
         action = self.requests.serve(data)
+        if action != READ_ON:
+            self._stop_reading(action)
+
+    def _stop_reading(self, action: int) -> None:
+        """What RequestLoop.serve said besides READ_ON: drop, close after the flush, or
+        close for an over-long query buffer."""
         if action == QUERY_BUFFER_FULL:
             log.log(log.WARNING, f"Closing client that reached max query buffer length: id={self.client.id} addr={self.client.addr}")
             self.core.stats.query_buffer_limit_disconnections += 1
             self.transport.close()
             self.closing = True
-        else:
-            if action == DROP_NOW:
-                self.drop()
-            elif action == CLOSE_AFTER_FLUSH:
-                self.closing = True
-            if self.out or self.closing:
-                self.server.schedule_flush(self)
+            return
+        if action == DROP_NOW:
+            self.drop()
+        elif action == CLOSE_AFTER_FLUSH:
+            self.closing = True
+        if self.out or self.closing:
+            self.server.schedule_flush(self)
 
     # asyncio's callback for a read is process itself: one Python call per read.
     data_received = process

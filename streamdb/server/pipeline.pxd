@@ -16,6 +16,7 @@ cdef class RequestLoop(Outbox):
 
     cpdef int serve(self, data)
     cdef int _run_requests(self)
+    cdef void _join_turn(self)
     cpdef bint write_out(self, transport)
 
 cpdef tuple flush_connections(conns)

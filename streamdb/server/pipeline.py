@@ -84,10 +84,7 @@ class RequestLoop(Outbox):
         client: Client = self.client
         out: list = self.out
         if not out:
-            to_flush: dict = self.to_flush
-            if not to_flush:
-                self.on_output()
-            to_flush[self.conn] = None
+            self._join_turn()
         out.append(data)
         if client.blocked is None and self.parser.buffered():
             # Resume the requests that arrived while blocked, on a later turn.
@@ -110,7 +107,8 @@ class RequestLoop(Outbox):
         ``client.close_after_reply`` (QUIT, SHUTDOWN; the network layer's
         ``client.close``, e.g. CLIENT KILL of itself, sets it too).  A malformed
         request is answered with Redis's protocol error and the connection closed
-        after it; the requests before it ran."""
+        after it; the requests before it ran.  A connection left with replies to
+        write joins the turn's writes."""
         stats: Stats
         core: Core = self.core
         parser = self.parser
@@ -124,7 +122,19 @@ class RequestLoop(Outbox):
                 return QUERY_BUFFER_FULL
         action: cython.int = self._run_requests()
         self.client.query_buffer = parser.buffered()
+        if self.out and self.to_flush is not None:
+            self._join_turn()
         return action
+
+    @cython.cfunc
+    def _join_turn(self) -> cython.void:
+        """The connection joins the turn's writes (the server's ``to_flush``); the
+        first of a turn schedules the turn's end (``on_output``).  Here, compiled,
+        rather than a Python call of the connection's per read."""
+        to_flush: dict = self.to_flush
+        if not to_flush:
+            self.on_output()
+        to_flush[self.conn] = None
 
     @cython.cfunc
     def _run_requests(self) -> cython.int:
