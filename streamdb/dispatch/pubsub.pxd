@@ -7,5 +7,6 @@ from streamdb.dispatch.client cimport Client, Outbox
 
 cdef class PubSub:
     cdef public tuple kinds
+    cdef public dict matchers
 
     cpdef Py_ssize_t publish(self, bytes channel, bytes message, bint shard=*)

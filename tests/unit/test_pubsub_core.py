@@ -63,7 +63,10 @@ def test_a_removed_client_leaves_no_subscription():
     sub = core.new_client(outbox=Delivered(lambda reply: None))
     core.execute(sub, argv("SUBSCRIBE", "a", "b"))
     core.execute(sub, argv("SSUBSCRIBE", "s"))
+    core.execute(sub, argv("PSUBSCRIBE", "a*"))
+    assert list(core.pubsub.matchers) == [b"a*"]
     core.remove_client(sub)
     assert sub.pubsub is None
     assert core.pubsub.kinds == ({}, {}, {})
+    assert core.pubsub.matchers == {}
     assert core.execute(core.new_client(), argv("PUBLISH", "a", "m")) == 0
