@@ -20,7 +20,7 @@ from ..engine.groups import DeadLetterPolicy
 from ..engine.nodecache import CACHE
 from ..engine.retention import RetentionPolicy
 from ..engine.stream import (HEADER_APART, HEADER_OPEN, NODE_HEADER, Node, decode_node,
-                             encode_node, node_headers, nodes_from_headers)
+                             encode_node, node_headers, nodes_from_headers, unpack_node)
 
 __all__ = ["encode_value", "decode_value", "clone_value", "dump_payload", "load_payload",
            "dump_pieces", "append_node_run", "NodeRun", "check_stream_nodes", "CodecError"]
@@ -72,7 +72,7 @@ def _encode_nodes(nodes, external: list | None) -> dict:
             del external[start + i]
     for i in open_at:
         node = nodes[i]
-        blobs[i] = encode_node(node.first, node.master, node.ids, node.entries)
+        blobs[i] = encode_node(node.master, node.ids, node.entries)
     deleted = {i: [_id(x) for x in sorted(nodes[i].deleted)] for i in deleted_at}
     return {"nh": headers, "nb": blobs, "nd": deleted}
 
@@ -216,10 +216,9 @@ def _decode_nodes(doc: dict, fetch, cold_where=None) -> tuple[list[Node], list[i
         # are unpacked now.
         if is_open or n == last_n:
             try:
-                fields = msgpack.unpackb(_bytes(blob), raw=True)[1]
+                master, ids, entries = unpack_node(_bytes(blob))
                 if is_open:
-                    node.ids, node.entries = decode_node(blob)
-                    node.master = fields
+                    node.master, node.ids, node.entries = master, ids, entries
             except CodecError:
                 raise
             except Exception as e:

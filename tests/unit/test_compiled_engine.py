@@ -168,8 +168,8 @@ def test_node_encoding_agrees_with_the_source(first_ms, rows):
         entries.append(list(fv))
     assume(ids)     # the first id itself past the last possible millisecond: no node
     master = entries[0][0::2]
-    blob = fast.encode_node(ids[0], master, ids, [list(e) for e in entries])
-    assert blob == spec.encode_node(ids[0], master, ids, [list(e) for e in entries])
+    blob = fast.encode_node(master, ids, [list(e) for e in entries])
+    assert blob == spec.encode_node(master, ids, [list(e) for e in entries])
     assert fast.decode_node(blob) == spec.decode_node(blob) == (ids, entries)
 
 
@@ -207,8 +207,8 @@ def test_node_bytes_at_the_msgpack_limits_agree_with_the_source(first_ms, first_
         else:
             fv = row[:len(row) // 2 * 2]
         entries.append(fv)
-    blob = fast.encode_node(ids[0], master, ids, [list(e) for e in entries])
-    assert blob == spec.encode_node(ids[0], master, ids, [list(e) for e in entries])
+    blob = fast.encode_node(master, ids, [list(e) for e in entries])
+    assert blob == spec.encode_node(master, ids, [list(e) for e in entries])
     assert fast.decode_node(blob) == spec.decode_node(blob)
 
 
@@ -286,8 +286,8 @@ def test_a_node_of_bytes_subclasses_encodes_as_one_of_bytes():
     for module in both("streamdb.engine.stream"):
         ids = [mid(5, 0), mid(5, 1), mid(7, 0)]
         entries = [[b"f", b"v"], [b"f", b"w"], [b"g", b"x"]]
-        blob = module.encode_node(ids[0], [b"f"], ids, entries)
-        assert module.encode_node(ids[0], [Raw(b"f")], ids,
+        blob = module.encode_node([b"f"], ids, entries)
+        assert module.encode_node([Raw(b"f")], ids,
                                   [[Raw(x) for x in e] for e in entries]) == blob
         assert module.decode_node(blob) == (ids, entries)
 
