@@ -8,10 +8,12 @@ Layout (docs/ARCHITECTURE.md: cold nodes under "Persistence", the GC under
 * The last node is *open*: plain Python lists, so XADD appends and tail reads
   cost almost nothing.  When it holds ``stream-node-max-entries`` entries
   (live plus deleted, as Redis counts) or about ``stream-node-max-bytes``
-  bytes, it is *sealed* into one msgpack blob.  Entries whose field names equal
-  the node's first entry's ("master" fields) are stored as values only, which
-  is Redis's listpack trick.  A sealed node is one bytes object: it is cheap in
-  memory, invisible to the cyclic GC, and is already its own snapshot form.
+  bytes, it is *sealed* into one blob (format 2, described above ``NODE_FORMAT``:
+  ids in runs, values with varint lengths, small integers as integers).  Entries
+  whose field names equal the node's first entry's ("master" fields) are stored
+  as values only, which is Redis's listpack trick.  A sealed node is one bytes
+  object: it is cheap in memory, invisible to the cyclic GC, and is already its
+  own snapshot form.  Blobs of format 1 (a msgpack document) are still read.
 * Deleting an entry only marks it (the node keeps counting it towards its
   size, as in Redis, so ``~`` trimming removes the same nodes Redis would);
   a node whose entries are all deleted is dropped.
@@ -72,8 +74,8 @@ _NO_LIMIT = 1 << 62
 @cython.no_gc
 @cython.cclass
 class Node:
-    """A run of consecutive entries: open (lists) or sealed (one msgpack blob,
-    resident or cold).  Only an open node keeps its master field names as a list
+    """A run of consecutive entries: open (lists) or sealed (one blob, resident or
+    cold).  Only an open node keeps its master field names as a list
     (``master``); a sealed node's are in its blob (``master_fields``)."""
 
     # Its fields (C struct fields when compiled) are declared in stream.pxd.
@@ -95,7 +97,7 @@ class Node:
 
     @cython.ccall
     def seal(self):
-        """Pack the open node into its msgpack blob and drop the lists."""
+        """Pack the open node into its blob and drop the lists."""
         if self.ids is None:
             return
         self.blob = encode_node(self.master, self.ids, self.entries)
@@ -372,7 +374,7 @@ class _BlobReader:
     def varint(self) -> cython.ulonglong:
         v: cython.ulonglong = 0
         shift: cython.int = 0
-        b: cython.uint
+        b: cython.ulonglong     # (64 bits: it is shifted up to 63 places)
         while True:
             if self.pos >= self.end:
                 raise ValueError("stream node blob cut short")
@@ -383,7 +385,7 @@ class _BlobReader:
             self.pos += 1
             if shift == 63 and b > 1:
                 raise ValueError("stream node varint past 64 bits")
-            v |= cython.cast(cython.ulonglong, b & 0x7F) << shift
+            v |= (b & 0x7F) << shift
             if b < 0x80:
                 return v
             shift += 7
@@ -392,18 +394,19 @@ class _BlobReader:
     def count(self, most: cython.Py_ssize_t) -> cython.Py_ssize_t:
         """A varint that counts something of which the blob can hold ``most``."""
         v: cython.ulonglong = self.varint()
-        if v > cython.cast(cython.ulonglong, most):
+        limit: cython.ulonglong = most      # (typed, not cast: cast is slow interpreted)
+        if v > limit:
             raise ValueError("stream node count out of range")
         return v
 
     @cython.cfunc
     def item(self) -> bytes:
         h: cython.ulonglong = self.varint()
-        z: cython.ulonglong
+        room: cython.ulonglong = self.end - self.pos
         n: cython.Py_ssize_t
         if h & 1:
             return _int_item(h >> 1)
-        if h >> 1 > cython.cast(cython.ulonglong, self.end - self.pos):
+        if h >> 1 > room:
             raise ValueError("stream node blob cut short")
         n = h >> 1
         self.pos += n
@@ -691,7 +694,7 @@ def _write_node(master: list, ids: list, entries: list) -> object:
                 after = i + 1
     for i in range(n):
         fv = entries[i]
-        if _stored_as_values(fv, master):
+        if not k or _stored_as_values(fv, master):    # (no entry apart: no compare again)
             j = 1
             while j < len(fv):
                 pos = _put_item_c(out, pos, fv[j])

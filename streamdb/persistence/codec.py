@@ -23,7 +23,8 @@ from ..engine.stream import (HEADER_APART, HEADER_OPEN, NODE_HEADER, Node, decod
                              encode_node, node_headers, nodes_from_headers, unpack_node)
 
 __all__ = ["encode_value", "decode_value", "clone_value", "dump_payload", "load_payload",
-           "dump_pieces", "append_node_run", "NodeRun", "check_stream_nodes", "CodecError"]
+           "dump_pieces", "append_node_run", "NodeRun", "check_stream_nodes", "CodecError",
+           "PAYLOAD_MAGIC", "PAYLOAD_MAGICS"]
 
 FORMAT_VERSION = 1
 
@@ -398,7 +399,13 @@ def append_node_run(s: Stream, run: NodeRun, check: bool) -> None:
     s.length += live
 
 
-PAYLOAD_MAGIC = b"SDB1"
+# The payload's version.  SDB2 payloads may hold sealed nodes of format 2
+# (engine/stream.py), which a version that writes SDB1 cannot read: it refuses an
+# SDB2 payload as one of an unknown version (a RESTORE, a replica's full sync) rather
+# than failing on a node later.  SDB1 payloads (DUMPs, AOF rewrites of earlier
+# versions) still load.
+PAYLOAD_MAGIC = b"SDB2"
+PAYLOAD_MAGICS = (b"SDB1", PAYLOAD_MAGIC)
 
 
 def dump_payload(value) -> bytes:
@@ -417,10 +424,10 @@ def load_payload(raw: bytes, check_nodes: bool = False):
 
     ``check_nodes``: also decode and check every stream node (an untrusted payload).
     """
-    if len(raw) < 8 or not raw.startswith(PAYLOAD_MAGIC) or \
+    if len(raw) < 8 or not raw.startswith(PAYLOAD_MAGICS) or \
             zlib.crc32(raw[:-4]).to_bytes(4, "big") != raw[-4:]:
         raise CodecError("payload version or checksum are wrong")
-    value = decode_value(raw[len(PAYLOAD_MAGIC):-4])
+    value = decode_value(raw[len(PAYLOAD_MAGIC):-4])      # (every magic has 4 bytes)
     if check_nodes and type(value) is Stream:
         check_stream_nodes(value)
     return value
