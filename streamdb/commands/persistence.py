@@ -23,7 +23,7 @@ CHECKSUM_ERROR = "ERR DUMP payload version or checksum are wrong"
 def load_payload(raw: bytes, check_nodes: bool = False):
     """The value of a RESTORE payload: StreamDB's own (it starts with the codec's magic)
     or one Redis's DUMP made (persistence/rdb.py), with Redis's errors for either."""
-    if not raw.startswith(codec.PAYLOAD_MAGIC):
+    if not raw.startswith(codec.PAYLOAD_MAGICS):
         try:
             return rdb.load_dump_payload(raw)
         except rdb.UnsupportedType as e:

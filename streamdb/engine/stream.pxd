@@ -18,6 +18,16 @@ cdef class _Decoded:
     cpdef list build_entries(self)
 
 @cython.final
+cdef class _BlobReader:
+    cdef bytes blob
+    cdef unsigned char *p
+    cdef Py_ssize_t pos, end
+
+    cdef unsigned long long varint(self)
+    cdef Py_ssize_t count(self, Py_ssize_t most)
+    cdef bytes item(self)
+
+@cython.final
 @cython.no_gc
 cdef class Node:
     cdef public object first, last, total, live, nbytes

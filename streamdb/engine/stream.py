@@ -8,10 +8,12 @@ Layout (docs/ARCHITECTURE.md: cold nodes under "Persistence", the GC under
 * The last node is *open*: plain Python lists, so XADD appends and tail reads
   cost almost nothing.  When it holds ``stream-node-max-entries`` entries
   (live plus deleted, as Redis counts) or about ``stream-node-max-bytes``
-  bytes, it is *sealed* into one msgpack blob.  Entries whose field names equal
-  the node's first entry's ("master" fields) are stored as values only, which
-  is Redis's listpack trick.  A sealed node is one bytes object: it is cheap in
-  memory, invisible to the cyclic GC, and is already its own snapshot form.
+  bytes, it is *sealed* into one blob (format 2, described above ``NODE_FORMAT``:
+  ids in runs, values with varint lengths, small integers as integers).  Entries
+  whose field names equal the node's first entry's ("master" fields) are stored
+  as values only, which is Redis's listpack trick.  A sealed node is one bytes
+  object: it is cheap in memory, invisible to the cyclic GC, and is already its
+  own snapshot form.  Blobs of format 1 (a msgpack document) are still read.
 * Deleting an entry only marks it (the node keeps counting it towards its
   size, as in Redis, so ``~`` trimming removes the same nodes Redis would);
   a node whose entries are all deleted is dropped.
@@ -33,6 +35,7 @@ overflow); the loops' indexes are C integers.
 
 from __future__ import annotations
 
+import re
 import struct
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
@@ -47,7 +50,8 @@ from .ids import MAX_ID, MIN_ID, PAST_MAX_ID, SEQ_MASK
 from .nodecache import CACHE
 
 __all__ = ["Stream", "Node", "Entry", "NODE_HEADER", "HEADER_OPEN", "HEADER_APART",
-           "node_headers", "nodes_from_headers"]
+           "NODE_FORMAT", "encode_node", "decode_node", "unpack_node", "node_headers",
+           "nodes_from_headers"]
 
 Entry = tuple[int, list]  # (id, [field, value, field, value, ...])
 
@@ -70,8 +74,8 @@ _NO_LIMIT = 1 << 62
 @cython.no_gc
 @cython.cclass
 class Node:
-    """A run of consecutive entries: open (lists) or sealed (one msgpack blob,
-    resident or cold).  Only an open node keeps its master field names as a list
+    """A run of consecutive entries: open (lists) or sealed (one blob, resident or
+    cold).  Only an open node keeps its master field names as a list
     (``master``); a sealed node's are in its blob (``master_fields``)."""
 
     # Its fields (C struct fields when compiled) are declared in stream.pxd.
@@ -93,10 +97,10 @@ class Node:
 
     @cython.ccall
     def seal(self):
-        """Pack the open node into its msgpack blob and drop the lists."""
+        """Pack the open node into its blob and drop the lists."""
         if self.ids is None:
             return
-        self.blob = encode_node(self.first, self.master, self.ids, self.entries)
+        self.blob = encode_node(self.master, self.ids, self.entries)
         self.ids = None
         self.entries = None
         # The blob holds the master fields: a list of them per sealed node would be
@@ -141,7 +145,7 @@ class Node:
         if self.ids is not None:
             return self.ids, self.entries
         d: _Decoded = self._decoded()
-        return d.ids, d.entries if d.entries is not None else d.build_entries()
+        return d.ids, d.build_entries()
 
     @cython.cfunc
     def _decoded(self) -> _Decoded:
@@ -177,12 +181,18 @@ class Node:
 @cython.final
 @cython.cclass
 class _Decoded:
-    """A sealed node unpacked (Node._decoded): its ids, its stored value rows and
-    master field names, and its entries once someone needs them as lists."""
+    """A sealed node unpacked (Node._decoded): its ids, master field names and
+    entries; of a format-1 blob, its stored value rows until someone needs the
+    entries as lists."""
 
     # Its fields (C struct fields when compiled) are declared in stream.pxd.
 
     def __init__(self, blob: bytes) -> None:
+        if blob[:len(NODE_FORMAT)] == NODE_FORMAT:
+            self.master, self.ids, self.entries = _unpack_v2(blob)
+            self.rows = None
+            return
+        # Format 1 (a msgpack document): its rows become entries when asked for.
         base_ms, self.master, id_pairs, self.rows = msgpack.unpackb(blob, raw=True,
                                                                     use_list=True)
         self.ids = list(map(or_, map(lshift, map(add, id_pairs[0::2], repeat(base_ms)),
@@ -191,7 +201,9 @@ class _Decoded:
 
     @cython.ccall
     def build_entries(self) -> list:
-        """The entries as field-value lists (the rows are then dropped)."""
+        """The entries as field-value lists (a format-1 blob's rows are then dropped)."""
+        if self.entries is not None:
+            return self.entries
         master: list = self.master
         entries: list = []
         e: list
@@ -214,78 +226,295 @@ class _Decoded:
 _cache: "OrderedDict[Node, _Decoded]" = OrderedDict()
 
 
-# encode_node's Packers, made once: msgpack.packb is a Python function that makes a
-# Packer per call, whose 1 MiB buffer is a fresh malloc each time.  One Packer
-# (autoreset: pack returns the bytes and empties the buffer, also after an error)
-# is safe to share: packing lists of bytes, ints and None calls no Python code,
-# so it holds the GIL from start to end.  strict_types tests each object's exact
-# type, where the lenient Packer asks isinstance(o, ExtType) (a Python class) of
-# every list before packing it as one; the bytes are the same.  Measured
-# (callgrind, a 100-entry node): packb 143.5k, lenient Packer 140.2k, strict 110.6k
-# instructions.  A node holding a subclass of bytes or int (not made by the server
-# itself) is packed by the lenient one.
-_node_packer = msgpack.Packer(use_bin_type=True, strict_types=True)
-_lenient_node_packer = msgpack.Packer(use_bin_type=True)
+# -- the sealed node's blob ------------------------------------------------------------
+#
+# Format 2, written since format 1 (one msgpack document: [base_ms, master fields,
+# [ms delta, seq, ...], [values row per entry]]) cost 15.5 bytes an entry of a
+# `sensor-id 1234 temperature 19.8` stream against Redis's listpack total of ~18 with
+# its node; format 1 blobs (snapshots, the node store, DUMP payloads of earlier
+# versions) are still read (``_Decoded``), never written.
+#
+#   0xC1 0x02         the marker: 0xC1 is the one byte msgpack never writes, and a
+#                     format-1 blob starts with 0x94 (a 4-element fixarray)
+#   first id          varint ms, varint seq
+#   n                 varint: the entries, deleted ones included
+#   master fields     varint count, then each name as an item
+#   ids               runs of consecutive ids (a pipelined producer's node is one or
+#                     two): varint (run length - 1), then, while ids remain, the gap
+#                     to the next run's first id: in the same ms, 0 and varint (seq -
+#                     previous seq - 2); else varint (ms - previous ms) and varint seq
+#   entries apart     varint count; per entry without the master field names: varint
+#                     (entries stored as values since the previous one), varint
+#                     element count
+#   values            each entry in order: an entry with the master field names its
+#                     values (one per name), an entry apart its fields and values
+#
+# A varint is LEB128: 7 bits a byte, least significant first, below 2**64.  An item is
+# a varint h, then (h even) h >> 1 bytes; an odd h stands for the bytes of a canonical
+# decimal integer (listpack's trick: "1234" takes 2 bytes, not 5), the zigzag-coded
+# integer h >> 1 (0, 1, 2, 3 ... for 0, -1, 1, -2 ...).  Canonical: no "+", no leading
+# zero, no "-0", at most 18 digits, so that the bytes come back exactly.
+#
+# An entry is stored as values only when the master has a field name: every entry then
+# takes a byte at least, so a hostile blob's entry count is bounded by its length.
+
+NODE_FORMAT = b"\xc1\x02"
+_INT_ITEM_MAX = cython.declare(cython.Py_ssize_t, 19)     # "-" and 18 digits
+_CANONICAL_INT = re.compile(rb"(?:0|-?[1-9][0-9]{0,17})\Z")
+# The bytes of the longest varint (a 64-bit value).
+_MAX_VARINT = cython.declare(cython.Py_ssize_t, 10)
 
 
-def encode_node(first: int, master: list, ids: list[int], entries: list[list]) -> bytes:
-    """Blob = [master_fields, [ms_delta, seq, ...], [entry, ...]].
+def _put_varint(out: bytearray, v) -> None:
+    """``v`` (0 <= v < 2**64) as a LEB128 varint."""
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
 
-    An entry with the master field names is stored as its values; any other
-    entry as ``[None, f1, v1, ...]`` (a value is never None, so it is unambiguous).
-    """
-    base_ms: cython.ulonglong = first >> 64
+
+def _put_item(out: bytearray, item) -> None:
+    if len(item) <= _INT_ITEM_MAX and _CANONICAL_INT.match(item):
+        v = int(item)
+        _put_varint(out, ((v << 1 if v >= 0 else (-v << 1) - 1) << 1) | 1)
+    else:
+        _put_varint(out, len(item) << 1)
+        out += item
+
+
+@cython.cfunc
+def _stored_as_values(fv: list, master: list) -> cython.bint:
+    """Whether a node with master fields ``master`` stores entry ``fv`` as its values."""
+    return len(master) > 0 and _has_master_fields(fv, master)
+
+
+def encode_node(master: list, ids: list, entries: list) -> bytes:
+    """The format-2 blob of a node: entries ``ids`` (strictly increasing), ``entries``
+    their field-value lists, ``master`` its master field names.  ValueError for ids
+    out of order or range (a node made by the engine never has them)."""
     if cython.compiled:
-        blob = _write_node(first, base_ms, master, ids, entries)
+        blob = _write_node(master, ids, entries)
         if blob is not None:
             return blob
-    # Sealing runs once per node on every XADD path, AOF replay included: the
-    # loops index typed lists (C loops when compiled), the ms deltas are C math.
+    n: cython.Py_ssize_t = len(ids)
+    if n == 0 or len(entries) != n:
+        raise ValueError("a stream node needs ids and one field list per id")
+    first = ids[0]
+    if not 0 <= first <= MAX_ID:
+        raise ValueError("stream node id out of range")
+    out = bytearray(NODE_FORMAT)
+    _put_varint(out, first >> 64)
+    _put_varint(out, first & SEQ_MASK)
+    _put_varint(out, n)
+    _put_varint(out, len(master))
+    for name in master:
+        _put_item(out, name)
+    _put_id_runs(out, ids)
+    as_values: list = [_stored_as_values(fv, master) for fv in entries]
+    _put_varint(out, as_values.count(False))
+    after: cython.Py_ssize_t = 0
+    i: cython.Py_ssize_t
+    for i in range(n):
+        if not as_values[i]:
+            _put_varint(out, i - after)
+            _put_varint(out, len(entries[i]))
+            after = i + 1
+    for i in range(n):
+        fv = entries[i]
+        for x in (fv[1::2] if as_values[i] else fv):
+            _put_item(out, x)
+    return bytes(out)
+
+
+def _put_id_runs(out: bytearray, ids: list) -> None:
     n: cython.Py_ssize_t = len(ids)
     i: cython.Py_ssize_t
-    ms: cython.ulonglong
-    id_pairs: list = [0] * (2 * n)
-    if ids[-1] - first == n - 1 and ids[-1] >> 64 == base_ms:
-        # Consecutive ids of one millisecond (a pipelined producer's node): every
-        # ms delta is 0 and the sequences are a range.
-        # (Compiled code assigns only a list to an extended slice: hence list(...).)
-        seq = first & SEQ_MASK
-        id_pairs[1::2] = list(range(seq, seq + n))
-    else:
-        mask = SEQ_MASK
-        for i in range(n):
-            sid = ids[i]
-            ms = sid >> 64
-            id_pairs[2 * i] = ms - base_ms
-            id_pairs[2 * i + 1] = sid & mask
+    run: cython.Py_ssize_t = 0
+    prev = ids[0]
+    if ids[n - 1] - prev == n - 1 and ids[n - 1] <= MAX_ID:
+        _put_varint(out, n - 1)     # one run (the ids strictly increase)
+        return
+    for i in range(1, n):
+        sid = ids[i]
+        if sid == prev + 1:
+            run += 1
+        else:
+            if not prev < sid <= MAX_ID:
+                raise ValueError("stream node ids out of order or range")
+            _put_varint(out, run)
+            if sid >> 64 == prev >> 64:
+                _put_varint(out, 0)
+                _put_varint(out, sid - prev - 2)
+            else:
+                _put_varint(out, (sid >> 64) - (prev >> 64))
+                _put_varint(out, sid & SEQ_MASK)
+            run = 0
+        prev = sid
+    if prev > MAX_ID:
+        raise ValueError("stream node id out of range")
+    _put_varint(out, run)
+
+
+@cython.final
+@cython.cclass
+class _BlobReader:
+    """A cursor over a format-2 blob: every read past its end, or of a varint past 64
+    bits, raises ValueError (a hostile RESTORE payload fails, it does not crash)."""
+
+    # Its fields (C struct fields when compiled) are declared in stream.pxd.
+
+    def __init__(self, blob: bytes, pos: cython.Py_ssize_t) -> None:
+        self.blob = blob
+        self.pos = pos
+        self.end = len(blob)
+        if cython.compiled:
+            self.p = blob
+
+    @cython.cfunc
+    def varint(self) -> cython.ulonglong:
+        v: cython.ulonglong = 0
+        shift: cython.int = 0
+        b: cython.ulonglong     # (64 bits: it is shifted up to 63 places)
+        while True:
+            if self.pos >= self.end:
+                raise ValueError("stream node blob cut short")
+            if cython.compiled:
+                b = self.p[self.pos]
+            else:
+                b = self.blob[self.pos]
+            self.pos += 1
+            if shift == 63 and b > 1:
+                raise ValueError("stream node varint past 64 bits")
+            v |= (b & 0x7F) << shift
+            if b < 0x80:
+                return v
+            shift += 7
+
+    @cython.cfunc
+    def count(self, most: cython.Py_ssize_t) -> cython.Py_ssize_t:
+        """A varint that counts something of which the blob can hold ``most``."""
+        v: cython.ulonglong = self.varint()
+        limit: cython.ulonglong = most      # (typed, not cast: cast is slow interpreted)
+        if v > limit:
+            raise ValueError("stream node count out of range")
+        return v
+
+    @cython.cfunc
+    def item(self) -> bytes:
+        h: cython.ulonglong = self.varint()
+        room: cython.ulonglong = self.end - self.pos
+        n: cython.Py_ssize_t
+        if h & 1:
+            return _int_item(h >> 1)
+        if h >> 1 > room:
+            raise ValueError("stream node blob cut short")
+        n = h >> 1
+        self.pos += n
+        return self.blob[self.pos - n:self.pos]
+
+
+@cython.cfunc
+def _int_item(z: cython.ulonglong) -> bytes:
+    """The decimal bytes of the integer whose zigzag code is ``z`` (< 2**63)."""
+    negative: cython.bint = z & 1
+    magnitude: cython.ulonglong = (z + 1) >> 1 if negative else z >> 1
+    if not cython.compiled:
+        return b"%d" % (-magnitude if negative else magnitude)
+    # Compiled: the digits written backwards into a C buffer, with no Python int and
+    # no formatting call.
+    digits: cython.uchar[24]
+    i: cython.int = 24
+    while True:
+        i -= 1
+        digits[i] = 0x30 + magnitude % 10
+        magnitude //= 10
+        if magnitude == 0:
+            break
+    if negative:
+        i -= 1
+        digits[i] = 0x2D
+    return PyBytes_FromStringAndSize(cython.cast(cython.p_char, digits + i), 24 - i)
+
+
+def unpack_node(blob: bytes) -> tuple:
+    """(master field names, ids, entries) of a sealed node's blob, either format;
+    ValueError (or msgpack's errors, format 1) for a malformed one."""
+    d: _Decoded = _Decoded(blob)
+    return d.master, d.ids, d.build_entries()
+
+
+def decode_node(blob: bytes) -> tuple[list[int], list[list]]:
+    """(ids, entries) of a sealed node's blob, either format."""
+    _, ids, entries = unpack_node(blob)
+    return ids, entries
+
+
+@cython.cfunc
+def _unpack_v2(blob: bytes) -> tuple:
+    """(master field names, ids, entries) of a format-2 blob."""
+    r: _BlobReader = _BlobReader(blob, len(NODE_FORMAT))
+    most: cython.Py_ssize_t = len(blob)
+    # (Python ints: a hostile blob's sums must not wrap around as C integers would.)
+    ms: object = r.varint()
+    gap: object
+    sid = (ms << 64) | r.varint()
+    n: cython.Py_ssize_t = r.count(most)
+    m: cython.Py_ssize_t = r.count(most)
+    i: cython.Py_ssize_t
+    j: cython.Py_ssize_t
+    if n == 0:
+        raise ValueError("stream node without entries")
+    master: list = [r.item() for i in range(m)]
+    ids: list = []
+    run: cython.Py_ssize_t
+    while True:
+        run = r.count(n - len(ids) - 1)
+        ids.extend(range(sid, sid + run + 1))
+        if len(ids) == n:
+            break
+        sid = ids[-1]
+        ms = r.varint()
+        gap = r.varint()
+        if ms == 0:
+            sid += gap + 2
+        else:
+            sid = (((sid >> 64) + ms) << 64) | gap
+    if ids[-1] > MAX_ID:
+        raise ValueError("stream node id out of range")
+    apart: cython.Py_ssize_t = r.count(n)
+    records: _BlobReader = _BlobReader(blob, r.pos)
+    for i in range(2 * apart):
+        r.varint()              # the values follow the records
+    next_apart: cython.Py_ssize_t = records.count(n) if apart else n
+    entries: list = [None] * n
     fv: list
-    packed: list = [fv[1::2] if _has_master_fields(fv, master) else [None, *fv]
-                    for fv in entries]
-    doc: list = [base_ms, master, id_pairs, packed]
-    try:
-        return _node_packer.pack(doc)
-    except TypeError:
-        return _lenient_node_packer.pack(doc)
+    for i in range(n):
+        if i == next_apart:
+            entries[i] = [r.item() for j in range(records.count(most))]
+            apart -= 1
+            next_apart = i + 1 + records.count(n) if apart else n
+        else:
+            fv = [None] * (2 * m)
+            for j in range(m):
+                fv[2 * j] = master[j]
+                fv[2 * j + 1] = r.item()
+            entries[i] = fv
+    if apart or r.pos != r.end:
+        raise ValueError("stream node blob does not match its counts")
+    return master, ids, entries
 
 
-# -- encode_node compiled: the blob written in C -------------------------------------
+# -- encode_node compiled: the blob written in C ---------------------------------------
 #
-# The msgpack Packer walks the document encode_node builds (two lists of 2n ids and n
-# entries made first) with a type dispatch per object: ~2.6k of the ~15.3k instructions
-# of an XADD request (callgrind, XADD -P16 through the server's objects: one node
-# sealed per 100 XADDs, ~264k instructions each).  The document's shape is fixed
-# (non-negative ints, bytes, lists, None), so the compiled form writes the same bytes
-# straight from the node's lists: an upper bound of the size, one pass into a scratch
-# buffer, one copy into the blob.  The scratch buffer is the module's and only grows: a
-# malloc and free of the bound per node (about twice the blob) left holes that later
-# blobs fit badly, about 1 byte of RSS per entry (1M entries, tools/bench.py memory).
-# The encoding is msgpack's (use_bin_type): the smallest uint form, bin 8/16/32,
-# fixarray/array 16/32.  Anything else (a bytes subclass, an id out of
-# range, ids out of order) returns None and takes the Packer path; the property
-# tests (tests/unit/test_compiled_engine.py) hold the bytes equal to the source's.
+# encode_node runs once per node on every XADD path (AOF replay included).  Compiled, it
+# writes the bytes straight from the node's lists: an upper bound of the size, one pass
+# into a scratch buffer, one copy into the blob.  The scratch buffer is the module's and
+# only grows: a malloc and free of the bound per node (about twice the blob) left holes
+# that later blobs fit badly, about 1 byte of RSS per entry (1M entries, tools/bench.py
+# memory).  Anything unusual (a bytes subclass, an id out of range or order) returns
+# None and takes the source's path; the property tests
+# (tests/unit/test_compiled_engine.py) hold the bytes equal to the source's.
 
-# bin 32's limit (the Packer refuses longer bytes); a C constant compiled.
-_MAX_BIN = cython.declare(cython.Py_ssize_t, 0xFFFFFFFF)
 # _write_node's scratch buffer and its size (compiled form only; the GIL is held
 # throughout a write, and a forked child gets its own copy).
 _scratch = cython.declare(cython.p_uchar, cython.NULL)
@@ -304,108 +533,94 @@ def _put_be(p: cython.p_uchar, value: cython.ulonglong, size: cython.int) -> cyt
 
 @cython.cfunc
 @cython.inline
-def _put_uint(out: cython.p_uchar, pos: cython.Py_ssize_t,
-              v: cython.ulonglong) -> cython.Py_ssize_t:
-    """Write ``v`` as msgpack's smallest unsigned form at ``out[pos]``; the new pos."""
-    n: cython.int
-    if v < 0x80:
-        out[pos] = v
-        return pos + 1
-    if v < 0x100:
-        out[pos] = 0xCC
-        out[pos + 1] = v
-        return pos + 2
-    if v < 0x10000:
-        out[pos] = 0xCD
-        n = 2
-    elif v < 0x100000000:
-        out[pos] = 0xCE
-        n = 4
-    else:
-        out[pos] = 0xCF
-        n = 8
-    _put_be(out + pos + 1, v, n)
-    return pos + 1 + n
+def _put_varint_c(out: cython.p_uchar, pos: cython.Py_ssize_t,
+                  v: cython.ulonglong) -> cython.Py_ssize_t:
+    """_put_varint at ``out[pos]``; the new pos (compiled form only)."""
+    while v >= 0x80:
+        out[pos] = (v & 0x7F) | 0x80
+        v >>= 7
+        pos += 1
+    out[pos] = v
+    return pos + 1
 
 
 @cython.cfunc
 @cython.inline
-def _put_header(out: cython.p_uchar, pos: cython.Py_ssize_t, n: cython.size_t,
-                small: cython.uchar, small_limit: cython.size_t,
-                code16: cython.uchar) -> cython.Py_ssize_t:
-    """An array or bin header: ``small`` (fixarray's 0x90|n, or bin 8's 0xC4 + n) below
-    ``small_limit``, else the 16-bit form ``code16`` or the 32-bit one (code16 + 1)."""
-    if n < small_limit:
-        if small == 0x90:
-            out[pos] = 0x90 | n
-            return pos + 1
-        out[pos] = small
-        out[pos + 1] = n
-        return pos + 2
-    if n < 0x10000:
-        out[pos] = code16
-        _put_be(out + pos + 1, n, 2)
-        return pos + 3
-    out[pos] = code16 + 1
-    _put_be(out + pos + 1, n, 4)
-    return pos + 5
+def _int_item_code(p: cython.p_uchar, n: cython.Py_ssize_t) -> cython.longlong:
+    """The zigzag code of the canonical decimal integer of ``n`` bytes at ``p``, or -1
+    when they are not one (_CANONICAL_INT, compiled form only)."""
+    i: cython.Py_ssize_t = 0
+    v: cython.longlong = 0
+    if n == 0 or n > _INT_ITEM_MAX:
+        return -1
+    if p[0] == 0x2D:        # "-"
+        i = 1
+    if n - i == 0 or n - i > 18 or (p[i] == 0x30 and (i or n > 1)):
+        return -1           # no digits, too many, or a leading zero ("0" itself is fine)
+    while i < n:
+        if p[i] < 0x30 or p[i] > 0x39:
+            return -1
+        v = v * 10 + (p[i] - 0x30)
+        i += 1
+    return 2 * v - 1 if p[0] == 0x2D else 2 * v
 
 
 @cython.cfunc
 @cython.inline
-def _put_array(out: cython.p_uchar, pos: cython.Py_ssize_t,
-               n: cython.size_t) -> cython.Py_ssize_t:
-    return _put_header(out, pos, n, 0x90, 16, 0xDC)
-
-
-@cython.cfunc
-@cython.inline
-def _put_bin(out: cython.p_uchar, pos: cython.Py_ssize_t, b: bytes) -> cython.Py_ssize_t:
+def _put_item_c(out: cython.p_uchar, pos: cython.Py_ssize_t, b: bytes) -> cython.Py_ssize_t:
+    """_put_item at ``out[pos]``; the new pos (compiled form only)."""
     n: cython.Py_ssize_t = len(b)
-    pos = _put_header(out, pos, n, 0xC4, 0x100, 0xC5)
-    memcpy(out + pos, PyBytes_AS_STRING(b), n)
+    p: cython.p_uchar = cython.cast(cython.p_uchar, PyBytes_AS_STRING(b))
+    code: cython.longlong = _int_item_code(p, n)
+    if code >= 0:
+        return _put_varint_c(out, pos, (code << 1) | 1)
+    pos = _put_varint_c(out, pos, n << 1)
+    memcpy(out + pos, p, n)
     return pos + n
 
 
 @cython.cfunc
 @cython.boundscheck(False)
 @cython.wraparound(False)
-def _bins_bound(items: list) -> cython.Py_ssize_t:
-    """The bytes ``items`` take as bin objects at most; -1 if one is not exactly bytes
-    or is too long for bin 32."""
+def _items_bound(items: list) -> cython.Py_ssize_t:
+    """The bytes ``items`` take as items at most; -1 if one is not exactly bytes."""
     total: cython.Py_ssize_t = 0
     i: cython.Py_ssize_t
-    n: cython.Py_ssize_t
     for i in range(len(items)):
         x = items[i]
         if type(x) is not bytes:
             return -1
-        n = len(x)
-        if n > _MAX_BIN:
-            return -1
-        total += 5 + n
+        total += _MAX_VARINT + len(x)
     return total
 
 
 @cython.cfunc
 @cython.boundscheck(False)
 @cython.wraparound(False)
-def _write_node(first, base_ms: cython.ulonglong, master: list, ids: list,
-                entries: list) -> object:
+def _write_node(master: list, ids: list, entries: list) -> object:
     """encode_node's blob written in C (compiled form only), or None when the node
-    holds something the Packer path must see (see above)."""
+    holds something the source's path must see (see above)."""
     n: cython.Py_ssize_t = len(ids)
     i: cython.Py_ssize_t
     j: cython.Py_ssize_t
     k: cython.Py_ssize_t
     pos: cython.Py_ssize_t
+    run: cython.Py_ssize_t = 0
+    after: cython.Py_ssize_t = 0
     ms: cython.ulonglong
     seq: cython.ulonglong
-    if n == 0 or len(entries) != n or type(first) is not int:
+    prev_ms: cython.ulonglong
+    prev_seq: cython.ulonglong
+    if n == 0 or len(entries) != n:
         return None
-    # Upper bound: array headers 5 bytes, uints 9, bins 5 + length.
-    bound: cython.Py_ssize_t = 1 + 9 + 5 + 5 + 18 * n + 5
-    k = _bins_bound(master)
+    first = ids[0]
+    last = ids[n - 1]
+    if type(first) is not int or type(last) is not int or first < 0 or last > MAX_ID:
+        return None
+    # The marker, the first id, n, the master and apart counts; per entry its id's run
+    # and gap (3 varints) and its record apart (2).
+    bound: cython.Py_ssize_t = 2 + 5 * _MAX_VARINT
+    k = _items_bound(master)
     if k < 0:
         return None
     bound += k
@@ -414,16 +629,12 @@ def _write_node(first, base_ms: cython.ulonglong, master: list, ids: list,
         e = entries[i]
         if type(e) is not list:
             return None
-        fv = e
-        # All its elements, whether or not it has the master fields (values only):
-        # a bound without comparing its field names twice.
-        k = _bins_bound(fv)
+        k = _items_bound(e)
         if k < 0:
             return None
-        bound += 6 + k             # its array header, a None when not
-    last = ids[n - 1]
-    consecutive: cython.bint = last - first == n - 1 and last >> 64 == base_ms
-    if not consecutive:
+        bound += k + 5 * _MAX_VARINT
+    one_run: cython.bint = last - first == n - 1
+    if not one_run:
         for i in range(n):
             sid = ids[i]
             if type(sid) is not int or sid < 0 or sid > MAX_ID:
@@ -437,46 +648,61 @@ def _write_node(first, base_ms: cython.ulonglong, master: list, ids: list,
         _scratch = grown
         _scratch_size = max(bound, 2 * _scratch_size)
     out: cython.p_uchar = _scratch
-    out[0] = 0x94
-    pos = _put_uint(out, 1, base_ms)
-    pos = _put_array(out, pos, len(master))
+    out[0] = NODE_FORMAT[0]
+    out[1] = NODE_FORMAT[1]
+    prev_ms = PyLong_AsUnsignedLongLongMask(first >> 64)
+    prev_seq = PyLong_AsUnsignedLongLongMask(first)
+    pos = _put_varint_c(out, 2, prev_ms)
+    pos = _put_varint_c(out, pos, prev_seq)
+    pos = _put_varint_c(out, pos, n)
+    pos = _put_varint_c(out, pos, len(master))
     for i in range(len(master)):
-        pos = _put_bin(out, pos, master[i])
-    pos = _put_array(out, pos, 2 * n)
-    if consecutive:
-        seq = PyLong_AsUnsignedLongLongMask(first)
-        for i in range(n):
-            out[pos] = 0           # ms delta 0
-            pos = _put_uint(out, pos + 1, seq + i)
-    else:
-        for i in range(n):
+        pos = _put_item_c(out, pos, master[i])
+    if not one_run:
+        for i in range(1, n):
             sid = ids[i]
-            ms = sid >> 64
-            if ms < base_ms:
-                return None        # out of order: the Packer writes a negative delta
-            pos = _put_uint(out, pos, ms - base_ms)
-            pos = _put_uint(out, pos, PyLong_AsUnsignedLongLongMask(sid))
-    pos = _put_array(out, pos, n)
+            ms = PyLong_AsUnsignedLongLongMask(sid >> 64)
+            seq = PyLong_AsUnsignedLongLongMask(sid)
+            if (seq == prev_seq + 1 and ms == prev_ms) or \
+                    (seq == 0 and prev_seq + 1 == 0 and ms == prev_ms + 1):
+                run += 1    # (the next id: the next seq, or past the last one, the next ms)
+            elif ms < prev_ms or (ms == prev_ms and seq <= prev_seq):
+                return None     # out of order: the source's path raises
+            else:
+                pos = _put_varint_c(out, pos, run)
+                if ms == prev_ms:
+                    pos = _put_varint_c(out, pos, 0)
+                    pos = _put_varint_c(out, pos, seq - prev_seq - 2)
+                else:
+                    pos = _put_varint_c(out, pos, ms - prev_ms)
+                    pos = _put_varint_c(out, pos, seq)
+                run = 0
+            prev_ms = ms
+            prev_seq = seq
+    pos = _put_varint_c(out, pos, n - 1 if one_run else run)
+    k = 0
+    for i in range(n):
+        if not _stored_as_values(entries[i], master):
+            k += 1
+    pos = _put_varint_c(out, pos, k)
+    if k:
+        for i in range(n):
+            fv = entries[i]
+            if not _stored_as_values(fv, master):
+                pos = _put_varint_c(out, pos, i - after)
+                pos = _put_varint_c(out, pos, len(fv))
+                after = i + 1
     for i in range(n):
         fv = entries[i]
-        if _has_master_fields(fv, master):
-            pos = _put_array(out, pos, len(fv) // 2)
+        if not k or _stored_as_values(fv, master):    # (no entry apart: no compare again)
             j = 1
             while j < len(fv):
-                pos = _put_bin(out, pos, fv[j])
+                pos = _put_item_c(out, pos, fv[j])
                 j += 2
         else:
-            pos = _put_array(out, pos, len(fv) + 1)
-            out[pos] = 0xC0        # None
-            pos += 1
             for j in range(len(fv)):
-                pos = _put_bin(out, pos, fv[j])
+                pos = _put_item_c(out, pos, fv[j])
     return PyBytes_FromStringAndSize(cython.cast(cython.p_char, out), pos)
-
-
-def decode_node(blob: bytes) -> tuple[list[int], list[list]]:
-    d: _Decoded = _Decoded(blob)
-    return d.ids, d.build_entries()
 
 
 # A stream's node headers as snapshots and DUMP payloads store them

@@ -20,10 +20,11 @@ from ..engine.groups import DeadLetterPolicy
 from ..engine.nodecache import CACHE
 from ..engine.retention import RetentionPolicy
 from ..engine.stream import (HEADER_APART, HEADER_OPEN, NODE_HEADER, Node, decode_node,
-                             encode_node, node_headers, nodes_from_headers)
+                             encode_node, node_headers, nodes_from_headers, unpack_node)
 
 __all__ = ["encode_value", "decode_value", "clone_value", "dump_payload", "load_payload",
-           "dump_pieces", "append_node_run", "NodeRun", "check_stream_nodes", "CodecError"]
+           "dump_pieces", "append_node_run", "NodeRun", "check_stream_nodes", "CodecError",
+           "PAYLOAD_MAGIC", "PAYLOAD_MAGICS"]
 
 FORMAT_VERSION = 1
 
@@ -72,7 +73,7 @@ def _encode_nodes(nodes, external: list | None) -> dict:
             del external[start + i]
     for i in open_at:
         node = nodes[i]
-        blobs[i] = encode_node(node.first, node.master, node.ids, node.entries)
+        blobs[i] = encode_node(node.master, node.ids, node.entries)
     deleted = {i: [_id(x) for x in sorted(nodes[i].deleted)] for i in deleted_at}
     return {"nh": headers, "nb": blobs, "nd": deleted}
 
@@ -216,10 +217,9 @@ def _decode_nodes(doc: dict, fetch, cold_where=None) -> tuple[list[Node], list[i
         # are unpacked now.
         if is_open or n == last_n:
             try:
-                fields = msgpack.unpackb(_bytes(blob), raw=True)[1]
+                master, ids, entries = unpack_node(_bytes(blob))
                 if is_open:
-                    node.ids, node.entries = decode_node(blob)
-                    node.master = fields
+                    node.master, node.ids, node.entries = master, ids, entries
             except CodecError:
                 raise
             except Exception as e:
@@ -399,7 +399,13 @@ def append_node_run(s: Stream, run: NodeRun, check: bool) -> None:
     s.length += live
 
 
-PAYLOAD_MAGIC = b"SDB1"
+# The payload's version.  SDB2 payloads may hold sealed nodes of format 2
+# (engine/stream.py), which a version that writes SDB1 cannot read: it refuses an
+# SDB2 payload as one of an unknown version (a RESTORE, a replica's full sync) rather
+# than failing on a node later.  SDB1 payloads (DUMPs, AOF rewrites of earlier
+# versions) still load.
+PAYLOAD_MAGIC = b"SDB2"
+PAYLOAD_MAGICS = (b"SDB1", PAYLOAD_MAGIC)
 
 
 def dump_payload(value) -> bytes:
@@ -418,10 +424,10 @@ def load_payload(raw: bytes, check_nodes: bool = False):
 
     ``check_nodes``: also decode and check every stream node (an untrusted payload).
     """
-    if len(raw) < 8 or not raw.startswith(PAYLOAD_MAGIC) or \
+    if len(raw) < 8 or not raw.startswith(PAYLOAD_MAGICS) or \
             zlib.crc32(raw[:-4]).to_bytes(4, "big") != raw[-4:]:
         raise CodecError("payload version or checksum are wrong")
-    value = decode_value(raw[len(PAYLOAD_MAGIC):-4])
+    value = decode_value(raw[len(PAYLOAD_MAGIC):-4])      # (every magic has 4 bytes)
     if check_nodes and type(value) is Stream:
         check_stream_nodes(value)
     return value

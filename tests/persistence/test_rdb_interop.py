@@ -136,7 +136,7 @@ def test_dump_in_redis_form_restores_on_redis(both):
         sc.restore(key, 0, rc.dump(key))
     sc.set("mig:text", "hello " * 30)
     assert sc.config_get("dump-payload-format") == {"dump-payload-format": "streamdb"}
-    assert sc.dump("mig:small").startswith(b"SDB1")                   # the default: our own
+    assert sc.dump("mig:small").startswith(b"SDB2")                   # the default: our own
     sc.config_set("dump-payload-format", "redis")
     for key in keys:
         rc.restore(key + ":back", 0, sc.dump(key))
@@ -470,7 +470,7 @@ def test_dump_in_redis_form_refuses_nacked_entries(fresh_server):
                                                   "NACKed pending entries"):
         sc.dump("s")
     sc.config_set("dump-payload-format", "streamdb")
-    assert sc.dump("s").startswith(b"SDB1")
+    assert sc.dump("s").startswith(b"SDB2")
 
 
 @pytest.mark.differential

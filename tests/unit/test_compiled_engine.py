@@ -168,17 +168,23 @@ def test_node_encoding_agrees_with_the_source(first_ms, rows):
         entries.append(list(fv))
     assume(ids)     # the first id itself past the last possible millisecond: no node
     master = entries[0][0::2]
-    blob = fast.encode_node(ids[0], master, ids, [list(e) for e in entries])
-    assert blob == spec.encode_node(ids[0], master, ids, [list(e) for e in entries])
+    blob = fast.encode_node(master, ids, [list(e) for e in entries])
+    assert blob == spec.encode_node(master, ids, [list(e) for e in entries])
     assert fast.decode_node(blob) == spec.decode_node(blob) == (ids, entries)
 
 
-# Sizes around each msgpack form's limits: fixint/uint 8/16/32/64, bin 8/16/32,
-# fixarray/array 16 (the compiled encode_node writes the bytes itself).
-_edge_uints = st.sampled_from([0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32,
-                               2**63, 2**64 - 1])
-_edge_bytes = st.one_of(st.binary(max_size=3), st.sampled_from([0, 31, 32, 255, 256, 65535, 65536])
-                        .map(lambda n: b"x" * n))
+# Numbers and sizes around each varint length (1 byte below 2**7, 2 below 2**14, ...),
+# and items that are canonical integers or only look like them (the compiled
+# encode_node writes the bytes itself and tests the digits in C).
+_edge_uints = st.sampled_from([0, 1, 127, 128, 255, 256, 16383, 16384, 65535, 65536,
+                               2**32 - 1, 2**32, 2**63, 2**64 - 1])
+_edge_bytes = st.one_of(
+    st.binary(max_size=3),
+    st.sampled_from([0, 31, 32, 63, 64, 255, 256, 8191, 8192, 65535, 65536])
+    .map(lambda n: b"x" * n),
+    st.sampled_from([b"0", b"-0", b"00", b"07", b"-7", b"-", b"+1", b"1234", b"19.8", b"1e3",
+                     b"123456789012345678", b"-123456789012345678", b"1234567890123456789",
+                     b"-1234567890123456789", b"9" * 18]))
 
 
 @settings(max_examples=150, deadline=None)
@@ -189,10 +195,11 @@ _edge_bytes = st.one_of(st.binary(max_size=3), st.sampled_from([0, 31, 32, 255, 
        master=st.lists(_edge_bytes, max_size=3),
        rows=st.lists(st.one_of(st.none(), st.lists(_edge_bytes, max_size=8)), min_size=41,
                      max_size=41))
-def test_node_bytes_at_the_msgpack_limits_agree_with_the_source(first_ms, first_seq, gaps,
+def test_node_bytes_at_the_format_limits_agree_with_the_source(first_ms, first_seq, gaps,
                                                                 master, rows):
-    """The compiled encode_node writes the blob itself: every int, bin and array form
-    (and entries with and without the master fields) gives the source's bytes."""
+    """The compiled encode_node writes the blob itself: every varint length, integer
+    and byte items, id runs and gaps (and entries with and without the master
+    fields) give the source's bytes."""
     fast, spec = both("streamdb.engine.stream")
     ids = [mid(first_ms, first_seq)]
     for gap_ms, seq in gaps:
@@ -207,8 +214,8 @@ def test_node_bytes_at_the_msgpack_limits_agree_with_the_source(first_ms, first_
         else:
             fv = row[:len(row) // 2 * 2]
         entries.append(fv)
-    blob = fast.encode_node(ids[0], master, ids, [list(e) for e in entries])
-    assert blob == spec.encode_node(ids[0], master, ids, [list(e) for e in entries])
+    blob = fast.encode_node(master, ids, [list(e) for e in entries])
+    assert blob == spec.encode_node(master, ids, [list(e) for e in entries])
     assert fast.decode_node(blob) == spec.decode_node(blob)
 
 
@@ -277,8 +284,8 @@ def test_keyspace_operations_agree_with_the_source(ops):
 
 
 def test_a_node_of_bytes_subclasses_encodes_as_one_of_bytes():
-    """encode_node packs exact types with a strict msgpack Packer; anything else (a
-    bytes subclass) goes to the lenient one and gives the same blob."""
+    """The compiled encode_node writes exact bytes in C; anything else (a bytes
+    subclass) takes the source's path and gives the same blob."""
 
     class Raw(bytes):
         pass
@@ -286,8 +293,8 @@ def test_a_node_of_bytes_subclasses_encodes_as_one_of_bytes():
     for module in both("streamdb.engine.stream"):
         ids = [mid(5, 0), mid(5, 1), mid(7, 0)]
         entries = [[b"f", b"v"], [b"f", b"w"], [b"g", b"x"]]
-        blob = module.encode_node(ids[0], [b"f"], ids, entries)
-        assert module.encode_node(ids[0], [Raw(b"f")], ids,
+        blob = module.encode_node([b"f"], ids, entries)
+        assert module.encode_node([Raw(b"f")], ids,
                                   [[Raw(x) for x in e] for e in entries]) == blob
         assert module.decode_node(blob) == (ids, entries)
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
-from hypothesis import settings
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from streamdb.engine.ids import MAX_ID, MIN_ID, make_id
-from streamdb.engine.stream import Stream
+from streamdb.engine.stream import NODE_FORMAT, Stream, decode_node, encode_node, unpack_node
 
 field_lists = st.sampled_from([
     [b"f", b"v"], [b"f", b"w"], [b"f", b"v", b"g", b"x"], [b"g", b"1"], [b"f", b""],
@@ -197,3 +198,109 @@ def test_deleting_every_entry_of_a_node_drops_it():
     assert len(s.nodes) == 2
     assert [sid >> 64 for sid, _ in s] == [1, 2, 3, 7]
     assert s.max_deleted_id == make_id(6, 0)
+
+
+# -- the sealed node's blob --------------------------------------------------------------
+
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    return bytes(out + bytes([v]))
+
+
+_items = st.one_of(
+    st.binary(max_size=3),
+    st.sampled_from([b"0", b"-0", b"007", b"-7", b"1234", b"19.8", b"+1", b" 1", b"1 ", b"1_0",
+                     b"123456789012345678", b"-123456789012345678", b"1234567890123456789",
+                     b"\xd9\xa3", b"x" * 63, b"x" * 64, b"x" * 8191, b"x" * 8192]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(first_ms=st.sampled_from([0, 1, 127, 128, 16383, 16384, 2**63, 2**64 - 1]),
+       first_seq=st.sampled_from([0, 1, 127, 128, 2**64 - 2, 2**64 - 1]),
+       gaps=st.lists(st.tuples(st.sampled_from([0, 0, 0, 1, 200, 2**40]),
+                               st.sampled_from([0, 1, 2, 127, 2**64 - 1])), max_size=30),
+       master=st.lists(_items, max_size=3),
+       rows=st.lists(st.one_of(st.none(), st.lists(_items, max_size=6)), min_size=31, max_size=31))
+def test_a_sealed_node_blob_gives_back_its_entries(first_ms, first_seq, gaps, master, rows):
+    """Format 2: ids in runs and gaps (the seq running over into the next ms too),
+    items that are canonical integers and ones that only look like them, entries
+    with the master field names and without, and an empty master."""
+    ids = [make_id(first_ms, first_seq)]
+    for gap_ms, seq in gaps:
+        nxt = ids[-1] + 1 + seq % 3 if not gap_ms else make_id((ids[-1] >> 64) + gap_ms, seq)
+        if nxt > MAX_ID:
+            break
+        ids.append(nxt)
+    entries = [[x for f in master for x in (f, b"1234")] if row is None else row[:len(row) // 2 * 2]
+               for row in rows[:len(ids)]]
+    blob = encode_node(master, ids, [list(e) for e in entries])
+    assert blob.startswith(NODE_FORMAT)
+    assert unpack_node(blob) == (master, ids, entries)
+
+
+def test_the_bench_entry_takes_under_eight_bytes_of_blob():
+    """`sensor-id 1234 temperature 19.8` from a pipelined producer (ids in runs of one
+    ms): values with 1-byte lengths, 1234 as an integer, no per-entry id bytes
+    (msgpack's format 1 took 15.4 bytes an entry)."""
+    ids = [make_id(1_700_000_000_000 + i // 60, i % 60) for i in range(100)]
+    entries = [[b"sensor-id", b"1234", b"temperature", b"19.8"] for _ in ids]
+    blob = encode_node([b"sensor-id", b"temperature"], ids, entries)
+    assert len(blob) / 100 < 8
+    assert decode_node(blob) == (ids, entries)
+
+
+# A node sealed by the version before format 2 (a msgpack document; snapshots, the
+# node store and DUMP payloads of that version hold such blobs): 4 entries, one of
+# them without the master field names.
+FORMAT_1_BLOB = bytes.fromhex(
+    "94cf0000018bcfe5680092c40973656e736f722d6964c40b74656d706572"
+    "61747572659800000001050005099492c40431323334c40431392e3892c4022d37c40432"
+    "302e3193c0c4056f74686572c4c8"
+) + b"x" * 200 + bytes.fromhex("92c40130c400")
+FORMAT_1_IDS = [make_id(1700000000000, 0), make_id(1700000000000, 1),
+                make_id(1700000000005, 0), make_id(1700000000005, 9)]
+FORMAT_1_ENTRIES = [[b"sensor-id", b"1234", b"temperature", b"19.8"],
+                    [b"sensor-id", b"-7", b"temperature", b"20.1"],
+                    [b"other", b"x" * 200],
+                    [b"sensor-id", b"0", b"temperature", b""]]
+
+
+def test_a_format_1_node_still_reads_and_is_rewritten_in_format_2():
+    assert unpack_node(FORMAT_1_BLOB) == ([b"sensor-id", b"temperature"], FORMAT_1_IDS,
+                                          FORMAT_1_ENTRIES)
+    s = Stream()
+    s.append(FORMAT_1_IDS[0], list(FORMAT_1_ENTRIES[0]), 4, 0)
+    node = s.nodes[0]
+    node.master = node.ids = node.entries = None      # the node as a snapshot loads it
+    node.blob, node.last, node.total, node.live = FORMAT_1_BLOB, FORMAT_1_IDS[-1], 4, 4
+    s.length, s.last_id = 4, FORMAT_1_IDS[-1]
+    assert s.range(MIN_ID, MAX_ID) == list(zip(FORMAT_1_IDS, FORMAT_1_ENTRIES))
+    s.append(make_id(1700000000006, 0), [b"sensor-id", b"5"], 5, 0)   # reopens the node
+    node.seal()
+    assert node.blob.startswith(NODE_FORMAT)
+    assert decode_node(node.blob) == (FORMAT_1_IDS + [make_id(1700000000006, 0)],
+                                      FORMAT_1_ENTRIES + [[b"sensor-id", b"5"]])
+
+
+def test_a_malformed_format_2_blob_is_a_value_error():
+    """Every cut of a blob, a varint past 64 bits, counts past what the blob can hold
+    (no huge allocation) and trailing bytes: ValueError, which RESTORE reports."""
+    ids = [make_id(5, 0), make_id(5, 1), make_id(9, 3)]
+    blob = encode_node([b"f"], ids, [[b"f", b"1"], [b"g", b"x"], [b"f", b"abc"]])
+    for cut in range(len(NODE_FORMAT), len(blob)):
+        with pytest.raises(ValueError):
+            decode_node(blob[:cut])
+    head = NODE_FORMAT + _varint(5) + _varint(0)
+    for bad in (blob + b"\x00",
+                NODE_FORMAT + b"\xff" * 10 + b"\x01",                  # a varint past 64 bits
+                head + _varint(2**40) + _varint(1) + _varint(2) + b"f" + _varint(0),
+                head + _varint(1) + _varint(2**62),                   # master count
+                head + _varint(2) + _varint(0) + _varint(5),          # a run past n
+                head + _varint(1) + _varint(0) + _varint(0) + _varint(3) + _varint(0),
+                head + _varint(1) + _varint(0) + _varint(0) + _varint(1) + _varint(0)
+                + _varint(2**30)):                                   # element count
+        with pytest.raises(ValueError):
+            decode_node(bad)
