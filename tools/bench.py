@@ -748,7 +748,7 @@ def w_memory(servers, cfg) -> list[Row]:
     py = out.get("streamdb-py", {}).get("rss")
     label = f"memory/entry, {n // 1000}k x `sensor-id 1234 temperature 19.8`"
     return [Row(label + " (Redis used_memory vs StreamDB RSS)", "bytes",
-                out["redis"]["used"], out["streamdb"]["rss"], "<=", 1.2, py=py),
+                out["redis"]["used"], out["streamdb"]["rss"], "<=", 0.8, py=py),
             Row("  (Redis RSS vs StreamDB RSS, like-for-like)", "bytes",
                 out["redis"]["rss"], out["streamdb"]["rss"], "info", None, py=py)]
 
