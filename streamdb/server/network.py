@@ -116,8 +116,9 @@ class Connection(asyncio.Protocol):
             self.drop()
         elif action == CLOSE_AFTER_FLUSH:
             self.closing = True
-        if self.out or self.closing:
-            self.server.schedule_flush(self)
+        # Closing either way: the flush writes what is queued (nothing, once dropped)
+        # and closes the transport.
+        self.server.schedule_flush(self)
 
     # asyncio's callback for a read is process itself: one Python call per read.
     data_received = process
