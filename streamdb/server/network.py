@@ -36,8 +36,12 @@ _MAX_WAKE_DELAY_MS = 3_600_000
 
 
 class Connection(asyncio.Protocol):
+    """One client's connection: asyncio's protocol for its socket.  The per-read and
+    per-flush work is its RequestLoop's (pipeline.py, compiled), which is also its
+    ``data_received``; what is here runs per connection or on rare events."""
+
     __slots__ = ("server", "core", "transport", "parser", "client", "out", "requests",
-                 "closing", "paused", "soft_limit_since")
+                 "data_received")
 
     def __init__(self, server: "Server") -> None:
         self.server = server
@@ -46,10 +50,21 @@ class Connection(asyncio.Protocol):
         self.parser = RequestParser(server.core.config["proto-max-bulk-len"])
         self.client = None
         self.out: list[bytes] = []
-        self.requests: RequestLoop | None = None     # once the client is accepted
-        self.closing = False
-        # When pending output first went past the soft output-buffer limit (limits.py).
-        self.soft_limit_since: float | None = None
+        self.requests = RequestLoop(server.core, None, self.parser, self.out, None, self,
+                                    server._to_flush, server.end_turn_needed,
+                                    self._resume_later)
+        # asyncio's callback for a read, set before the transport exists (uvloop takes
+        # it then): the compiled RequestLoop.data_received, one C call per read.
+        self.data_received = self.requests.data_received
+
+    # Kept on the RequestLoop (C fields its per-read and per-flush code tests):
+    # whether the connection is closing (nothing more is read), and when its pending
+    # output first went past the soft output-buffer limit (limits.py), or None.
+    closing = property(lambda self: self.requests.closing,
+                       lambda self, value: setattr(self.requests, "closing", value))
+    soft_limit_since = property(lambda self: self.requests.soft_limit_since,
+                                lambda self, value: setattr(self.requests, "soft_limit_since",
+                                                            value))
 
     # -- asyncio callbacks --------------------------------------------------------
 
@@ -77,35 +92,19 @@ class Connection(asyncio.Protocol):
         self.client = core.new_client(addr=addr, laddr=laddr)
         self.client.close = self.close_after_flush
         self.parser.authenticated = self.client.authenticated
-        self.requests = RequestLoop(core, self.client, self.parser, self.out, transport, self,
-                                    self.server._to_flush, self.server.end_turn_needed,
-                                    self._resume_later)
-        self.client.outbox = self.requests
+        self.requests.accept(self.client, transport)
 
     def connection_lost(self, exc) -> None:
         self.closing = True
-        if self.requests is not None:
-            self.requests.conn = None       # (no cycle left: it delivers nothing more)
+        self.requests.conn = None       # (no cycle left: it delivers nothing more)
         if self.client is not None:
             self.core.remove_client(self.client)
             self.server.forget(self)
 
-    def process(self, data: bytes | None = None) -> None:
-        """Feed ``data`` (one read's bytes; None: resume what the parser holds) and
-        run the complete requests, in order, through the one entry point
-        (``Core.execute``): ``RequestLoop.serve``, compiled.  Reading stops while the
-        client is blocked, and for good once it is to be closed."""
-        if self.closing:
-            return
-        # (The usual read ends here: a connection with replies joined the turn's
-        # writes in serve.)
-        action = self.requests.serve(data)
-        if action != READ_ON:
-            self._stop_reading(action)
-
-    def _stop_reading(self, action: int) -> None:
-        """What RequestLoop.serve said besides READ_ON: drop, close after the flush, or
-        close for an over-long query buffer."""
+    def stop_reading(self, action: int) -> None:
+        """What RequestLoop.serve said besides READ_ON (RequestLoop.data_received
+        calls this): drop, close after the flush, or close for an over-long query
+        buffer."""
         if action == QUERY_BUFFER_FULL:
             log.log(log.WARNING, f"Closing client that reached max query buffer length: id={self.client.id} addr={self.client.addr}")
             self.core.stats.query_buffer_limit_disconnections += 1
@@ -120,11 +119,9 @@ class Connection(asyncio.Protocol):
         # and closes the transport.
         self.server.schedule_flush(self)
 
-    # asyncio's callback for a read is process itself: one Python call per read.
-    data_received = process
-
     def _resume_later(self) -> None:
-        asyncio.get_running_loop().call_soon(self.process)
+        """Run, on a later turn, the requests a blocked client left in its parser."""
+        asyncio.get_running_loop().call_soon(self.requests.data_received, None)
 
     def close_after_flush(self) -> None:
         self.closing = True
@@ -206,7 +203,9 @@ class Server:
         return self._flush_scheduled
 
     def schedule_flush(self, conn: Connection) -> None:
-        self._to_flush[conn] = None
+        """Write ``conn`` at the end of this turn (its ``flush``, or its RequestLoop's
+        write when it has one)."""
+        self._to_flush[conn] = getattr(conn, "requests", None)
         if not self._flush_scheduled:
             self.end_turn_needed()
 
@@ -243,7 +242,7 @@ class Server:
         # answered now: reads, PING, INFO, and the MISCONF of refused writes.
         for conn in conns:
             if self._must_wait(conn):
-                self._held[conn] = None
+                self._held[conn] = conns[conn]
             else:
                 conn.flush()
         if self._held and self._retry_handle is None:
@@ -259,7 +258,7 @@ class Server:
     def _retry_durability(self) -> None:
         self._retry_handle = None
         for conn in self._held:
-            self._to_flush[conn] = None
+            self._to_flush[conn] = getattr(conn, "requests", None)
         self._held = {}
         self._end_of_turn()
 

@@ -13,10 +13,13 @@ cdef class RequestLoop(Outbox):
     cdef readonly list out
     cdef public object transport, conn, on_output, on_resume
     cdef public dict to_flush
+    cdef public bint closing
+    cdef public object soft_limit_since
 
+    cpdef void data_received(self, data)
     cpdef int serve(self, data)
     cdef int _run_requests(self)
     cdef void _join_turn(self)
     cpdef bint write_out(self, transport)
 
-cpdef tuple flush_connections(conns)
+cpdef tuple flush_connections(dict conns)

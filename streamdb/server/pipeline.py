@@ -40,22 +40,48 @@ class RequestLoop(Outbox):
     client's Outbox (what is delivered joins the replies)."""
 
     __slots__ = ("core", "client", "parser", "out", "transport", "conn", "to_flush",
-                 "on_output", "on_resume")
+                 "on_output", "on_resume", "closing", "soft_limit_since")
 
-    def __init__(self, core: Core, client: Client, parser, out: list, transport=None,
+    def __init__(self, core: Core, client: Client | None, parser, out: list, transport=None,
                  conn=None, to_flush: dict | None = None, on_output=None,
                  on_resume=None) -> None:
         self.core = core
-        self.client = client
+        self.client = client            # None until the connection is accepted (accept)
         self.parser = parser
         self.out = out
         self.transport = transport
         self.conn = conn                # the connection (None once it is gone)
-        # The server's connections to write at the end of this turn (Server._to_flush):
-        # whenever it is not empty, the end of the turn is scheduled.
+        # The server's connections to write at the end of this turn (Server._to_flush,
+        # each mapped to its RequestLoop): whenever it is not empty, the end of the turn
+        # is scheduled.
         self.to_flush = to_flush
         self.on_output = on_output      # schedules the end of the turn
         self.on_resume = on_resume      # runs the requests a blocked client left, next turn
+        # The connection's state that the per-read and per-flush paths test, kept here
+        # as C fields (the connection's attributes of the same names read them): nothing
+        # more is read once closing; when pending output first went past the soft
+        # output-buffer limit (limits.py), or None.
+        self.closing = False
+        self.soft_limit_since = None
+
+    def accept(self, client: Client, transport) -> None:
+        """The connection was accepted: ``client`` is served from now on, over
+        ``transport``; what is delivered to it joins the replies."""
+        self.client = client
+        self.transport = transport
+        client.outbox = self
+
+    @cython.ccall
+    def data_received(self, data) -> cython.void:
+        """A read's bytes (None: resume what the parser holds), from the event loop:
+        the connection's ``data_received`` is this method, so a read runs no Python
+        frame (Connection.process, interpreted, was ~1.5k instructions a read).  What
+        ``serve`` says besides READ_ON goes back to the connection."""
+        if self.closing:
+            return
+        action: cython.int = self.serve(data)
+        if action != READ_ON:
+            self.conn.stop_reading(action)
 
     @cython.ccall
     def deliver(self, reply) -> cython.void:
@@ -103,7 +129,7 @@ class RequestLoop(Outbox):
         reply's bytes to the output list; what the connection must do next.
 
         Reading stops while the client is blocked (its reply comes through
-        ``client.deliver``) and for good once it is to be closed:
+        the client's outbox) and for good once it is to be closed:
         ``client.close_after_reply`` (QUIT, SHUTDOWN; the network layer's
         ``client.close``, e.g. CLIENT KILL of itself, sets it too).  A malformed
         request is answered with Redis's protocol error and the connection closed
@@ -134,7 +160,7 @@ class RequestLoop(Outbox):
         to_flush: dict = self.to_flush
         if not to_flush:
             self.on_output()
-        to_flush[self.conn] = None
+        to_flush[self.conn] = self
 
     @cython.cfunc
     def _run_requests(self) -> cython.int:
@@ -190,32 +216,33 @@ class RequestLoop(Outbox):
 
 
 @cython.ccall
-def flush_connections(conns) -> tuple:
+def flush_connections(conns: dict) -> tuple:
     """The end of a turn's writes (Server._end_of_turn), compiled for the usual
-    connection: open, not closing, its queued replies all taken by the socket.  Each
-    such connection is written here; returned are (the ones that flush themselves:
-    closing, gone, or no RequestLoop, like a replica's state writer; the ones written
-    whose socket kept some output: their output-buffer limits are checked).
+    connection: open, not closing, its queued replies all taken by the socket.
+    ``conns`` maps each connection to its RequestLoop (None for what has none, like
+    a replica's state writer).  Each usual connection is written here; returned are
+    (the ones that flush themselves: closing, gone, or with no RequestLoop; the ones
+    written whose socket kept some output: their output-buffer limits are checked).
 
     As a Python method per connection, the flush was most of a PUBLISH to 100
     subscribers at -P 1 after the delivery itself (each message is a turn, and each
-    turn writes to every subscriber)."""
+    turn writes to every subscriber); what it tests per connection is the
+    RequestLoop's C fields, not the connection's attributes."""
     later: list = []
     pending: list = []
     loop: RequestLoop
-    for conn in conns:
-        requests = getattr(conn, "requests", None)
-        if requests is None or conn.closing:
+    for conn, requests in conns.items():
+        if requests is None:
             later.append(conn)
             continue
         loop = requests
         transport = loop.transport
-        if transport.is_closing():
+        if loop.closing or transport.is_closing():
             later.append(conn)
             continue
         if loop.out:
             if loop.write_out(transport):
                 pending.append(conn)
-            elif conn.soft_limit_since is not None:
-                conn.soft_limit_since = None
+            elif loop.soft_limit_since is not None:
+                loop.soft_limit_since = None
     return later, pending
