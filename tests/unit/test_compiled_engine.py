@@ -173,6 +173,18 @@ def test_node_encoding_agrees_with_the_source(first_ms, rows):
     assert fast.decode_node(blob) == spec.decode_node(blob) == (ids, entries)
 
 
+def test_a_run_of_ids_across_a_millisecond_decodes_as_the_source():
+    """Consecutive ids whose sequence numbers pass 64 bits (the last sequence number
+    of one millisecond, then the next millisecond's 0) are one run in the blob; the
+    compiled decode builds a run's ids from a C sequence number and must take the
+    carry into the millisecond as the source's range does."""
+    fast, spec = both("streamdb.engine.stream")
+    ids = [mid(5, 2**64 - 3) + i for i in range(5)] + [mid(9, 2**64 - 1), mid(10, 0)]
+    entries = [[b"f", b"%d" % i] for i in range(len(ids))]
+    blob = fast.encode_node([b"f"], ids, [list(e) for e in entries])
+    assert fast.decode_node(blob) == spec.decode_node(blob) == (ids, entries)
+
+
 # Numbers and sizes around each varint length (1 byte below 2**7, 2 below 2**14, ...),
 # and items that are canonical integers or only look like them (the compiled
 # encode_node writes the bytes itself and tests the digits in C).
