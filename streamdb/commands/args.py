@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..engine.ids import InvalidID, parse_id, parse_interval_id
+from ..engine.ids import InvalidID, parse_id, parse_interval_id, parse_strict_id
 from ..protocol.reply import CommandError
 
 __all__ = ["parse_int", "parse_positive", "parse_stream_id", "parse_strict_stream_id",
@@ -49,6 +49,8 @@ def parse_stream_id(raw: bytes, missing_seq: int = 0) -> int:
 
 def parse_strict_stream_id(raw: bytes, missing_seq: int = 0) -> int:
     try:
+        if not missing_seq:
+            return parse_strict_id(raw)
         return parse_id(raw, missing_seq, strict=True)[0]
     except InvalidID:
         raise CommandError(INVALID_ID) from None
@@ -58,7 +60,7 @@ def parse_strict_stream_ids(raws: list[bytes]) -> list[int]:
     """``parse_strict_stream_id`` of each of ``raws`` (XACK, XDEL, ... take many):
     one frame and one ``try`` for the whole list instead of one per id."""
     try:
-        return [parse_id(raw, 0, strict=True)[0] for raw in raws]
+        return [parse_strict_id(raw) for raw in raws]
     except InvalidID:
         raise CommandError(INVALID_ID) from None
 

@@ -35,7 +35,7 @@ PAST_MAX_ID = MAX_ID + 1
 
 __all__ = [
     "U64", "MIN_ID", "MAX_ID", "PAST_MAX_ID", "InvalidID", "make_id", "id_ms", "id_seq",
-    "format_id", "parse_u64", "parse_id", "parse_interval_id",
+    "format_id", "parse_u64", "parse_id", "parse_strict_id", "parse_interval_id",
 ]
 
 
@@ -215,6 +215,19 @@ def _plain_id_c(text: bytes):
         return None
     high: object = ms
     return (high << 64) | seq
+
+
+@cython.ccall
+def parse_strict_id(text) -> object:
+    """``parse_id(text, 0, strict=True)``'s id: a full id, never ``-`` or ``+``, as
+    XACK, XDEL and XCLAIM take many.  A C call from the compiled handlers (args.pxd):
+    through parse_id's keyword arguments and its tuple, each id of an XACK of 10 cost
+    about 1.2k instructions more (XREADGROUP COUNT 10 + XACK in-process, callgrind)."""
+    if cython.compiled and type(text) is bytes:
+        sid = _plain_id_c(text)
+        if sid is not None:
+            return sid
+    return parse_id(text, 0, strict=True)[0]
 
 
 def parse_interval_id(text: bytes, missing_seq: int) -> tuple[int, bool]:

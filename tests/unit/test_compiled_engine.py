@@ -484,6 +484,10 @@ def test_id_parsing_agrees_with_the_source(text, missing_seq, strict, star):
         == outcome(lambda: spec.parse_id(text, missing_seq, strict=strict, allow_seq_star=star))
     assert outcome(lambda: fast.parse_interval_id(text, missing_seq)) \
         == outcome(lambda: spec.parse_interval_id(text, missing_seq))
+    # (parse_strict_id is parse_id's strict id, with its C path for plain ids)
+    assert outcome(lambda: fast.parse_strict_id(text)) \
+        == outcome(lambda: spec.parse_strict_id(text)) \
+        == outcome(lambda: spec.parse_id(text, 0, strict=True)[0])
 
 
 @settings(max_examples=300, deadline=None)
