@@ -19,7 +19,8 @@ Which of the two runs is decided in one place, streamdb/protocol/__init__.py.
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_New, PyList_SET_ITEM, PyList_GET_SIZE
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
-from cpython.ref cimport Py_INCREF
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.string cimport memcpy, memmove
 
 cdef extern from "Python.h":
@@ -28,6 +29,8 @@ cdef extern from "Python.h":
     # (RecursionError, as the plain encoder raises) instead of the C stack running out.
     int Py_EnterRecursiveCall(const char* where)
     void Py_LeaveRecursiveCall()
+    # Sets *b to NULL (and raises) when it fails.
+    int _PyBytes_Resize(PyObject** b, Py_ssize_t newsize) except -1
 
 from .request import ProtocolError
 from .request import INLINE_MAX_SIZE as _INLINE_MAX_SIZE, INT_MAX as _INT_MAX
@@ -368,19 +371,84 @@ cdef struct Out:
     char* p
     Py_ssize_t n
     Py_ssize_t cap
+    # NULL, or the bytes object ``p`` is the contents of (a big reply, see BIG_OUT).
+    PyObject* obj
+
+
+# A reply that outgrows this many bytes is written straight into the bytes object that
+# is returned (grown with _PyBytes_Resize, which for a buffer of this size moves pages
+# rather than bytes), instead of into a C buffer copied into a new bytes object at the
+# end: that copy of a 100 MB XRANGE reply (or AOF effect) into fresh memory took about
+# 90 ms of the loop here, as long as the whole rest of the encoding.  Smaller replies
+# keep the C buffer, whose copy is cheaper than shrinking an oversized object.
+cdef Py_ssize_t BIG_OUT = 1 << 20
+
+
+cdef int out_open(Out* o, Py_ssize_t cap) except -1:
+    """An empty buffer of ``cap`` bytes; out_close must follow, whatever happens."""
+    cdef object big
+    o.n = 0
+    o.cap = cap
+    o.obj = NULL
+    o.p = NULL
+    if cap > BIG_OUT:
+        big = PyBytes_FromStringAndSize(NULL, cap)
+        Py_INCREF(big)              # (the reference o.obj holds)
+        o.obj = <PyObject*>big
+        o.p = PyBytes_AS_STRING(big)
+        return 0
+    o.p = <char*>PyMem_Malloc(cap)
+    if o.p == NULL:
+        raise MemoryError()
+    return 0
+
+
+cdef bytes out_bytes(Out* o):
+    """What was written, as bytes: the object itself cut to its length, for a big
+    reply; a copy of the C buffer otherwise."""
+    cdef bytes done
+    if o.obj == NULL:
+        return PyBytes_FromStringAndSize(o.p, o.n)
+    o.p = NULL                      # (a failed resize frees the object and sets obj NULL)
+    _PyBytes_Resize(&o.obj, o.n)
+    done = <bytes>o.obj
+    return done
+
+
+cdef void out_close(Out* o) noexcept:
+    if o.obj == NULL:
+        PyMem_Free(o.p)
+    else:
+        Py_XDECREF(o.obj)
+        o.obj = NULL
+    o.p = NULL
 
 
 cdef int reserve(Out* o, Py_ssize_t extra) except -1:
     cdef Py_ssize_t cap = o.cap
     cdef char* grown
+    cdef object big
     if o.n + extra <= cap:
         return 0
     while cap < o.n + extra:
         cap *= 2
-    grown = <char*>PyMem_Realloc(o.p, cap)
-    if grown == NULL:
-        raise MemoryError()
-    o.p = grown
+    if o.obj != NULL:
+        o.p = NULL                  # (a failed resize frees the object and sets obj NULL)
+        _PyBytes_Resize(&o.obj, cap)
+        o.p = PyBytes_AS_STRING(<object>o.obj)
+    elif cap > BIG_OUT:
+        # Past BIG_OUT: the contents so far (at most BIG_OUT bytes) move into the object.
+        big = PyBytes_FromStringAndSize(NULL, cap)
+        memcpy(PyBytes_AS_STRING(big), o.p, o.n)
+        PyMem_Free(o.p)
+        Py_INCREF(big)
+        o.obj = <PyObject*>big
+        o.p = PyBytes_AS_STRING(big)
+    else:
+        grown = <char*>PyMem_Realloc(o.p, cap)
+        if grown == NULL:
+            raise MemoryError()
+        o.p = grown
     o.cap = cap
     return 0
 
@@ -548,30 +616,22 @@ cpdef encode_reply(value, bint resp3):
         if not overflow and 0 <= small < SMALL_INTS:
             return SMALL_INT_REPLIES[small]
     # Room for the usual reply at once: a bulk's payload and header, or a small array.
-    o.cap = PyBytes_GET_SIZE(<bytes>value) + 32 if t is bytes else 256
-    o.p = <char*>PyMem_Malloc(o.cap)
-    if o.p == NULL:
-        raise MemoryError()
-    o.n = 0
+    out_open(&o, PyBytes_GET_SIZE(<bytes>value) + 32 if t is bytes else 256)
     try:
         encode_into(&o, value, resp3)
-        return PyBytes_FromStringAndSize(o.p, o.n)
+        return out_bytes(&o)
     finally:
-        PyMem_Free(o.p)
+        out_close(&o)
 
 
 cpdef bytes encode_commands(list commands):
     """Commands (lists of bytes) as RESP arrays, concatenated, built in one buffer:
     every write's effects pass here on their way to the AOF (reply.py's encode_commands)."""
     cdef Out o
-    o.cap = 256
-    o.p = <char*>PyMem_Malloc(o.cap)
-    if o.p == NULL:
-        raise MemoryError()
-    o.n = 0
+    out_open(&o, 256)
     try:
         for argv in commands:
             encode_into(&o, argv, False)
-        return PyBytes_FromStringAndSize(o.p, o.n)
+        return out_bytes(&o)
     finally:
-        PyMem_Free(o.p)
+        out_close(&o)

@@ -320,6 +320,27 @@ def test_commands_encode_to_the_same_bytes(commands):
     assert reply.encode_commands(commands) == b"".join(reply.encode_reply(c, False) for c in commands)
 
 
+MIB = 1024 * 1024
+
+
+@needs_compiled
+@pytest.mark.parametrize("value", [
+    b"b" * (MIB - 31), b"b" * (MIB - 32), b"b" * (3 * MIB),          # a bulk sized at once
+    [[b"1-1", [b"f", b"v" * (100 * MIB)]]],                          # an XRANGE of a 100 MB value
+    [b"a" * (MIB - 300), b"b" * 200, b"c" * 200, 7, None],           # outgrows the C buffer
+    [b"d" * (MIB // 2)] * 9 + [reply.Map([(b"k", 1.5)])],            # grows as a bytes object
+    [b"e" * (2 * MIB), object()],                                    # fails once big
+    [b"e" * 100, [b"x"] * 5000, object()],                           # fails while small
+])
+def test_big_replies_encode_alike(value):
+    """Past 1 MiB the compiled encoder writes into the bytes object it returns
+    (BIG_OUT in _resp.pyx): the same bytes, and the same error when a part fails."""
+    for resp3 in (False, True):
+        assert encoded(_resp.encode_reply, value, resp3) == encoded(reply.encode_reply, value, resp3)
+    if all(type(v) is list for v in value):
+        assert _resp.encode_commands(value) == reply.encode_commands(value)
+
+
 @needs_compiled
 def test_too_deep_a_reply_raises_recursion_error_not_a_crash():
     value: list = []
