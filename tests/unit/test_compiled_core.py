@@ -252,6 +252,22 @@ def test_a_big_bulk_arriving_in_many_reads_parses_alike(size):
 
 
 @needs_compiled
+@pytest.mark.parametrize("where", ["header", "payload", "cr", "lf", "after"])
+@pytest.mark.parametrize("argc", [3, 1500])      # argv made at its size, or appended to
+def test_a_big_bulk_received_in_place_parses_alike(where, argc):
+    """The compiled parser receives a big bulk straight into its argument (start_big):
+    the same argv and buffered() counts whichever read its header, payload, CR, LF or
+    the next request's first bytes arrive in."""
+    size = 200_000
+    data = encode_request(b"SET", *[b"k"] * (argc - 2), b"v" * size) + encode_request(b"PING")
+    payload_end = data.index(b"v" * size) + size
+    cut = {"header": payload_end - size - 3, "payload": payload_end - 1000,
+           "cr": payload_end, "lf": payload_end + 1, "after": payload_end + 5}[where]
+    trace = both(pieces(data, [payload_end - size + 10, cut]), 512 * 1024 * 1024)
+    assert [len(a) for a in argvs_of(trace)] == [argc, 1]
+
+
+@needs_compiled
 @pytest.mark.parametrize("data, message", [
     (b"*" + b"1" * 70000, "Protocol error: too big mbulk count string"),
     (b"*1\r\n$" + b"1" * 70000, "Protocol error: too big bulk count string"),
