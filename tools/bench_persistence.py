@@ -45,11 +45,15 @@ from bench import (PERFORMANCE_MD, REDIS_SERVER, ROOT, Conn, Row, RunRecord,  # 
 
 
 class Proc:
-    """A server process with the persistence options of a workload."""
+    """A server process with the persistence options of a workload.
+
+    ``conf``: start StreamDB from this configuration file (Redis from its own defaults)
+    and keep its save rules; without it both run with ``--save ""``."""
 
     def __init__(self, kind: str, workdir: Path, *args: str, port: int | None = None,
-                 data: Path | None = None) -> None:
+                 data: Path | None = None, conf: Path | None = None) -> None:
         self.kind = kind
+        self.conf = conf
         self.port = port or free_port()
         self.dir = data or workdir / f"{kind}-{self.port}"
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -58,12 +62,14 @@ class Proc:
 
     def start(self, wait: bool = True) -> "Proc":
         log = open(self.dir / "server.log", "ab")
+        saves = [] if self.conf else ["--save", ""]
         if self.kind == "redis":
             cmd = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
-                   str(self.dir), "--daemonize", "no", "--save", "", *self.args]
+                   str(self.dir), "--daemonize", "no", *saves, *self.args]
         else:
-            cmd = [sys.executable, "-m", "streamdb", "--port", str(self.port), "--bind",
-                   "127.0.0.1", "--dir", str(self.dir), "--save", "", *self.args]
+            conf = [str(self.conf)] if self.conf else []
+            cmd = [sys.executable, "-m", "streamdb", *conf, "--port", str(self.port), "--bind",
+                   "127.0.0.1", "--dir", str(self.dir), *saves, *self.args]
         self.t_start = time.perf_counter()
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         if wait:
