@@ -367,6 +367,17 @@ class AofWriter:
             if self.policy == "everysec" and self._dirty_since_fsync:
                 self._sync_everysec()
 
+    def unsynced(self) -> int:
+        """Bytes written to the log and not yet known durable."""
+        return self.written_pos - self.durable_pos
+
+    def sync_soon(self) -> None:
+        """Under 'everysec': have the aof-fsync thread fdatasync now instead of at its
+        next second (``unsynced`` drops once it did), so that an fsync the loop must
+        make itself (a rotation's ``sync_written``) finds little left to write."""
+        with self._wake:
+            self._wake.notify()
+
     def fsynced(self, mark: int) -> bool:
         """Whether the effects appended when ``aof_woff`` was ``mark`` are durable.
 
