@@ -34,14 +34,13 @@ import argparse
 import multiprocessing as mp
 import statistics
 import sys
-import tempfile
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import (PERFORMANCE_MD, ROOT, Conn, Row, RunRecord, add_write_options,  # noqa: E402
-                   alternate, delete, planned_writes, progress, resp, results_table)
+                   alternate, delete, planned_writes, progress, resp, results_table, run_workloads)
 from bench_metrics import longest_trips, ping_loop  # noqa: E402
 from bench_persistence import Proc  # noqa: E402
 from streamdb.cli.procs import free_port  # noqa: E402
@@ -165,27 +164,21 @@ def xadd_rate(srv: Proc, xadd: bytes, clients: int, requests: int) -> float:
     receives let go of the GIL) sending ``requests`` XADDs in all, one at a time each."""
     per_client = [requests // clients + (i < requests % clients) for i in range(clients)]
     conns = [Conn(srv.port) for _ in range(clients)]
-    failed: list = []
 
     def client(conn: Conn, n: int) -> None:
-        try:
-            for _ in range(n):
-                conn.send(xadd)
-                conn.read()
-        except Exception as e:  # noqa: BLE001 (reported after the run)
-            failed.append(e)
+        for _ in range(n):
+            conn.send(xadd)
+            conn.read()
 
-    threads = [threading.Thread(target=client, args=(c, n)) for c, n in zip(conns, per_client)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    took = time.perf_counter() - t0
-    for c in conns:
-        c.close()
-    if failed:
-        raise RuntimeError(f"{srv.kind}: {failed[0]}")
+    try:
+        with ThreadPoolExecutor(clients) as pool:
+            t0 = time.perf_counter()
+            for done in [pool.submit(client, c, n) for c, n in zip(conns, per_client)]:
+                done.result()               # (raises what a client met)
+            took = time.perf_counter() - t0
+    finally:
+        for c in conns:
+            c.close()
     if srv.call(b"XLEN", KEY) != requests:
         raise RuntimeError(f"{srv.kind}: the stream does not hold {requests} entries")
     delete(srv.port, KEY)
@@ -230,14 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--only: unknown workload(s) {', '.join(sorted(unknown))}")
     cfg = argparse.Namespace(core="?", rounds=args.rounds, big_mb=args.big_mb, value_kb=args.value_kb,
                              clients=args.clients, requests=args.requests)
-    rows: list[Row] = []
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="streamdb-bvbench-") as tmp:
-        cfg.workdir = Path(tmp)
-        for i, name in enumerate(names):
-            progress(f"[{i + 1}/{len(names)}] {name}")
-            rows.extend(WORKLOADS[name](cfg))
-    progress(f"done in {time.monotonic() - t0:.0f} s", done=True)
+    rows = run_workloads(WORKLOADS, names, cfg, "streamdb-bvbench-")
     record.publish(writes, f"StreamDB's core: {cfg.core}; median of {cfg.rounds} alternating "
                            "round(s) per server, a PING loop in a process of its own beside "
                            "the big requests",

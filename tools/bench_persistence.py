@@ -33,7 +33,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -41,7 +40,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import (PERFORMANCE_MD, REDIS_SERVER, ROOT, Conn, Row, RunRecord,  # noqa: E402
                    add_write_options, alternate, delete, free_port, median_of, planned_writes,
-                   preload, progress, redis_benchmark, resp, results_table, wait_for_ping)
+                   preload, progress, redis_benchmark, resp, results_table, run_workloads,
+                   wait_for_ping)
 
 
 class Proc:
@@ -293,14 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg.n_xadd = 20_000 if args.quick else 200_000
     cfg.n_entries = 100_000 if args.quick else 1_000_000
     names = [x.strip() for x in args.only.split(",") if x.strip()] or list(WORKLOADS)
-    rows: list[Row] = []
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="streamdb-pbench-") as tmp:
-        cfg.workdir = Path(tmp)
-        for i, name in enumerate(names):
-            progress(f"[{i + 1}/{len(names)}] {name}")
-            rows.extend(WORKLOADS[name](cfg))
-    progress(f"done in {time.monotonic() - t0:.0f} s", done=True)
+    rows = run_workloads(WORKLOADS, names, cfg, "streamdb-pbench-")
     record.publish(writes, f"N = {cfg.n_entries:,} entries, median of {cfg.rounds} "
                            "alternating round(s) per server", results_table(rows))
     return 0
