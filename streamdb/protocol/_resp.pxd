@@ -30,4 +30,5 @@ cdef class RequestParser:
     cdef list inline(self)
 
 cpdef encode_reply(value, bint resp3)
+cpdef encode_reply_pieces(value, bint resp3)
 cpdef bytes encode_commands(list commands)

@@ -38,8 +38,9 @@ from .request import UNAUTH_MAX_ARGS as _UNAUTH_MAX_ARGS, UNAUTH_MAX_BULK as _UN
 from .request import BIG_BULK as _BIG_BULK
 from .reply import (CommandError, Double, Map, NULL_ARRAY, OK, Push, Raw, RSet, Status, Verbatim,
                     _format_double)
+from .reply import BIG_PIECE as _BIG_PIECE
 
-__all__ = ["RequestParser", "encode_reply"]
+__all__ = ["RequestParser", "encode_reply", "encode_reply_pieces", "encode_commands"]
 
 # The plain parser's limits, as C constants (read once from request.py: one source).
 cdef Py_ssize_t INLINE_MAX_SIZE = _INLINE_MAX_SIZE
@@ -425,6 +426,10 @@ cdef struct Out:
     Py_ssize_t cap
     # NULL, or the bytes object ``p`` is the contents of (a big reply, see BIG_OUT).
     PyObject* obj
+    # encode_reply_pieces: whether big bulks become pieces of their own; the list of
+    # pieces so far (NULL until the first), which out_close releases.
+    bint pieces_allowed
+    PyObject* pieces
 
 
 # A reply that outgrows this many bytes is written straight into the bytes object that
@@ -434,6 +439,7 @@ cdef struct Out:
 # 90 ms of the loop here, as long as the whole rest of the encoding.  Smaller replies
 # keep the C buffer, whose copy is cheaper than shrinking an oversized object.
 cdef Py_ssize_t BIG_OUT = 1 << 20
+cdef Py_ssize_t BIG_PIECE = _BIG_PIECE
 
 
 cdef int out_open(Out* o, Py_ssize_t cap) except -1:
@@ -443,6 +449,8 @@ cdef int out_open(Out* o, Py_ssize_t cap) except -1:
     o.cap = cap
     o.obj = NULL
     o.p = NULL
+    o.pieces_allowed = False
+    o.pieces = NULL
     if cap > BIG_OUT:
         big = PyBytes_FromStringAndSize(NULL, cap)
         Py_INCREF(big)              # (the reference o.obj holds)
@@ -468,6 +476,8 @@ cdef bytes out_bytes(Out* o):
 
 
 cdef void out_close(Out* o) noexcept:
+    Py_XDECREF(o.pieces)
+    o.pieces = NULL
     if o.obj == NULL:
         PyMem_Free(o.p)
     else:
@@ -545,8 +555,25 @@ cdef int put_line(Out* o, char prefix, long long v) except -1:
 
 cdef inline int put_bulk(Out* o, bytes s) except -1:
     put_line(o, 36, PyBytes_GET_SIZE(s))
-    put_bytes(o, s)
+    if o.pieces_allowed and PyBytes_GET_SIZE(s) >= BIG_PIECE:
+        put_piece(o, s)
+    else:
+        put_bytes(o, s)
     return put(o, b"\r\n", 2)
+
+
+cdef int put_piece(Out* o, bytes s) except -1:
+    """encode_reply_pieces: what is written so far becomes a piece, ``s`` the next one."""
+    cdef list pieces
+    if o.pieces == NULL:
+        pieces = []
+        Py_INCREF(pieces)           # (the reference o.pieces holds)
+        o.pieces = <PyObject*>pieces
+    pieces = <list>o.pieces
+    pieces.append(PyBytes_FromStringAndSize(o.p, o.n))
+    pieces.append(s)
+    o.n = 0
+    return 0
 
 
 cdef int put_int(Out* o, object value) except -1:
@@ -672,6 +699,27 @@ cpdef encode_reply(value, bint resp3):
     try:
         encode_into(&o, value, resp3)
         return out_bytes(&o)
+    finally:
+        out_close(&o)
+
+
+cpdef encode_reply_pieces(value, bint resp3):
+    """reply.py's encode_reply_pieces: encode_reply's bytes, or for an array holding
+    bulks of BIG_PIECE bytes or more, the list of pieces they are when joined (each such
+    payload the value object itself)."""
+    cdef Out o
+    cdef list pieces
+    if type(value) is not list:
+        return encode_reply(value, resp3)
+    out_open(&o, 256)
+    o.pieces_allowed = True
+    try:
+        encode_into(&o, value, resp3)
+        if o.pieces == NULL:
+            return out_bytes(&o)
+        pieces = <list>o.pieces
+        pieces.append(out_bytes(&o))
+        return pieces
     finally:
         out_close(&o)
 

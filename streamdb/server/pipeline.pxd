@@ -2,7 +2,7 @@
 # fields, reading the Core's, the Client's and the parser's (core.pxd, client.pxd,
 # protocol/_resp.pxd) without look-ups.
 
-from streamdb.protocol._resp cimport RequestParser, encode_reply
+from streamdb.protocol._resp cimport RequestParser, encode_reply, encode_reply_pieces
 from streamdb.dispatch.client cimport Client, Outbox
 from streamdb.server.core cimport Core, Stats
 
@@ -13,6 +13,7 @@ cdef class RequestLoop(Outbox):
     cdef readonly list out
     cdef public object transport, conn, on_output, on_resume
     cdef public dict to_flush
+    cdef bint pieces_queued
 
     cpdef int serve(self, data)
     cdef int _run_requests(self)

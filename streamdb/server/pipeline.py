@@ -19,7 +19,7 @@ from __future__ import annotations
 import cython
 
 from .. import log
-from ..protocol import CommandError, ProtocolError, encode_reply
+from ..protocol import CommandError, ProtocolError, encode_reply, encode_reply_pieces
 from ..dispatch.client import Client, Outbox
 from .core import BLOCKED, DROP, Core, Stats
 
@@ -40,7 +40,7 @@ class RequestLoop(Outbox):
     client's Outbox (what is delivered joins the replies)."""
 
     __slots__ = ("core", "client", "parser", "out", "transport", "conn", "to_flush",
-                 "on_output", "on_resume")
+                 "on_output", "on_resume", "pieces_queued")
 
     def __init__(self, core: Core, client: Client, parser, out: list, transport=None,
                  conn=None, to_flush: dict | None = None, on_output=None,
@@ -56,6 +56,9 @@ class RequestLoop(Outbox):
         self.to_flush = to_flush
         self.on_output = on_output      # schedules the end of the turn
         self.on_resume = on_resume      # runs the requests a blocked client left, next turn
+        # ``out`` holds the pieces of a reply with big bulks (encode_reply_pieces):
+        # write_out writes the list as it is instead of joining it.
+        self.pieces_queued = False
 
     @cython.ccall
     def deliver(self, reply) -> cython.void:
@@ -143,6 +146,7 @@ class RequestLoop(Outbox):
         out: list = self.out
         core: Core = self.core
         reply: object
+        encoded: object
         # The parser applies the unauthenticated limits; AUTH and HELLO change it.
         authenticated: cython.bint = client.authenticated
         parser.authenticated = authenticated
@@ -159,7 +163,12 @@ class RequestLoop(Outbox):
                     break
                 if reply is DROP:
                     return DROP_NOW
-                out.append(encode_reply(reply, client.resp == 3))
+                encoded = encode_reply_pieces(reply, client.resp == 3)
+                if type(encoded) is list:
+                    out.extend(encoded)
+                    self.pieces_queued = True
+                else:
+                    out.append(encoded)
                 if client.close_after_reply:
                     return CLOSE_AFTER_FLUSH
         except ProtocolError as e:
@@ -176,13 +185,20 @@ class RequestLoop(Outbox):
         and empty the list; whether the transport holds output the socket did not
         take (the connection then checks its output-buffer limits)."""
         out: list = self.out
-        # Not typed bytes: a reply may be a bytes subclass (a replica's Raw stream).
-        data = b"".join(out) if len(out) > 1 else out[0]
-        out.clear()
         stats: Stats = self.core.stats
-        stats.net_output_bytes += len(data)
         stats.writes_processed += 1
-        transport.write(data)
+        if self.pieces_queued:
+            # (one write of the pieces as they are: joined, a 100 MB value is copied)
+            self.pieces_queued = False
+            stats.net_output_bytes += sum([len(b) for b in out])
+            transport.writelines(out)
+            out.clear()
+        else:
+            # Not typed bytes: a reply may be a bytes subclass (a replica's Raw stream).
+            data = b"".join(out) if len(out) > 1 else out[0]
+            out.clear()
+            stats.net_output_bytes += len(data)
+            transport.write(data)
         if transport.get_write_buffer_size():
             return True
         self.client.output_size = 0
