@@ -142,13 +142,13 @@ def encode_reply_pieces(value, resp3: bool):
         return encode_reply(value, resp3)
     out: list = []
     _encode(value, resp3, out)
+    if memoryview not in map(type, out):        # (no big payload: _encode_big_bulk)
+        return b"".join(out)
     pieces, start = [], 0
     for i, item in enumerate(out):
-        if type(item) is memoryview:        # a big payload (_encode_big_bulk)
+        if type(item) is memoryview:
             pieces += [b"".join(out[start:i]), item.obj]
             start = i + 1
-    if not pieces:
-        return b"".join(out)
     pieces.append(b"".join(out[start:]))
     return pieces
 
