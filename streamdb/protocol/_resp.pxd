@@ -25,7 +25,6 @@ cdef class RequestParser:
     cdef bint start_multibulk(self) except -1
     cdef start_big(self, Py_ssize_t head, const unsigned char* got, Py_ssize_t k, long long size)
     cdef Py_ssize_t fill_big(self, const char* data, Py_ssize_t k)
-    cdef put_arg(self, object arg)
     cdef list bulks(self)
     cdef list inline(self)
 

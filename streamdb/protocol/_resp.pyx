@@ -201,6 +201,16 @@ cdef list split_inline(const unsigned char* line, Py_ssize_t n):
         PyMem_Free(cur)
 
 
+cdef inline int put_arg(list argv, Py_ssize_t filled, Py_ssize_t slots, object arg) except -1:
+    """An argument into slot ``filled`` of a multibulk's argv, made at its size up to
+    ``slots`` (see start_multibulk), else appended."""
+    if filled < slots:
+        Py_INCREF(arg)                  # (SET_ITEM takes the reference)
+        PyList_SET_ITEM(argv, filled, arg)
+        return 0
+    return argv.append(arg)
+
+
 cdef inline str quote_byte(unsigned char b):
     # request.py's _quote_byte: CR and LF become spaces, as Redis's error replies do
     return " " if b == 10 or b == 13 else chr(b)
@@ -342,31 +352,21 @@ cdef class RequestParser:
             self.filled = 0
         return True
 
-    cdef put_arg(self, object arg):
-        """The next argument of the multibulk in progress: into its slot, if made."""
-        if self.filled < PyList_GET_SIZE(self.argv):
-            Py_INCREF(arg)                      # (SET_ITEM takes the reference)
-            PyList_SET_ITEM(self.argv, self.filled, arg)
-        else:
-            self.argv.append(arg)
-        self.filled += 1
-
     cdef list bulks(self):
-        cdef list argv
         cdef const unsigned char* b = self.buf
         cdef Py_ssize_t pos = self.pos, n = self.n, nl, start
         cdef Py_ssize_t remaining = self.argc
         cdef long long size
-        cdef object arg
+        cdef list argv = self.argv
+        cdef Py_ssize_t filled = self.filled, slots = PyList_GET_SIZE(argv)
+        if self.big is not None:            # (where a big bulk in progress can be: start_big)
+            if self.big_filled < PyBytes_GET_SIZE(self.big) or self.big_skip:
+                return None
+            put_arg(argv, filled, slots, self.big)
+            self.big = None
+            filled += 1
+            remaining -= 1
         while remaining:
-            if self.big is not None:
-                if self.big_filled < PyBytes_GET_SIZE(self.big) or self.big_skip:
-                    break
-                arg = self.big
-                self.big = None
-                self.put_arg(arg)
-                remaining -= 1
-                continue
             nl = find_line_end(b, pos, n, 13)
             if nl < 0:
                 if n - pos > INLINE_MAX_SIZE:
@@ -387,14 +387,15 @@ cdef class RequestParser:
                     self.start_big(start - pos, b + start, n - start, size)
                     pos = n
                 break
-            self.put_arg(PyBytes_FromStringAndSize(<const char*>b + start, size))
+            put_arg(argv, filled, slots, PyBytes_FromStringAndSize(<const char*>b + start, size))
+            filled += 1
             pos = start + size + 2      # Redis does not check that these two bytes are CRLF
             remaining -= 1
         self.pos = pos
         self.argc = remaining
+        self.filled = filled
         if remaining:
             return None
-        argv = self.argv
         self.argv = None
         return argv
 
@@ -442,7 +443,7 @@ cdef Py_ssize_t BIG_OUT = 1 << 20
 cdef Py_ssize_t BIG_PIECE = _BIG_PIECE
 
 
-cdef int out_open(Out* o, Py_ssize_t cap) except -1:
+cdef inline int out_open(Out* o, Py_ssize_t cap) except -1:
     """An empty buffer of ``cap`` bytes; out_close must follow, whatever happens."""
     cdef object big
     o.n = 0
@@ -463,7 +464,7 @@ cdef int out_open(Out* o, Py_ssize_t cap) except -1:
     return 0
 
 
-cdef bytes out_bytes(Out* o):
+cdef inline bytes out_bytes(Out* o):
     """What was written, as bytes: the object itself cut to its length, for a big
     reply; a copy of the C buffer otherwise."""
     cdef bytes done
@@ -475,7 +476,7 @@ cdef bytes out_bytes(Out* o):
     return done
 
 
-cdef void out_close(Out* o) noexcept:
+cdef inline void out_close(Out* o) noexcept:
     Py_XDECREF(o.pieces)
     o.pieces = NULL
     if o.obj == NULL:
@@ -486,12 +487,17 @@ cdef void out_close(Out* o) noexcept:
     o.p = NULL
 
 
-cdef int reserve(Out* o, Py_ssize_t extra) except -1:
+cdef inline int reserve(Out* o, Py_ssize_t extra) except -1:
+    if o.n + extra <= o.cap:
+        return 0
+    return grow(o, extra)
+
+
+cdef int grow(Out* o, Py_ssize_t extra) except -1:
+    """reserve's slow part, apart so that its every-put test stays inlined."""
     cdef Py_ssize_t cap = o.cap
     cdef char* grown
     cdef object big
-    if o.n + extra <= cap:
-        return 0
     while cap < o.n + extra:
         cap *= 2
     if o.obj != NULL:
