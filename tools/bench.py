@@ -890,6 +890,20 @@ def add_write_options(ap: argparse.ArgumentParser, what: str) -> None:
                     help="the project copy whose documents --write replaces (default: this one)")
 
 
+def run_workloads(workloads: dict, names: list[str], cfg, prefix: str) -> list[Row]:
+    """The rows of ``workloads[name](cfg)`` for each of ``names`` in turn, with
+    ``cfg.workdir`` a temporary directory (named ``prefix``...) removed after."""
+    rows: list[Row] = []
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        cfg.workdir = Path(tmp)
+        for i, name in enumerate(names):
+            progress(f"[{i + 1}/{len(names)}] {name}")
+            rows.extend(workloads[name](cfg))
+    progress(f"done in {time.monotonic() - t0:.0f} s", done=True)
+    return rows
+
+
 def planned_writes(ap: argparse.ArgumentParser, args, sections: dict[str, Path]) -> dict:
     """{section: path under --docs-root} if --write, after checking each document has the
     section's markers (an error before the run, not after an hour of it); {} otherwise."""

@@ -33,7 +33,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -41,15 +40,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import (PERFORMANCE_MD, REDIS_SERVER, ROOT, Conn, Row, RunRecord,  # noqa: E402
                    add_write_options, alternate, delete, free_port, median_of, planned_writes,
-                   preload, progress, redis_benchmark, resp, results_table, wait_for_ping)
+                   preload, progress, redis_benchmark, resp, results_table, run_workloads,
+                   wait_for_ping)
 
 
 class Proc:
-    """A server process with the persistence options of a workload."""
+    """A server process with the persistence options of a workload.
+
+    ``conf``: start StreamDB from this configuration file (Redis from its own defaults)
+    and keep its save rules; without it both run with ``--save ""``."""
 
     def __init__(self, kind: str, workdir: Path, *args: str, port: int | None = None,
-                 data: Path | None = None) -> None:
+                 data: Path | None = None, conf: Path | None = None) -> None:
         self.kind = kind
+        self.conf = conf
         self.port = port or free_port()
         self.dir = data or workdir / f"{kind}-{self.port}"
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -58,12 +62,14 @@ class Proc:
 
     def start(self, wait: bool = True) -> "Proc":
         log = open(self.dir / "server.log", "ab")
+        saves = [] if self.conf else ["--save", ""]
         if self.kind == "redis":
             cmd = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
-                   str(self.dir), "--daemonize", "no", "--save", "", *self.args]
+                   str(self.dir), "--daemonize", "no", *saves, *self.args]
         else:
-            cmd = [sys.executable, "-m", "streamdb", "--port", str(self.port), "--bind",
-                   "127.0.0.1", "--dir", str(self.dir), "--save", "", *self.args]
+            conf = [str(self.conf)] if self.conf else []
+            cmd = [sys.executable, "-m", "streamdb", *conf, "--port", str(self.port), "--bind",
+                   "127.0.0.1", "--dir", str(self.dir), *saves, *self.args]
         self.t_start = time.perf_counter()
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         if wait:
@@ -287,14 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg.n_xadd = 20_000 if args.quick else 200_000
     cfg.n_entries = 100_000 if args.quick else 1_000_000
     names = [x.strip() for x in args.only.split(",") if x.strip()] or list(WORKLOADS)
-    rows: list[Row] = []
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="streamdb-pbench-") as tmp:
-        cfg.workdir = Path(tmp)
-        for i, name in enumerate(names):
-            progress(f"[{i + 1}/{len(names)}] {name}")
-            rows.extend(WORKLOADS[name](cfg))
-    progress(f"done in {time.monotonic() - t0:.0f} s", done=True)
+    rows = run_workloads(WORKLOADS, names, cfg, "streamdb-pbench-")
     record.publish(writes, f"N = {cfg.n_entries:,} entries, median of {cfg.rounds} "
                            "alternating round(s) per server", results_table(rows))
     return 0

@@ -19,7 +19,8 @@ Which of the two runs is decided in one place, streamdb/protocol/__init__.py.
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_New, PyList_SET_ITEM, PyList_GET_SIZE
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
-from cpython.ref cimport Py_INCREF
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.string cimport memcpy, memmove
 
 cdef extern from "Python.h":
@@ -28,20 +29,25 @@ cdef extern from "Python.h":
     # (RecursionError, as the plain encoder raises) instead of the C stack running out.
     int Py_EnterRecursiveCall(const char* where)
     void Py_LeaveRecursiveCall()
+    # Sets *b to NULL (and raises) when it fails.
+    int _PyBytes_Resize(PyObject** b, Py_ssize_t newsize) except -1
 
 from .request import ProtocolError
 from .request import INLINE_MAX_SIZE as _INLINE_MAX_SIZE, INT_MAX as _INT_MAX
 from .request import UNAUTH_MAX_ARGS as _UNAUTH_MAX_ARGS, UNAUTH_MAX_BULK as _UNAUTH_MAX_BULK
+from .request import BIG_BULK as _BIG_BULK
 from .reply import (CommandError, Double, Map, NULL_ARRAY, OK, Push, Raw, RSet, Status, Verbatim,
                     _format_double)
+from .reply import BIG_PIECE as _BIG_PIECE
 
-__all__ = ["RequestParser", "encode_reply"]
+__all__ = ["RequestParser", "encode_reply", "encode_reply_pieces", "encode_commands"]
 
 # The plain parser's limits, as C constants (read once from request.py: one source).
 cdef Py_ssize_t INLINE_MAX_SIZE = _INLINE_MAX_SIZE
 cdef long long INT_MAX = _INT_MAX
 cdef long long UNAUTH_MAX_ARGS = _UNAUTH_MAX_ARGS
 cdef long long UNAUTH_MAX_BULK = _UNAUTH_MAX_BULK
+cdef long long BIG_BULK = _BIG_BULK
 # A multibulk of up to this many arguments gets its argv list at its size at once.
 cdef long long ARGV_PREALLOC = 1024
 
@@ -195,6 +201,16 @@ cdef list split_inline(const unsigned char* line, Py_ssize_t n):
         PyMem_Free(cur)
 
 
+cdef inline int put_arg(list argv, Py_ssize_t filled, Py_ssize_t slots, object arg) except -1:
+    """An argument into slot ``filled`` of a multibulk's argv, made at its size up to
+    ``slots`` (see start_multibulk), else appended."""
+    if filled < slots:
+        Py_INCREF(arg)                  # (SET_ITEM takes the reference)
+        PyList_SET_ITEM(argv, filled, arg)
+        return 0
+    return argv.append(arg)
+
+
 cdef inline str quote_byte(unsigned char b):
     # request.py's _quote_byte: CR and LF become spaces, as Redis's error replies do
     return " " if b == 10 or b == 13 else chr(b)
@@ -216,14 +232,20 @@ cdef class RequestParser:
         self.authenticated = True
         self.argv = None
         self.argc = 0
+        self.big = None
 
     def __dealloc__(self):
         PyMem_Free(self.buf)
 
     cpdef feed(self, data):
         cdef bytes chunk = data if type(data) is bytes else bytes(data)
-        cdef Py_ssize_t k = PyBytes_GET_SIZE(chunk), need, cap
+        cdef Py_ssize_t k = PyBytes_GET_SIZE(chunk), need, cap, used = 0
         cdef unsigned char* grown
+        if self.big is not None:
+            used = self.fill_big(PyBytes_AS_STRING(chunk), k)
+            if used == k:
+                return
+            k -= used
         if self.pos:
             # Drop what was consumed: what remains is at most the request in
             # progress, so each byte moves down a bounded number of times.
@@ -241,11 +263,42 @@ cdef class RequestParser:
                 raise MemoryError()
             self.buf = grown
             self.cap = cap
-        memcpy(self.buf + self.n, PyBytes_AS_STRING(chunk), k)
+        memcpy(self.buf + self.n, PyBytes_AS_STRING(chunk) + used, k)
         self.n = need
+
+    # A big bulk (BIG_BULK bytes or more, request.py's threshold) that has not all
+    # arrived is received straight into the bytes object that becomes its argument,
+    # made at its full size when its header is read, as Redis reads a big argument
+    # into a buffer of its size: through the buffer it was copied in every read, then
+    # moved whenever the buffer doubled (64 MB at once on the way to 100), then copied
+    # into its object once complete, all of 100 MB in one turn (about 90 ms here).
+    # Its pages are touched only as the bytes arrive, and only ``buffered()`` counts
+    # towards the query-buffer limit, as before.
+
+    cdef start_big(self, Py_ssize_t head, const unsigned char* got, Py_ssize_t k,
+                   long long size):
+        """The bulk of ``size`` bytes whose header took ``head`` bytes is received in
+        place from now on; ``got`` holds its first ``k`` (fewer than ``size``)."""
+        self.big = PyBytes_FromStringAndSize(NULL, size)
+        memcpy(PyBytes_AS_STRING(self.big), got, k)
+        self.big_filled = k
+        self.big_skip = 2               # its CRLF, skipped unchecked as in bulks
+        self.big_head = head
+
+    cdef Py_ssize_t fill_big(self, const char* data, Py_ssize_t k):
+        """Feed's part for the big bulk in progress: how many of ``data``'s ``k``
+        bytes were its payload and CRLF (the rest goes to the buffer)."""
+        cdef Py_ssize_t take = min(k, PyBytes_GET_SIZE(self.big) - self.big_filled), skip
+        memcpy(PyBytes_AS_STRING(self.big) + self.big_filled, data, take)
+        self.big_filled += take
+        skip = min(k - take, self.big_skip)
+        self.big_skip -= skip
+        return take + skip
 
     cpdef Py_ssize_t buffered(self):
         """Bytes received but not yet consumed (the query buffer's size)."""
+        if self.big is not None:        # (counted from its header, as request.py does)
+            return self.n - self.pos + self.big_head + self.big_filled + 2 - self.big_skip
         return self.n - self.pos
 
     cpdef next_command(self):
@@ -306,7 +359,13 @@ cdef class RequestParser:
         cdef long long size
         cdef list argv = self.argv
         cdef Py_ssize_t filled = self.filled, slots = PyList_GET_SIZE(argv)
-        cdef object arg
+        if self.big is not None:            # (where a big bulk in progress can be: start_big)
+            if self.big_filled < PyBytes_GET_SIZE(self.big) or self.big_skip:
+                return None
+            put_arg(argv, filled, slots, self.big)
+            self.big = None
+            filled += 1
+            remaining -= 1
         while remaining:
             nl = find_line_end(b, pos, n, 13)
             if nl < 0:
@@ -324,13 +383,11 @@ cdef class RequestParser:
                 raise ProtocolError("Protocol error: unauthenticated bulk length")
             start = nl + 2
             if start + size + 2 > n:
+                if size >= BIG_BULK and start + size > n:
+                    self.start_big(start - pos, b + start, n - start, size)
+                    pos = n
                 break
-            arg = PyBytes_FromStringAndSize(<const char*>b + start, size)
-            if filled < slots:
-                Py_INCREF(arg)                  # (SET_ITEM takes the reference)
-                PyList_SET_ITEM(argv, filled, arg)
-            else:
-                argv.append(arg)
+            put_arg(argv, filled, slots, PyBytes_FromStringAndSize(<const char*>b + start, size))
             filled += 1
             pos = start + size + 2      # Redis does not check that these two bytes are CRLF
             remaining -= 1
@@ -368,19 +425,98 @@ cdef struct Out:
     char* p
     Py_ssize_t n
     Py_ssize_t cap
+    # NULL, or the bytes object ``p`` is the contents of (a big reply, see BIG_OUT).
+    PyObject* obj
+    # encode_reply_pieces: whether big bulks become pieces of their own; the list of
+    # pieces so far (NULL until the first), which out_close releases.
+    bint pieces_allowed
+    PyObject* pieces
 
 
-cdef int reserve(Out* o, Py_ssize_t extra) except -1:
+# A reply that outgrows this many bytes is written straight into the bytes object that
+# is returned (grown with _PyBytes_Resize, which for a buffer of this size moves pages
+# rather than bytes), instead of into a C buffer copied into a new bytes object at the
+# end: that copy of a 100 MB XRANGE reply (or AOF effect) into fresh memory took about
+# 90 ms of the loop here, as long as the whole rest of the encoding.  Smaller replies
+# keep the C buffer, whose copy is cheaper than shrinking an oversized object.
+cdef Py_ssize_t BIG_OUT = 1 << 20
+cdef Py_ssize_t BIG_PIECE = _BIG_PIECE
+
+
+cdef inline int out_open(Out* o, Py_ssize_t cap) except -1:
+    """An empty buffer of ``cap`` bytes; out_close must follow, whatever happens."""
+    cdef object big
+    o.n = 0
+    o.cap = cap
+    o.obj = NULL
+    o.p = NULL
+    o.pieces_allowed = False
+    o.pieces = NULL
+    if cap > BIG_OUT:
+        big = PyBytes_FromStringAndSize(NULL, cap)
+        Py_INCREF(big)              # (the reference o.obj holds)
+        o.obj = <PyObject*>big
+        o.p = PyBytes_AS_STRING(big)
+        return 0
+    o.p = <char*>PyMem_Malloc(cap)
+    if o.p == NULL:
+        raise MemoryError()
+    return 0
+
+
+cdef inline bytes out_bytes(Out* o):
+    """What was written, as bytes: the object itself cut to its length, for a big
+    reply; a copy of the C buffer otherwise."""
+    cdef bytes done
+    if o.obj == NULL:
+        return PyBytes_FromStringAndSize(o.p, o.n)
+    o.p = NULL                      # (a failed resize frees the object and sets obj NULL)
+    _PyBytes_Resize(&o.obj, o.n)
+    done = <bytes>o.obj
+    return done
+
+
+cdef inline void out_close(Out* o) noexcept:
+    Py_XDECREF(o.pieces)
+    o.pieces = NULL
+    if o.obj == NULL:
+        PyMem_Free(o.p)
+    else:
+        Py_XDECREF(o.obj)
+        o.obj = NULL
+    o.p = NULL
+
+
+cdef inline int reserve(Out* o, Py_ssize_t extra) except -1:
+    if o.n + extra <= o.cap:
+        return 0
+    return grow(o, extra)
+
+
+cdef int grow(Out* o, Py_ssize_t extra) except -1:
+    """reserve's slow part, apart so that its every-put test stays inlined."""
     cdef Py_ssize_t cap = o.cap
     cdef char* grown
-    if o.n + extra <= cap:
-        return 0
+    cdef object big
     while cap < o.n + extra:
         cap *= 2
-    grown = <char*>PyMem_Realloc(o.p, cap)
-    if grown == NULL:
-        raise MemoryError()
-    o.p = grown
+    if o.obj != NULL:
+        o.p = NULL                  # (a failed resize frees the object and sets obj NULL)
+        _PyBytes_Resize(&o.obj, cap)
+        o.p = PyBytes_AS_STRING(<object>o.obj)
+    elif cap > BIG_OUT:
+        # Past BIG_OUT: the contents so far (at most BIG_OUT bytes) move into the object.
+        big = PyBytes_FromStringAndSize(NULL, cap)
+        memcpy(PyBytes_AS_STRING(big), o.p, o.n)
+        PyMem_Free(o.p)
+        Py_INCREF(big)
+        o.obj = <PyObject*>big
+        o.p = PyBytes_AS_STRING(big)
+    else:
+        grown = <char*>PyMem_Realloc(o.p, cap)
+        if grown == NULL:
+            raise MemoryError()
+        o.p = grown
     o.cap = cap
     return 0
 
@@ -425,8 +561,25 @@ cdef int put_line(Out* o, char prefix, long long v) except -1:
 
 cdef inline int put_bulk(Out* o, bytes s) except -1:
     put_line(o, 36, PyBytes_GET_SIZE(s))
-    put_bytes(o, s)
+    if o.pieces_allowed and PyBytes_GET_SIZE(s) >= BIG_PIECE:
+        put_piece(o, s)
+    else:
+        put_bytes(o, s)
     return put(o, b"\r\n", 2)
+
+
+cdef int put_piece(Out* o, bytes s) except -1:
+    """encode_reply_pieces: what is written so far becomes a piece, ``s`` the next one."""
+    cdef list pieces
+    if o.pieces == NULL:
+        pieces = []
+        Py_INCREF(pieces)           # (the reference o.pieces holds)
+        o.pieces = <PyObject*>pieces
+    pieces = <list>o.pieces
+    pieces.append(PyBytes_FromStringAndSize(o.p, o.n))
+    pieces.append(s)
+    o.n = 0
+    return 0
 
 
 cdef int put_int(Out* o, object value) except -1:
@@ -548,30 +701,43 @@ cpdef encode_reply(value, bint resp3):
         if not overflow and 0 <= small < SMALL_INTS:
             return SMALL_INT_REPLIES[small]
     # Room for the usual reply at once: a bulk's payload and header, or a small array.
-    o.cap = PyBytes_GET_SIZE(<bytes>value) + 32 if t is bytes else 256
-    o.p = <char*>PyMem_Malloc(o.cap)
-    if o.p == NULL:
-        raise MemoryError()
-    o.n = 0
+    out_open(&o, PyBytes_GET_SIZE(<bytes>value) + 32 if t is bytes else 256)
     try:
         encode_into(&o, value, resp3)
-        return PyBytes_FromStringAndSize(o.p, o.n)
+        return out_bytes(&o)
     finally:
-        PyMem_Free(o.p)
+        out_close(&o)
+
+
+cpdef encode_reply_pieces(value, bint resp3):
+    """reply.py's encode_reply_pieces: encode_reply's bytes, or for an array holding
+    bulks of BIG_PIECE bytes or more, the list of pieces they are when joined (each such
+    payload the value object itself)."""
+    cdef Out o
+    cdef list pieces
+    if type(value) is not list:
+        return encode_reply(value, resp3)
+    out_open(&o, 256)
+    o.pieces_allowed = True
+    try:
+        encode_into(&o, value, resp3)
+        if o.pieces == NULL:
+            return out_bytes(&o)
+        pieces = <list>o.pieces
+        pieces.append(out_bytes(&o))
+        return pieces
+    finally:
+        out_close(&o)
 
 
 cpdef bytes encode_commands(list commands):
     """Commands (lists of bytes) as RESP arrays, concatenated, built in one buffer:
     every write's effects pass here on their way to the AOF (reply.py's encode_commands)."""
     cdef Out o
-    o.cap = 256
-    o.p = <char*>PyMem_Malloc(o.cap)
-    if o.p == NULL:
-        raise MemoryError()
-    o.n = 0
+    out_open(&o, 256)
     try:
         for argv in commands:
             encode_into(&o, argv, False)
-        return PyBytes_FromStringAndSize(o.p, o.n)
+        return out_bytes(&o)
     finally:
-        PyMem_Free(o.p)
+        out_close(&o)

@@ -86,7 +86,7 @@ class RequestParser:
     """Splits a client's byte stream into argv lists (lists of bytes)."""
 
     __slots__ = ("buf", "pos", "max_bulk_len", "authenticated", "_argc", "_argv",
-                 "_missing", "_chunks", "_held")
+                 "_big", "_big_got", "_big_missing", "_big_skip", "_big_head")
 
     def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
         self.buf = b""
@@ -97,22 +97,24 @@ class RequestParser:
         self.authenticated = True
         self._argc = 0          # remaining bulks of the multibulk in progress
         self._argv: list[bytes] | None = None
-        # A big bulk arriving in many reads: its chunks are kept apart until the
-        # bulk is complete and joined once (appending each read to ``buf`` would
-        # copy the bulk again for every read: quadratic in its size).
-        self._missing = 0       # bytes the incomplete big bulk still needs
-        self._chunks: list[bytes] = []
-        self._held = 0          # bytes in _chunks
+        # A big bulk (BIG_BULK bytes or more) still arriving is received apart from
+        # ``buf``: its payload's reads are kept as they come and joined once, into
+        # its argument, when complete (appending each read to ``buf`` would copy the
+        # bulk again for every read: quadratic in its size).  None, or its payload's
+        # reads so far; with the bytes in them, the payload bytes still to come, the
+        # CRLF bytes after it still to skip, and its header's size (buffered() counts
+        # from the header).
+        self._big: list[bytes] | None = None
+        self._big_got = 0
+        self._big_missing = 0
+        self._big_skip = 0
+        self._big_head = 0
 
     def feed(self, data: bytes) -> None:
-        if self._missing:
-            self._chunks.append(data)
-            self._held += len(data)
-            self._missing -= len(data)
-            if self._missing > 0:
+        if self._big is not None:
+            data = self._fill_big(data)
+            if not data:
                 return
-            data = b"".join(self._chunks)
-            self._chunks, self._held, self._missing = [], 0, 0
         if self.pos == len(self.buf) and self._argv is None:
             # Everything before was consumed: the usual case, a client that sends
             # one request and waits for its reply.
@@ -127,17 +129,29 @@ class RequestParser:
         else:
             self.buf = data
 
+    def _fill_big(self, data: bytes) -> bytes:
+        """feed's part for the big bulk in progress: keeps its payload and skips its
+        CRLF (unchecked, as in _bulks) from ``data``; returns the rest."""
+        take = min(len(data), self._big_missing)
+        if take:
+            self._big.append(data if take == len(data) else data[:take])
+            self._big_got += take
+            self._big_missing -= take
+        skip = min(len(data) - take, self._big_skip)
+        self._big_skip -= skip
+        return data[take + skip:] if take + skip < len(data) else b""
+
     def buffered(self) -> int:
         """Bytes received but not yet consumed (the query buffer's size)."""
-        return len(self.buf) - self.pos + self._held
+        if self._big is not None:
+            return len(self.buf) - self.pos + self._big_head + self._big_got + 2 - self._big_skip
+        return len(self.buf) - self.pos
 
     def next_command(self) -> list[bytes] | None:
         """The next complete argv, or None when more bytes are needed.
 
         Empty requests (``*0``, blank inline lines) are skipped.
         """
-        if self._missing:
-            return None
         while True:
             if self._argv is None:
                 if self.pos >= len(self.buf):
@@ -189,6 +203,13 @@ class RequestParser:
         size = len(buf)
         max_bulk = self.max_bulk_len
         while remaining:
+            if self._big is not None:
+                if self._big_missing or self._big_skip:
+                    break
+                argv.append(b"".join(self._big))
+                self._big = None
+                remaining -= 1
+                continue
             nl = _find_line_end(buf, pos, b"\r")
             if nl < 0:
                 if size - pos > INLINE_MAX_SIZE:
@@ -206,8 +227,13 @@ class RequestParser:
             start = nl + 2
             end = start + n
             if end + 2 > size:
-                if n >= BIG_BULK:
-                    self._missing = end + 2 - size
+                if n >= BIG_BULK and end > size:
+                    self._big = [buf[start:]]
+                    self._big_got = size - start
+                    self._big_missing = end - size
+                    self._big_skip = 2
+                    self._big_head = start - pos
+                    pos = size
                 break
             argv.append(buf[start:end])
             pos = end + 2   # Redis does not check that these two bytes are CRLF

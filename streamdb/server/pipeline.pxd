@@ -2,7 +2,7 @@
 # fields, reading the Core's, the Client's and the parser's (core.pxd, client.pxd,
 # protocol/_resp.pxd) without look-ups.
 
-from streamdb.protocol._resp cimport RequestParser, encode_reply
+from streamdb.protocol._resp cimport RequestParser, encode_reply, encode_reply_pieces
 from streamdb.dispatch.client cimport Client, Outbox
 from streamdb.server.core cimport Core, Stats
 
@@ -15,6 +15,7 @@ cdef class RequestLoop(Outbox):
     cdef public dict to_flush
     cdef public bint closing
     cdef public object soft_limit_since
+    cdef bint pieces_queued
 
     cpdef void data_received(self, data)
     cpdef int serve(self, data)

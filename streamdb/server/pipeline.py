@@ -19,7 +19,7 @@ from __future__ import annotations
 import cython
 
 from .. import log
-from ..protocol import CommandError, ProtocolError, encode_reply
+from ..protocol import CommandError, ProtocolError, encode_reply, encode_reply_pieces
 from ..dispatch.client import Client, Outbox
 from .core import BLOCKED, DROP, Core, Stats
 
@@ -40,7 +40,8 @@ class RequestLoop(Outbox):
     client's Outbox (what is delivered joins the replies)."""
 
     __slots__ = ("core", "client", "parser", "out", "transport", "conn", "to_flush",
-                 "on_output", "on_resume", "closing", "soft_limit_since")
+                 "on_output", "on_resume", "closing", "soft_limit_since",
+                 "pieces_queued")
 
     def __init__(self, core: Core, client: Client | None, parser, out: list, transport=None,
                  conn=None, to_flush: dict | None = None, on_output=None,
@@ -57,6 +58,9 @@ class RequestLoop(Outbox):
         self.to_flush = to_flush
         self.on_output = on_output      # schedules the end of the turn
         self.on_resume = on_resume      # runs the requests a blocked client left, next turn
+        # ``out`` holds the pieces of a reply with big bulks (encode_reply_pieces):
+        # write_out writes the list as it is instead of joining it.
+        self.pieces_queued = False
         # The connection's state that the per-read and per-flush paths test, kept here
         # as C fields (the connection's attributes of the same names read them): nothing
         # more is read once closing; when pending output first went past the soft
@@ -169,6 +173,7 @@ class RequestLoop(Outbox):
         out: list = self.out
         core: Core = self.core
         reply: object
+        encoded: object
         # The parser applies the unauthenticated limits; AUTH and HELLO change it.
         authenticated: cython.bint = client.authenticated
         parser.authenticated = authenticated
@@ -185,7 +190,12 @@ class RequestLoop(Outbox):
                     break
                 if reply is DROP:
                     return DROP_NOW
-                out.append(encode_reply(reply, client.resp == 3))
+                encoded = encode_reply_pieces(reply, client.resp == 3)
+                if type(encoded) is list:
+                    out.extend(encoded)
+                    self.pieces_queued = True
+                else:
+                    out.append(encoded)
                 if client.close_after_reply:
                     return CLOSE_AFTER_FLUSH
         except ProtocolError as e:
@@ -202,13 +212,20 @@ class RequestLoop(Outbox):
         and empty the list; whether the transport holds output the socket did not
         take (the connection then checks its output-buffer limits)."""
         out: list = self.out
-        # Not typed bytes: a reply may be a bytes subclass (a replica's Raw stream).
-        data = b"".join(out) if len(out) > 1 else out[0]
-        out.clear()
         stats: Stats = self.core.stats
-        stats.net_output_bytes += len(data)
         stats.writes_processed += 1
-        transport.write(data)
+        if self.pieces_queued:
+            # (one write of the pieces as they are: joined, a 100 MB value is copied)
+            self.pieces_queued = False
+            stats.net_output_bytes += sum([len(b) for b in out])
+            transport.writelines(out)
+            out.clear()
+        else:
+            # Not typed bytes: a reply may be a bytes subclass (a replica's Raw stream).
+            data = b"".join(out) if len(out) > 1 else out[0]
+            out.clear()
+            stats.net_output_bytes += len(data)
+            transport.write(data)
         if transport.get_write_buffer_size():
             return True
         self.client.output_size = 0

@@ -12,7 +12,7 @@ from collections import Counter
 from docblocks import documents, shell_blocks
 from helpers import ROOT
 
-BENCHMARKS = {"bench.py", "bench_breakdown.py", "bench_cold.py", "bench_console.py", "bench_fanout.py",
+BENCHMARKS = {"bench.py", "bench_bigvalue.py", "bench_breakdown.py", "bench_cold.py", "bench_console.py", "bench_fanout.py",
               "bench_group_reset.py", "bench_metrics.py", "bench_persistence.py", "bench_replication.py",
               "bench_spark.py"}
 

@@ -464,3 +464,29 @@ def test_a_clients_aof_mark_is_fsynced_only_once_its_frame_is(tmp_path):
     assert aof.flush()
     assert aof.fsynced(b.aof_woff) and aof.fsynced(a.aof_woff)
     aof.close()
+
+
+def test_an_automatic_rewrite_has_the_log_synced_by_the_fsync_thread_before_it_rotates(tmp_path):
+    """An automatic rewrite rotates first, and the rotation fdatasyncs the old segment on
+    the loop: after a big write that held every client (about 150 ms per 100 MB).  Under
+    everysec the rewrite now first has the aof-fsync thread sync the log, whose fsyncs
+    fsync.log records (the rotation's own is not): the first segment was synced to past
+    its big frame by the thread, before the rotation left it.  (hz 100: without this, the
+    rewrite starts within 10 ms of the write, and the thread's own once-a-second fsync
+    almost never falls in between.)"""
+    big = 8 << 20
+    srv = ServerProcess(tmp_path / "d", "--save", "", "--appendfsync", "everysec", "--hz", "100",
+                        "--aof-record-fsync", "yes", "--auto-aof-rewrite-percentage", "100",
+                        "--auto-aof-rewrite-min-size", "1mb").start()
+    try:
+        r = redis.Redis(port=srv.port)
+        r.xadd("s", {"f": b"x" * big}, id="1-1")
+        wait_until(lambda: r.info("persistence")["aof_rewrites"] >= 1 and
+                   not r.info("persistence")["aof_rewrite_in_progress"], what="the automatic rewrite")
+        synced = [line.split() for line in
+                  (srv.data_dir / "appendonlydir" / "fsync.log").read_text().splitlines()]
+        assert any(seg == "appendonly.aof.1.incr.aof" and int(offset) > big
+                   for seg, offset in synced), synced
+        assert r.xrange("s") == [(b"1-1", {b"f": b"x" * big})]
+    finally:
+        srv.stop()

@@ -77,6 +77,20 @@ def test_redis_py_and_redis_cli_over_tls(certs, tmp_path):
         assert out.stdout.strip() == "1", out.stderr
 
 
+def test_big_values_in_and_out_over_tls(certs, tmp_path):
+    """A reply's big bulks leave as pieces of their own (writelines): the TLS transport
+    takes them as the plain one does."""
+    tls_port = free_port()
+    big = bytes(range(256)) * 8193                          # 2 MB and a bit
+    with ServerProcess(tmp_path, *_tls_args(certs, tls_port)) as srv:
+        r = _tls_client(certs, tls_port)
+        r.xadd("tls:big", {"f": big, "g": big[::-1]}, id="1-1")
+        r.xadd("tls:big", {"f": b"small"}, id="2-1")
+        assert r.xrange("tls:big") == [(b"1-1", {b"f": big, b"g": big[::-1]}),
+                                       (b"2-1", {b"f": b"small"})]
+        assert redis.Redis(port=srv.port).xrange("tls:big", count=1)[0][1][b"g"] == big[::-1]
+
+
 def test_client_without_certificate_is_refused_when_auth_clients_yes(certs, tmp_path):
     tls_port = free_port()
     with ServerProcess(tmp_path, *_tls_args(certs, tls_port)):

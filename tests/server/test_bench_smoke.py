@@ -90,7 +90,8 @@ def test_the_projects_documents_have_every_tools_markers():
     performance = (ROOT / DOCS["PERFORMANCE"]).read_text()
     for tool in ("bench.py", "bench_breakdown.py", "bench_cold.py", "bench_console.py",
                  "bench_fanout.py", "bench_group_reset.py", "bench_metrics.py",
-                 "bench_persistence.py", "bench_replication.py", "bench_spark.py"):
+                 "bench_persistence.py", "bench_replication.py", "bench_spark.py",
+                 "bench_bigvalue.py"):
         bench.replace_section(performance, tool, "")
 
 
@@ -201,6 +202,8 @@ def test_the_subscribers_reader_reports_messages_that_did_not_arrive(tmp_path):
     ("bench_persistence.py", ["--quick", "--only", "everysec", "--rounds", "1"]),
     ("bench_replication.py", ["--only", "fullsync", "--entries", "2000", "--rounds", "1"]),
     ("bench_metrics.py", ["--streams", "20", "--scrapes", "2"]),
+    ("bench_bigvalue.py", ["--rounds", "1", "--big-mb", "1", "--value-kb", "16",
+                           "--requests", "20", "--clients", "2"]),
 ])
 def test_the_other_tools_write_their_own_section_only(tmp_path, tool, args):
     before = copy_docs(tmp_path)

@@ -269,3 +269,24 @@ def test_error_replies_quote_client_bytes_raw(port):
     assert got == (b"-ERR unknown command 'NOPE', with args beginning with: 'a' 'c  d' \r\n"
                    b"-ERR unknown command 'NOPE', with args beginning with: '\xff\xfe' \r\n"
                    b"-ERR unknown subcommand '\xffa'. Try CONFIG HELP.\r\n")
+
+
+def test_big_values_go_in_and_out_whole_among_pipelined_requests(port):
+    """Bulks of megabytes arriving in pieces (the parser receives them in place) and sent
+    back in replies with them and around them (the request loop writes a big payload as a
+    piece of its own): the same bytes as Redis, in order."""
+    key = b"bigvalue-%d" % time.monotonic_ns()
+    one, two = bytes(range(256)) * 12289, b"2" * (3 << 20)         # ~3 MB each
+    payload = (cmd(b"PING") + cmd(b"XADD", key, b"1-1", b"f", one) + cmd(b"XRANGE", key, b"-", b"+")
+               + cmd(b"XADD", key, b"2-1", b"f", two, b"g", one) + cmd(b"XRANGE", key, b"2", b"+")
+               + cmd(b"DEL", key) + cmd(b"PING"))
+
+    def entry(sid: bytes, *fields: bytes) -> bytes:
+        return (b"*2\r\n$%d\r\n%s\r\n*%d\r\n" % (len(sid), sid, len(fields))
+                + b"".join(b"$%d\r\n%s\r\n" % (len(f), f) for f in fields))
+
+    got, closed = exchange(port, payload, wait=2.0, chunks=7)
+    assert not closed
+    assert got == (b"+PONG\r\n$3\r\n1-1\r\n" + b"*1\r\n" + entry(b"1-1", b"f", one)
+                   + b"$3\r\n2-1\r\n" + b"*1\r\n" + entry(b"2-1", b"f", two, b"g", one)
+                   + b":1\r\n+PONG\r\n")

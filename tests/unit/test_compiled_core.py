@@ -43,6 +43,7 @@ def test_the_compiled_core_runs_unless_streamdb_pure_is_set():
         assert protocol.CORE == "compiled", protocol.CORE_REASON
         assert protocol.RequestParser is _resp.RequestParser
         assert protocol.encode_reply is _resp.encode_reply
+        assert protocol.encode_reply_pieces is _resp.encode_reply_pieces
         assert protocol.encode_commands is _resp.encode_commands
 
 
@@ -75,9 +76,10 @@ def test_a_source_newer_than_its_build_runs_as_python(tmp_path):
 
 
 def test_a_core_that_does_not_import_leaves_the_python_path():
-    core, reason, parser, encode, encode_all = protocol.select_core(False, "streamdb.protocol._not_built")
-    assert (core, parser, encode, encode_all) == ("python", request.RequestParser, reply.encode_reply,
-                                                  reply.encode_commands)
+    core, reason, parser, encode, pieces, encode_all = protocol.select_core(False, "streamdb.protocol._not_built")
+    assert (core, parser, encode, pieces, encode_all) == (
+        "python", request.RequestParser, reply.encode_reply, reply.encode_reply_pieces,
+        reply.encode_commands)
     assert "not built" in reason
     assert protocol.select_core(True)[:2] == ("python", "STREAMDB_PURE is set")
 
@@ -252,6 +254,22 @@ def test_a_big_bulk_arriving_in_many_reads_parses_alike(size):
 
 
 @needs_compiled
+@pytest.mark.parametrize("where", ["header", "payload", "cr", "lf", "after"])
+@pytest.mark.parametrize("argc", [3, 1500])      # argv made at its size, or appended to
+def test_a_big_bulk_received_in_place_parses_alike(where, argc):
+    """The compiled parser receives a big bulk straight into its argument (start_big):
+    the same argv and buffered() counts whichever read its header, payload, CR, LF or
+    the next request's first bytes arrive in."""
+    size = 200_000
+    data = encode_request(b"SET", *[b"k"] * (argc - 2), b"v" * size) + encode_request(b"PING")
+    payload_end = data.index(b"v" * size) + size
+    cut = {"header": payload_end - size - 3, "payload": payload_end - 1000,
+           "cr": payload_end, "lf": payload_end + 1, "after": payload_end + 5}[where]
+    trace = both(pieces(data, [payload_end - size + 10, cut]), 512 * 1024 * 1024)
+    assert [len(a) for a in argvs_of(trace)] == [argc, 1]
+
+
+@needs_compiled
 @pytest.mark.parametrize("data, message", [
     (b"*" + b"1" * 70000, "Protocol error: too big mbulk count string"),
     (b"*1\r\n$" + b"1" * 70000, "Protocol error: too big bulk count string"),
@@ -318,6 +336,71 @@ def test_edge_replies_encode_alike(value):
 def test_commands_encode_to_the_same_bytes(commands):
     assert _resp.encode_commands(commands) == reply.encode_commands(commands)
     assert reply.encode_commands(commands) == b"".join(reply.encode_reply(c, False) for c in commands)
+
+
+MIB = 1024 * 1024
+
+
+@needs_compiled
+@pytest.mark.parametrize("value", [
+    b"b" * (MIB - 31), b"b" * (MIB - 32), b"b" * (3 * MIB),          # a bulk sized at once
+    [[b"1-1", [b"f", b"v" * (100 * MIB)]]],                          # an XRANGE of a 100 MB value
+    [b"a" * (MIB - 300), b"b" * 200, b"c" * 200, 7, None],           # outgrows the C buffer
+    [b"d" * (MIB // 2)] * 9 + [reply.Map([(b"k", 1.5)])],            # grows as a bytes object
+    [b"e" * (2 * MIB), object()],                                    # fails once big
+    [b"e" * 100, [b"x"] * 5000, object()],                           # fails while small
+])
+def test_big_replies_encode_alike(value):
+    """Past 1 MiB the compiled encoder writes into the bytes object it returns
+    (BIG_OUT in _resp.pyx): the same bytes, and the same error when a part fails."""
+    for resp3 in (False, True):
+        assert encoded(_resp.encode_reply, value, resp3) == encoded(reply.encode_reply, value, resp3)
+    if all(type(v) is list for v in value):
+        assert _resp.encode_commands(value) == reply.encode_commands(value)
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(reply_value, st.booleans())
+def test_replies_in_pieces_encode_alike(value, resp3):
+    """encode_reply_pieces gives encode_reply's bytes when no bulk is big (these values
+    have none), whichever twin runs."""
+    for v in (value, [value]):
+        assert encoded(_resp.encode_reply_pieces, v, resp3) == encoded(reply.encode_reply, v, resp3)
+        assert encoded(reply.encode_reply_pieces, v, resp3) == encoded(reply.encode_reply, v, resp3)
+
+
+@needs_compiled
+@pytest.mark.parametrize("value", [
+    [[b"1-1", [b"f", b"v" * (100 * MIB)]]],                          # an XRANGE of a 100 MB value
+    [b"a" * MIB, b"b" * MIB, b"c" * (MIB - 1), 7, [b"d" * MIB]],    # big ones side by side
+    [reply.Map([(b"k", b"e" * MIB)]), b"f" * (2 * MIB)],
+    [b"a" * MIB, object()],                                          # fails after a piece
+    b"g" * (2 * MIB), (b"h" * (2 * MIB),),                           # not a list: bytes
+])
+def test_big_bulks_become_pieces_of_their_own_alike(value):
+    """Each bulk of BIG_PIECE bytes or more in an array reply is a piece of its own,
+    the value object itself; the pieces joined are encode_reply's bytes."""
+    for resp3 in (False, True):
+        plain = encoded(reply.encode_reply_pieces, value, resp3)
+        compiled_pieces = encoded(_resp.encode_reply_pieces, value, resp3)
+        assert compiled_pieces == plain
+        whole = encoded(reply.encode_reply, value, resp3)
+        if type(plain) is list:
+            assert b"".join(plain) == whole
+            payloads = compiled_pieces[1::2]       # (between the encoded runs)
+            assert all(len(p) >= reply.BIG_PIECE and any(p is b for b in _bulks_of(value))
+                       for p in payloads)
+        else:
+            assert plain == whole
+
+
+def _bulks_of(value):
+    if type(value) is bytes:
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _bulks_of(item)
 
 
 @needs_compiled

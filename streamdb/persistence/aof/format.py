@@ -47,8 +47,8 @@ import zlib
 from ...protocol import ProtocolError, RequestParser
 
 __all__ = ["AofCorruption", "AofError", "FRAME_HEADER_MAX", "SEGMENT_MAGIC", "SEGMENT_NAME",
-           "SegmentScan", "content_end", "copy_segment", "encode_frame", "frame_size",
-           "pwrite_all", "read_segment", "segment_logical_size", "segment_seq", "split_commands"]
+           "SegmentScan", "content_end", "copy_segment", "encode_frame", "frame_header", "frame_size",
+           "pwrite_all", "pwritev_all", "read_segment", "segment_logical_size", "segment_seq", "split_commands"]
 
 SEGMENT_MAGIC = b"#SDBAOF 1\r\n"
 # ``<appendfilename>.<seq>.<base|incr>.aof``: a segment's file name.
@@ -75,8 +75,13 @@ def segment_seq(name: str) -> int:
     return int(name.rsplit(".", 3)[-3])
 
 
+def frame_header(body: bytes) -> bytes:
+    """The header of the frame holding ``body``: its length and checksum."""
+    return b"#F %d %08x\r\n" % (len(body), zlib.crc32(body))
+
+
 def encode_frame(body: bytes) -> bytes:
-    return b"#F %d %08x\r\n" % (len(body), zlib.crc32(body)) + body
+    return frame_header(body) + body
 
 
 def frame_size(body: bytes) -> int:
@@ -257,6 +262,20 @@ def split_commands(body: bytes) -> list[list[bytes]]:
     if p.buffered():
         raise AofError("frame ends in the middle of a command")
     return out
+
+
+def pwritev_all(fd: int, pieces: list[bytes], offset: int) -> None:
+    """os.pwritev all of ``pieces``, one after the other, at ``offset`` of ``fd`` (a
+    short write goes on): a frame's header and body are written without being joined
+    first, which for a 100 MB body was a copy costing about as much as the write."""
+    views = [memoryview(p) for p in pieces if p]
+    while views:
+        n = os.pwritev(fd, views, offset)
+        offset += n
+        while n and n >= len(views[0]):
+            n -= len(views.pop(0))
+        if n:
+            views[0] = views[0][n:]
 
 
 def pwrite_all(fd: int, data: bytes, offset: int) -> None:

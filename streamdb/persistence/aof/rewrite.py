@@ -30,6 +30,13 @@ __all__ = ["Rewriter", "state_commands", "value_commands", "write_base"]
 REWRITE_FAILURES_BEFORE_DELAY = 3
 REWRITE_DELAY_FIRST = 60
 REWRITE_DELAY_MAX = 3600
+# An automatic rewrite rotates first, and the rotation fdatasyncs the old segment on
+# the loop: after a 100 MB write that fsync held every client about 150 ms.  So while
+# more than this many bytes are not durable yet, it first has the aof-fsync thread sync
+# them, and starts at a later tick; for at most PRESYNC_WAIT seconds, so that a write
+# load that never lets the log be this close to durable does not hold the rewrite back.
+PRESYNC_MAX_UNSYNCED = 4 << 20
+PRESYNC_WAIT = 2.0
 
 
 class Rewriter:
@@ -52,6 +59,7 @@ class Rewriter:
         self.rewrite_failures = 0
         self._auto_rewrite_delay = 0
         self._auto_rewrite_at = 0.0
+        self._presync_since: float | None = None   # when an automatic rewrite asked for it
 
     def rewrite(self) -> None:
         """Compact in the foreground: the state becomes a new base segment (blocks the loop)."""
@@ -168,13 +176,30 @@ class Rewriter:
         if (self.writer.total_size - base) * 100 // base >= pct and self.rewrite_pid is None \
                 and not self.writer.pending and not self._auto_rewrite_held():
             # (rotate() refuses while a write waits for the disk)
-            if self.rotation.backing_off():
+            if self.rotation.backing_off() or self._waits_for_presync():
                 return
             log.log(log.NOTICE, f"Starting automatic rewriting of AOF on {pct}% growth")
             try:
                 self.bgrewrite()
             except (AofRotationError, NotStarted):
                 pass            # (logged by the rotation or the fork; tried again later)
+
+    def _waits_for_presync(self) -> bool:
+        """Whether an automatic rewrite waits for the aof-fsync thread to make the log
+        nearly durable (PRESYNC_MAX_UNSYNCED), asking it to; only under 'everysec' ('always'
+        leaves nothing unsynced, and 'no' has the thread sync nothing)."""
+        writer = self.writer
+        now = time.monotonic()
+        if writer.policy != "everysec" or writer.unsynced() <= PRESYNC_MAX_UNSYNCED:
+            self._presync_since = None
+            return False
+        if self._presync_since is None:
+            self._presync_since = now
+        elif now - self._presync_since >= PRESYNC_WAIT:
+            self._presync_since = None
+            return False
+        writer.sync_soon()
+        return True
 
     def _auto_rewrite_held(self) -> bool:
         """Whether automatic rewrites wait: after REWRITE_FAILURES_BEFORE_DELAY failures

@@ -32,7 +32,7 @@ import time
 from ... import log
 from ...dispatch.effects import EffectBatch
 from ..prealloc import Preallocator
-from .format import SEGMENT_MAGIC, encode_frame, pwrite_all, read_segment
+from .format import SEGMENT_MAGIC, frame_header, pwritev_all, read_segment
 from .manifest import AofDirectory
 
 __all__ = ["AofWriter", "FsyncDurations", "DEFAULT_PREALLOCATE"]
@@ -243,35 +243,41 @@ class AofWriter:
         Returns False when the frame could not be written or synced: the caller
         holds the turn's replies and the frame is retried on the next turn or tick.
         """
-        if self.buf:        # this turn's effects become one frame, behind any kept back
-            self.pending += encode_frame(b"".join(self.buf))
+        # This turn's effects become one frame, behind any kept back: written as
+        # pieces, never joined (a 100 MB value's frame would be copied once more).
+        pieces = [self.pending] if self.pending else []
+        if self.buf:
+            body = b"".join(self.buf)
             self.buf.clear()
-        return self._write_pending()
+            pieces += [frame_header(body), body]
+        return self._write_pending(pieces)
 
-    def _write_pending(self) -> bool:
-        """Write the frames queued (``pending``) in one write; under 'always',
-        fsync them.  False when the write or the fsync failed (see ``flush``)."""
-        if not self.pending:
+    def _write_pending(self, pieces: list[bytes]) -> bool:
+        """Write the frames ``pieces`` hold (``pending``'s first, if any) in one write;
+        under 'always', fsync them.  False when the write or the fsync failed (see
+        ``flush``): they are then ``pending``, joined."""
+        if not pieces:
             return True
-        frame = self.pending
         try:
             if self.inject_failures:
                 self.inject_failures -= 1
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             write_started = time.perf_counter()
-            self._write_all(frame)
+            self._write_all(pieces)
             self.core.observe.latency_sample(
                 "aof-write", int((time.perf_counter() - write_started) * 1000))
         except OSError as e:
+            self.pending = b"".join(pieces)
             self._write_failed(e)
             return False
+        written = sum(map(len, pieces))
         start = self.size
-        self.size += len(frame)
-        self.total_size += len(frame)
-        self.written_pos += len(frame)
+        self.size += written
+        self.total_size += written
+        self.written_pos += written
         self.pending = b""
         if self.policy == "always":
-            return self._sync_now(start, frame)
+            return self._sync_now(start, pieces)
         else:
             self._dirty_since_fsync = True
             self._clear_write_error()
@@ -302,19 +308,20 @@ class AofWriter:
         if self.pending and not self.buf and not self.last_write_ok:
             self.flush()
 
-    def _write_all(self, data: bytes) -> None:
-        """Write ``data`` at the logical end (``size``; the caller moves it on).
+    def _write_all(self, pieces: list[bytes]) -> None:
+        """Write ``pieces``, one after the other, at the logical end (``size``; the
+        caller moves it on).
 
         Past the zeros the preallocation thread has written (or with none), the
         frame is appended; while that thread may be writing right there, under its
         ``io_lock`` (see prealloc.py)."""
-        end = self.size + len(data)
+        end = self.size + sum(map(len, pieces))
         pa = self.prealloc
         if pa is None or end <= pa.zeroed:
-            pwrite_all(self.fd, data, self.size)
+            pwritev_all(self.fd, pieces, self.size)
         else:
             with pa.io_lock:
-                pwrite_all(self.fd, data, self.size)
+                pwritev_all(self.fd, pieces, self.size)
                 pa.logical = end
         if self.policy == "always" and self.preallocate:
             if pa is None:      # (appendfsync switched to always at run time)
@@ -360,6 +367,17 @@ class AofWriter:
             if self.policy == "everysec" and self._dirty_since_fsync:
                 self._sync_everysec()
 
+    def unsynced(self) -> int:
+        """Bytes written to the log and not yet known durable."""
+        return self.written_pos - self.durable_pos
+
+    def sync_soon(self) -> None:
+        """Under 'everysec': have the aof-fsync thread fdatasync now instead of at its
+        next second (``unsynced`` drops once it did), so that an fsync the loop must
+        make itself (a rotation's ``sync_written``) finds little left to write."""
+        with self._wake:
+            self._wake.notify()
+
     def fsynced(self, mark: int) -> bool:
         """Whether the effects appended when ``aof_woff`` was ``mark`` are durable.
 
@@ -367,9 +385,9 @@ class AofWriter:
         frame's start is reached only once the whole frame is covered."""
         return mark <= self.durable_pos
 
-    def _sync_now(self, start: int, frame: bytes) -> bool:
+    def _sync_now(self, start: int, frame: list[bytes]) -> bool:
         """'always': fdatasync what is written, on the loop thread, before the
-        turn's replies go: ``frame``, just written at ``start`` in the segment.
+        turn's replies go: ``frame``'s pieces, just written at ``start`` in the segment.
         False when the fsync failed: the frame is cut back to be written again,
         and the replies wait."""
         target = self.written_pos
@@ -393,7 +411,7 @@ class AofWriter:
         # replies are held meanwhile).
         with self._sync_lock:
             self._sync_epoch += 1
-            self.pending = frame + self.pending
+            self.pending = b"".join(frame) + self.pending
             self.written_pos = self.durable_pos
             self.total_size -= self.size - start
             self.size = start
