@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from itertools import compress, repeat
+from itertools import chain, compress, islice, repeat
 from operator import attrgetter, itemgetter
 
 from .. import log
@@ -129,13 +129,17 @@ class Labels:
     """An entity's labels, escaped and joined once, in the three forms (``own``,
     ``redis``, ``stream``: OWN, REDIS, STREAM above).  Each family writes its own.
     ``encoded``: the three by form, UTF-8 and closed as a sample line has them ('} '
-    after them, before the value): a Table's lines are joined as bytes."""
+    after them, before the value): a Table's lines are joined as bytes.
+    ``children``: for a stream's or a group's labels (``below`` names the labels of
+    the levels under it: "group", "consumer"), its groups' or consumers' Labels by
+    name (``_Children``); None for the rest."""
 
-    __slots__ = ("own", "redis", "stream", "encoded")
+    __slots__ = ("own", "redis", "stream", "encoded", "children")
 
-    def __init__(self, own: str = "", redis: str = "", stream: str = "") -> None:
+    def __init__(self, own: str = "", redis: str = "", stream: str = "", below: tuple[str, ...] = ()) -> None:
         self.own, self.redis, self.stream = own, redis, stream
         self.encoded = tuple(f"{text}}} ".encode() for text in (own, redis, stream))
+        self.children = _Children((own, redis, stream), below) if below else None
 
     @classmethod
     def of(cls, labels: dict[str, str]) -> "Labels":
@@ -145,43 +149,66 @@ class Labels:
     def child(self, name: str, raw: bytes) -> "Labels":
         """These labels and one more (a group's or consumer's name), named alike in
         every form."""
-        text = f'{name}="{_label_value(raw)}"'
-        return Labels(f"{self.own},{text}", f"{self.redis},{text}", f"{self.stream},{text}")
+        return _labels_below((self.own, self.redis, self.stream), (name,), raw)
+
+
+def _labels_below(texts: tuple[str, str, str], below: tuple[str, ...], raw: bytes) -> Labels:
+    """The Labels of ``texts`` (own, redis, stream) and one more, ``below[0]`` =
+    ``raw``, named alike in every form; ``below[1:]`` are the levels under that."""
+    text = f'{below[0]}="{_label_value(raw)}"'
+    own, redis, stream = texts
+    return Labels(f"{own},{text}", f"{redis},{text}", f"{stream},{text}", below[1:])
 
 
 _NO_LABELS = Labels()
 
 # Streams', groups' and consumers' Labels, kept across scrapes as the label values
-# above are: keyed by (db, key) for a stream, by (its parent's Labels, label name,
-# name) for a group or consumer.  Building them, four f-strings and an object per
-# group or consumer, was a third of the traversal's CPU time (12 of 38 ms,
-# tools/bench_metrics.py's keyspace, in-process).  Emptied when it outgrows
-# LABEL_CACHE_MAX (~8 MB at most: three label texts, an object and a key each).
+# above are: a stream's here, by (db, key); a group's in its stream's Labels'
+# ``children``, a consumer's in its group's.  Building them, four f-strings and an
+# object per group or consumer, was a third of the traversal's CPU time (12 of 38 ms,
+# tools/bench_metrics.py's keyspace, in-process).  All are dropped (this emptied)
+# when LABEL_CACHE_MAX have been made since the last time (~8 MB at most: three
+# label texts, an object and a dict slot each).
 _entity_labels: dict[tuple, Labels] = {}
+_labels_made = 0
 
 
-def _remember_labels(key: tuple, labels: Labels) -> Labels:
-    if len(_entity_labels) >= LABEL_CACHE_MAX:
+def _count_made_labels() -> None:
+    """Notes one more cached Labels; drops them all first when the cache is full."""
+    global _labels_made
+    if _labels_made >= LABEL_CACHE_MAX:
         _entity_labels.clear()
-    _entity_labels[key] = labels
-    return labels
+        _labels_made = 0
+    _labels_made += 1
+
+
+class _Children(dict):
+    """A stream's groups' or a group's consumers' Labels, by name, each made when it
+    is first asked for (``__missing__``): a batch finds all of a stream's or group's
+    with one ``map`` of ``__getitem__`` (C), where a Python call per group and per
+    consumer (a tuple key, a look-up) took ~20% of a scrape.  Keeps its parent's
+    texts, not the parent (no reference cycle: freed as soon as the parent is)."""
+
+    __slots__ = ("texts", "below")
+
+    def __init__(self, texts: tuple[str, str, str], below: tuple[str, ...]) -> None:
+        super().__init__()
+        self.texts, self.below = texts, below
+
+    def __missing__(self, raw: bytes) -> Labels:
+        _count_made_labels()
+        labels = self[raw] = _labels_below(self.texts, self.below, raw)
+        return labels
 
 
 def _stream_labels(db: str, key: bytes) -> Labels:
     labels = _entity_labels.get((db, key))
     if labels is None:
+        _count_made_labels()
         key_label = _label_value(key)
-        labels = _remember_labels((db, key), Labels(
+        labels = _entity_labels[db, key] = Labels(
             f'db="{db}",key="{key_label}"', f'db="db{db}",stream="{key_label}"',
-            f'db="{db}",stream="{key_label}"'))
-    return labels
-
-
-def _child_labels(parent: Labels, name: str, raw: bytes) -> Labels:
-    """``parent.child(name, raw)``, cached."""
-    labels = _entity_labels.get((parent, name, raw))
-    if labels is None:
-        labels = _remember_labels((parent, name, raw), parent.child(name, raw))
+            f'db="{db}",stream="{key_label}"', ("group", "consumer"))
     return labels
 
 
@@ -685,25 +712,18 @@ def _stream_metrics(core, out: Exposition, now: float, budget: int, loop_slice: 
             if not isinstance(stream, Stream) or db.is_expired(key, now_ms):
                 continue
             groups = stream.groups or {}
-            if budget <= 0:
-                truncated += 1 + len(groups) + sum(len(g.consumers) for g in groups.values())
+            consumers = list(map(_consumers, groups.values()))      # a dict per group
+            size = 1 + len(groups) + sum(map(len, consumers))
+            if size <= budget:
+                budget -= size
+            elif budget > 0:                 # the last one: only its first series
+                truncated += size - budget
+                groups, consumers = _first_series(groups, consumers, budget)
+                budget = 0
+            else:
+                truncated += size
                 continue
-            budget -= 1
-            labels = _stream_labels(dbl, key)
-            batch.streams.append((labels, stream, len(groups)))
-            for gname, group in groups.items():
-                if budget <= 0:
-                    truncated += 1 + len(group.consumers)
-                    continue
-                budget -= 1
-                glabels = _child_labels(labels, "group", gname)
-                batch.groups.append((glabels, stream, group))
-                for cname, consumer in group.consumers.items():
-                    if budget <= 0:
-                        truncated += 1
-                        continue
-                    budget -= 1
-                    batch.consumers.append((_child_labels(glabels, "consumer", cname), consumer))
+            batch.add(_stream_labels(dbl, key), stream, groups, consumers)
     batch.write(tables, now_ms)
     out.add("streamdb_metrics_series_truncated", truncated)
 
@@ -716,9 +736,10 @@ STREAMS_PER_BATCH = 32
 
 
 class _Batch:
-    """Streams, groups and consumers listed in one slice, until ``write`` computes
-    their series: rows of (Labels, stream, its number of groups), (Labels, its stream,
-    group) and (Labels, consumer).
+    """Streams listed in one slice, until ``write`` computes their series, with the
+    groups and consumers of theirs to export: a column each of their Labels, the
+    streams, their numbers of groups, the dicts of their groups and the lists of
+    their groups' dicts of consumers.
 
     A column at a time (``map`` over the batch's groups, rather than a function call
     and a tuple per group), ages in whole ms formatted once per distinct value, lines
@@ -726,29 +747,66 @@ class _Batch:
     (``_kept_pieces``): a scrape's steps of tools/bench_metrics.py's keyspace took
     57.6 -> 36.4 ms of CPU, compiled core, in-process (time.process_time, best of 25
     alternated runs, loaded machine); 83 -> 65 million instructions a render of 300
-    streams x 3 groups (callgrind; 83 -> 67 on the Python path)."""
+    streams x 3 groups (callgrind; 83 -> 67 on the Python path).  The groups and
+    consumers, and their Labels (``_Children``), are listed by chained ``map``s (C),
+    not a Python loop: listing 1,000 streams x 3 groups x 1 consumer took 7.7 -> 3.2 ms
+    of CPU (median of 30 alternated runs, in-process, compiled core)."""
 
-    __slots__ = ("streams", "groups", "consumers")
+    __slots__ = ("labels", "streams", "group_counts", "groups", "consumers")
 
     def __init__(self) -> None:
-        self.streams: list[tuple] = []
-        self.groups: list[tuple] = []
-        self.consumers: list[tuple] = []
+        self.labels: list[Labels] = []
+        self.streams: list = []
+        self.group_counts: list[int] = []
+        self.groups: list[dict] = []              # name: group, per stream
+        self.consumers: list[list[dict]] = []     # name: consumer, per group, per stream
+
+    def add(self, labels: Labels, stream, groups: dict, consumers: list[dict]) -> None:
+        """A stream, the ``groups`` of its to export and (a dict per group, in the same
+        order) their ``consumers`` to export."""
+        self.labels.append(labels)
+        self.streams.append(stream)
+        self.group_counts.append(len(stream.groups or ()))
+        self.groups.append(groups)
+        self.consumers.append(consumers)
 
     def write(self, tables, now_ms: int) -> "_Batch":
         """Adds the series of what this holds to ``tables`` (stream, group, consumer);
         returns an empty batch."""
         streams, groups, consumers = tables
-        if self.streams:
-            labels, objects, group_counts = zip(*self.streams)
-            streams.extend(labels, _stream_columns(objects, group_counts, now_ms))
-        if self.groups:
-            labels, of_streams, objects = zip(*self.groups)
-            groups.extend(labels, _group_columns(of_streams, objects, now_ms))
-        if self.consumers:
-            labels, objects = zip(*self.consumers)
-            consumers.extend(labels, _consumer_columns(objects, now_ms))
+        if not self.streams:
+            return self
+        streams.extend(self.labels, _stream_columns(self.streams, self.group_counts, now_ms))
+        group_labels = list(_chained(map(map, map(_children_lookup, self.labels), self.groups)))
+        if group_labels:
+            group_streams = list(_chained(map(repeat, self.streams, map(len, self.groups))))
+            group_objects = list(_chained(map(dict.values, self.groups)))
+            groups.extend(group_labels, _group_columns(group_streams, group_objects, now_ms))
+            consumer_dicts = list(_chained(self.consumers))
+            consumer_labels = list(_chained(map(map, map(_children_lookup, group_labels), consumer_dicts)))
+            if consumer_labels:
+                consumer_objects = list(_chained(map(dict.values, consumer_dicts)))
+                consumers.extend(consumer_labels, _consumer_columns(consumer_objects, now_ms))
         return _Batch()
+
+
+_chained = chain.from_iterable
+_children_lookup = attrgetter("children.__getitem__")      # a Labels' children's, by name
+
+
+def _first_series(groups: dict, consumers: list[dict], budget: int) -> tuple[dict, list[dict]]:
+    """The groups and consumers of a stream (``groups``, and ``consumers`` a dict per
+    group) that fit in what ``budget`` leaves after the stream's own series, in
+    order: a group, its consumers, the next group..."""
+    budget -= 1
+    kept_groups, kept_consumers = {}, []
+    for (name, group), of_group in zip(groups.items(), consumers):
+        if budget <= 0:
+            break
+        kept_groups[name] = group
+        kept_consumers.append(dict(islice(of_group.items(), budget - 1)))
+        budget -= 1 + len(kept_consumers[-1])
+    return kept_groups, kept_consumers
 
 
 # The series of streams, groups and consumers: a family's name in *_SERIES, its
