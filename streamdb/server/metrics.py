@@ -227,29 +227,33 @@ class _Family:
 
     def lines(self, kept: dict, keep: dict):
         """This family's sample lines, UTF-8, a piece (lines, each ending in a newline)
-        per at most ROWS_PER_PIECE of them.  A table's piece made of the same label and
-        value texts as one in ``kept`` (the scrape before's) is that piece again; each
-        is put in ``keep`` for the next scrape (those of ages are not: the clock moves)."""
+        per at most ROWS_PER_PIECE of them.  A table's piece of the same entities'
+        Labels and the same ints as one in ``kept`` (the scrape before's) is that piece
+        again, its texts not even made; each is put in ``keep`` for the next scrape
+        (those of ages and of columns not all ints are not: see _kept_pieces)."""
         if self.samples:
             yield ("\n".join(self.samples) + "\n").encode()
         # The values are turned to text once per column (for this family and its alias).
         first = self.name.encode() + b"{"
         for table, index in self.columns:
-            labels, values = table.series(index, self.form)
-            ages = table.in_milliseconds(index)
+            rows, values = table.present(index)
+            reusable = table.reusable(index)
+            label_texts = value_texts = None
             for start in range(0, len(values), ROWS_PER_PIECE):
                 end = start + ROWS_PER_PIECE
-                piece_labels, piece_values = labels[start:end], values[start:end]
-                if ages:
-                    yield _sample_lines(first, piece_labels, piece_values)
-                    continue
+                piece_rows, piece_values = rows[start:end], values[start:end]
                 key = (self.name, table.names, start)
-                before = kept.get(key)
-                if before is not None and before[0] == piece_labels and before[1] == piece_values:
-                    piece = before[2]
-                else:
-                    piece = _sample_lines(first, piece_labels, piece_values)
-                keep[key] = piece_labels, piece_values, piece
+                if reusable:
+                    before = kept.get(key)
+                    if before is not None and before[0] == piece_rows and before[1] == piece_values:
+                        keep[key] = before
+                        yield before[2]
+                        continue
+                if label_texts is None:
+                    label_texts, value_texts = table.texts(index, self.form)
+                piece = _sample_lines(first, label_texts[start:end], value_texts[start:end])
+                if reusable:
+                    keep[key] = piece_rows, piece_values, piece
                 yield piece
 
 
@@ -271,15 +275,17 @@ def _sample_lines(first: bytes, labels: list[bytes], values: list[bytes]) -> byt
 # pieces, each of which may end a slice of the loop's time.
 ROWS_PER_PIECE = 1000
 
-# The pieces of table lines the last scrape wrote, but those of ages, with the texts
-# they were joined from, by (family, table, first row): (label texts, value texts,
-# piece).  Counts mostly stay the same from one scrape to the next; comparing two
-# pieces' texts (C, a pointer or a few bytes each: ~5 us for 1,000 lines) costs a few
-# percent of joining them (~100-200 us), and sending the same bytes object again
-# spares the allocation of fresh pages for it.
-# Equal texts make an equal piece: a kept piece is never stale.  (~3.5 MB for
-# tools/bench_metrics.py's keyspace: the 70% of its text that is not ages.)
-_kept_pieces: dict[tuple, tuple[list[bytes], list[bytes], bytes]] = {}
+# The pieces of table lines the last scrape wrote, by (family, table, first row):
+# (the rows' Labels, their values, piece); only those of columns that hold ints, not
+# ages.  Counts mostly stay the same from one scrape to the next; comparing two
+# pieces' Labels and values (C, a pointer or a few bytes each: ~5 us for 1,000 lines)
+# spares making their texts and joining them, and sending the same bytes object again
+# spares the allocation of fresh pages for it.  A kept piece is never stale: a Labels
+# is never changed once made, and has no __eq__ (two are equal when they are the same
+# object: the same texts); equal ints have the same text (equal numbers of other types
+# may not: 1, 1.0, True).  (~3.5 MB for tools/bench_metrics.py's keyspace: the 70%
+# of its text that is not ages.)
+_kept_pieces: dict[tuple, tuple[list[Labels], list[int], bytes]] = {}
 
 
 class Table:
@@ -299,14 +305,15 @@ class Table:
     The columns named in ``milliseconds`` hold whole milliseconds, written as seconds
     (an age: the clock's reading less a time)."""
 
-    __slots__ = ("names", "columns", "labels", "_milliseconds", "_texts", "_labels")
+    __slots__ = ("names", "columns", "labels", "_milliseconds", "_present", "_texts", "_labels")
 
     def __init__(self, names: tuple[str, ...], milliseconds=frozenset()) -> None:
         self.names = names
         self.labels: list[Labels] = []
         self.columns: list[list] = [[] for _ in names]
         self._milliseconds = [name in milliseconds for name in names]            # by column
-        self._texts: dict[int, tuple[list[bool] | None, list[bytes]]] = {}   # by column
+        self._present: dict[int, tuple[list[bool] | None, list, list]] = {}  # by column
+        self._texts: dict[int, list[bytes]] = {}                             # by column
         self._labels: dict[int, list[bytes]] = {}                            # by form
 
     def add(self, labels: Labels, values: tuple) -> None:
@@ -324,21 +331,43 @@ class Table:
         """Whether column ``index`` holds ages (whole ms, written as seconds)."""
         return self._milliseconds[index]
 
-    def series(self, index: int, form: int) -> tuple[list[bytes], list[bytes]]:
-        """(label texts in ``form``, value texts), UTF-8, of column ``index``'s present
-        values."""
+    def present(self, index: int) -> tuple[list[Labels], list]:
+        """(Labels, values) of the rows whose column ``index`` holds a value."""
+        _, rows, values = self._present_rows(index)
+        return rows, values
+
+    def reusable(self, index: int) -> bool:
+        """Whether column ``index``'s pieces may be kept for the next scrape (and one
+        kept taken again): not ages (the clock moves), and all ints."""
+        return not self._milliseconds[index] and set(map(type, self.present(index)[1])) <= _INT
+
+    def texts(self, index: int, form: int) -> tuple[list[bytes], list[bytes]]:
+        """(label texts in ``form``, value texts), UTF-8, of the rows ``present`` gives."""
+        present, _, values = self._present_rows(index)
         texts = self._texts.get(index)
         if texts is None:
-            values = self.columns[index]
-            present = [value is not None for value in values] if None in values else None
-            if present is not None:
-                values = list(compress(values, present))
-            texts = self._texts[index] = present, _value_texts(values, self._milliseconds[index])
+            texts = self._texts[index] = _value_texts(values, self._milliseconds[index])
         labels = self._labels.get(form)
         if labels is None:
             labels = self._labels[form] = list(map(itemgetter(form), map(_ENCODED, self.labels)))
-        present, values = texts
-        return (labels if present is None else list(compress(labels, present))), values
+        return (labels if present is None else list(compress(labels, present))), texts
+
+    def _present_rows(self, index: int) -> tuple[list[bool] | None, list[Labels], list]:
+        """(which rows hold a value in column ``index``, None when all do; their
+        Labels; their values)."""
+        rows = self._present.get(index)
+        if rows is None:
+            values = self.columns[index]
+            if None in values:
+                present = [value is not None for value in values]
+                rows = present, list(compress(self.labels, present)), list(compress(values, present))
+            else:
+                rows = None, self.labels, values
+            self._present[index] = rows
+        return rows
+
+
+_INT = {int}
 
 
 def _value_texts(values: list, milliseconds: bool = False) -> list[bytes]:

@@ -673,3 +673,31 @@ def test_cached_labels_follow_renamed_groups_and_consumers(monkeypatch):
         assert value(after, "streamdb_consumer_pending", db="0", key="s", group="new", consumer="bob") == 1
         assert value(after, "redis_stream_group_lag", db="db0", stream="s", group="new") == 1
         assert value(after, "streamdb_stream_length", db="0", key="s") == 2
+
+
+@pytest.mark.parametrize("rows_per_piece", [None, 1])
+def test_a_count_that_changes_between_scrapes_shows_in_the_next(monkeypatch, rows_per_piece):
+    """The pieces kept from the scrape before (_kept_pieces) are taken again only when
+    their entities and values are the same: a length, a pending count and a lag that
+    change between two scrapes show their new values, beside those that did not
+    change; a piece per line, or all of a family's lines in one."""
+    from streamdb.server import metrics
+    if rows_per_piece is not None:
+        monkeypatch.setattr(metrics, "ROWS_PER_PIECE", rows_per_piece)
+    core, run = _in_process_core()
+    for key in ("a", "b", "c"):
+        run("XADD", key, "1-1", "f", "v")
+        run("XGROUP", "CREATE", key, "g", "0")
+        run("XREADGROUP", "GROUP", "g", "w", "STREAMS", key, ">")
+    for _ in range(2):                       # the second scrape takes every piece again
+        _, s = parse_exposition(metrics.render(core))
+    assert [value(s, "redis_stream_length", db="db0", stream=k) for k in "abc"] == [1, 1, 1]
+    run("XADD", "b", "2-1", "f", "v")
+    run("XACK", "c", "g", "1-1")
+    _, s = parse_exposition(metrics.render(core))
+    assert [value(s, "streamdb_stream_length", db="0", key=k) for k in "abc"] == [1, 2, 1]
+    assert [value(s, "redis_stream_length", db="db0", stream=k) for k in "abc"] == [1, 2, 1]
+    assert [value(s, "streamdb_group_pending", db="0", key=k, group="g") for k in "abc"] == [1, 1, 0]
+    assert [value(s, "streamdb_consumer_pending", db="0", key=k, group="g", consumer="w")
+            for k in "abc"] == [1, 1, 0]
+    assert [value(s, "redis_stream_group_lag", db="db0", stream=k, group="g") for k in "abc"] == [0, 1, 0]
