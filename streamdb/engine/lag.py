@@ -13,6 +13,9 @@ milliseconds, and the time "now" is the caller's (the engine reads no clock).  T
 walk node headers (first and last id, live count, the in-memory deletion marks) and
 read at most the node that holds the boundary (two when every entry of it past the
 boundary was deleted), so cold history (engine/nodecache.py) stays on disk.
+
+Compiled in Cython's pure mode (streamdb/compiled.py; lag.pxd gives it the Stream's C
+type): a metrics scrape asks every group its lag, time lag and oldest pending age.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from operator import attrgetter
 
+import cython
+
 from .groups import ENTRIES_READ_INVALID, ConsumerGroup
 from .ids import MAX_ID, MIN_ID
-from .stream import Stream
+from .stream import Node, Stream
 
 __all__ = ["range_has_tombstones", "estimate_entries_read", "group_lag", "advance_entries_read",
            "advance_entries_read_many", "clamp_entries_read", "counter_trusted",
@@ -145,8 +150,9 @@ def first_entry_after(s: Stream, after: int) -> int | None:
     """The id of the first entry that exists (not deleted, not trimmed) above ``after``;
     None when there is none.  Reads a node's ids only when ``after`` falls inside it or
     the next node's first entry was deleted."""
-    nodes = s.nodes
-    i = bisect_right(s.firsts, after) - 1
+    nodes: list = s.nodes
+    i: cython.Py_ssize_t = bisect_right(s.firsts, after) - 1
+    node: Node
     if i < 0:
         i = 0
     while i < len(nodes):
