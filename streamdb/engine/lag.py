@@ -15,7 +15,8 @@ read at most the node that holds the boundary (two when every entry of it past t
 boundary was deleted), so cold history (engine/nodecache.py) stays on disk.
 
 Compiled in Cython's pure mode (streamdb/compiled.py; lag.pxd gives it the Stream's C
-type): a metrics scrape asks every group its lag, time lag and oldest pending age.
+type): a metrics scrape asks every group its lag, time lag and oldest pending age, and
+the helpers those call are C calls (ccall, cfunc).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = ["range_has_tombstones", "estimate_entries_read", "group_lag", "advanc
            "oldest_pending_ms", "position_at_time", "position_earliest", "position_latest"]
 
 
+@cython.ccall
 def range_has_tombstones(s: Stream, start: int | None, end: int | None) -> bool:
     """Whether a deleted entry may lie in [start, end] (None = open end)."""
     if not s.length or s.max_deleted_id == MIN_ID:
@@ -58,6 +60,7 @@ def clamp_entries_read(s: Stream, entries_read: int) -> int:
     return entries_read
 
 
+@cython.ccall
 def estimate_entries_read(s: Stream, sid: int) -> int:
     """The entries-read counter a group would have after reading up to ``sid``.
 
@@ -80,6 +83,7 @@ def estimate_entries_read(s: Stream, sid: int) -> int:
     return ENTRIES_READ_INVALID
 
 
+@cython.ccall
 def counter_trusted(s: Stream, g: ConsumerGroup, after: int) -> bool:
     """Whether the group's entries-read counter still counts exactly, reading on from ``after``.
 
@@ -139,6 +143,7 @@ def _id_ms(sid: int) -> int:
     return sid >> 64
 
 
+@cython.cfunc
 def _age_ms(sid: int, now_ms: int) -> int:
     """Milliseconds from entry ``sid``'s time to ``now_ms``; 0 for an id in the future.
     (A metrics scrape asks this of every group, twice: no call to max or _id_ms.)"""
@@ -146,6 +151,7 @@ def _age_ms(sid: int, now_ms: int) -> int:
     return age if age > 0 else 0
 
 
+@cython.ccall
 def first_entry_after(s: Stream, after: int) -> int | None:
     """The id of the first entry that exists (not deleted, not trimmed) above ``after``;
     None when there is none.  Reads a node's ids only when ``after`` falls inside it or
@@ -153,6 +159,8 @@ def first_entry_after(s: Stream, after: int) -> int | None:
     nodes: list = s.nodes
     i: cython.Py_ssize_t = bisect_right(s.firsts, after) - 1
     node: Node
+    ids: list
+    j: cython.Py_ssize_t
     if i < 0:
         i = 0
     while i < len(nodes):
