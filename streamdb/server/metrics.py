@@ -233,12 +233,11 @@ class _Family:
         (those of ages and of columns not all ints are not: see _kept_pieces)."""
         if self.samples:
             yield ("\n".join(self.samples) + "\n").encode()
-        # The values are turned to text once per column (for this family and its alias).
+        # Values are turned to text a piece at a time, once for a family and its alias.
         first = self.name.encode() + b"{"
         for table, index in self.columns:
             rows, values = table.present(index)
             reusable = table.reusable(index)
-            label_texts = value_texts = None
             for start in range(0, len(values), ROWS_PER_PIECE):
                 end = start + ROWS_PER_PIECE
                 piece_rows, piece_values = rows[start:end], values[start:end]
@@ -249,9 +248,7 @@ class _Family:
                         keep[key] = before
                         yield before[2]
                         continue
-                if label_texts is None:
-                    label_texts, value_texts = table.texts(index, self.form)
-                piece = _sample_lines(first, label_texts[start:end], value_texts[start:end])
+                piece = _sample_lines(first, *table.texts(index, self.form, start, end))
                 if reusable:
                     keep[key] = piece_rows, piece_values, piece
                 yield piece
@@ -313,8 +310,8 @@ class Table:
         self.columns: list[list] = [[] for _ in names]
         self._milliseconds = [name in milliseconds for name in names]            # by column
         self._present: dict[int, tuple[list[bool] | None, list, list]] = {}  # by column
-        self._texts: dict[int, list[bytes]] = {}                             # by column
-        self._labels: dict[int, list[bytes]] = {}                            # by form
+        self._texts: dict[tuple[int, int], list[bytes]] = {}     # by (column, first row)
+        self._labels: dict = {}                # by form, and by (form, column): present rows'
 
     def add(self, labels: Labels, values: tuple) -> None:
         """A row: ``values`` in the order of ``names``."""
@@ -341,16 +338,23 @@ class Table:
         kept taken again): not ages (the clock moves), and all ints."""
         return not self._milliseconds[index] and set(map(type, self.present(index)[1])) <= _INT
 
-    def texts(self, index: int, form: int) -> tuple[list[bytes], list[bytes]]:
-        """(label texts in ``form``, value texts), UTF-8, of the rows ``present`` gives."""
-        present, _, values = self._present_rows(index)
-        texts = self._texts.get(index)
+    def texts(self, index: int, form: int, start: int, end: int) -> tuple[list[bytes], list[bytes]]:
+        """(label texts in ``form``, value texts), UTF-8, of rows ``start:end`` of those
+        ``present`` gives.  The values are turned to text a piece at a time (once for a
+        family and its alias): a column of 3,000 ages took ~1-3 ms in one go, longer
+        than a slice of the loop's time may run over."""
+        texts = self._texts.get((index, start))
         if texts is None:
-            texts = self._texts[index] = _value_texts(values, self._milliseconds[index])
-        labels = self._labels.get(form)
+            values = self._present_rows(index)[2][start:end]
+            texts = self._texts[index, start] = _value_texts(values, self._milliseconds[index])
+        labels = self._labels.get((form, index))
         if labels is None:
-            labels = self._labels[form] = list(map(itemgetter(form), map(_ENCODED, self.labels)))
-        return (labels if present is None else list(compress(labels, present))), texts
+            every_row = self._labels.get(form)
+            if every_row is None:
+                every_row = self._labels[form] = list(map(itemgetter(form), map(_ENCODED, self.labels)))
+            present = self._present_rows(index)[0]
+            labels = self._labels[form, index] = every_row if present is None else list(compress(every_row, present))
+        return labels[start:end], texts
 
     def _present_rows(self, index: int) -> tuple[list[bool] | None, list[Labels], list]:
         """(which rows hold a value in column ``index``, None when all do; their
