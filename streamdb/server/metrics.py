@@ -40,11 +40,11 @@ import asyncio
 import os
 import time
 from itertools import chain, compress, islice, repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter, itemgetter, rshift
 
 from .. import log
 from ..engine.groups import ENTRIES_READ_INVALID
-from ..engine.lag import group_lag, oldest_pending_ms, time_lag_ms
+from ..engine.lag import groups_progress
 from ..engine.nodecache import CACHE
 from ..engine.stream import Stream
 from ..memory import rss_memory, used_memory
@@ -897,16 +897,16 @@ _GROUP_SERIES = (
 
 def _group_columns(streams, groups, now_ms: int) -> tuple:
     """``streams[i]`` is the stream of ``groups[i]``."""
-    pels = list(map(_pel, groups))
+    lags, time_lags, oldest_ages, oldest_idles = groups_progress(streams, groups, now_ms)
     return (
-        list(map(group_lag, streams, groups)),
-        list(map(len, pels)),
+        lags,
+        list(map(len, map(_pel, groups))),
         list(map(len, map(_consumers, groups))),
-        [sid >> 64 for sid in map(_last_id, groups)],
-        [max(pel.peekitem(0)[1].idle(now_ms), 0) if pel else None for pel in pels],   # the oldest's
+        list(map(rshift, map(_last_id, groups), repeat(64))),       # an id's ms
+        oldest_idles,
         [None if count == ENTRIES_READ_INVALID else count for count in map(_entries_read, groups)],
-        list(map(time_lag_ms, streams, groups, repeat(now_ms))),
-        list(map(oldest_pending_ms, groups, repeat(now_ms))),
+        time_lags,
+        oldest_ages,
         list(map(_dead_lettered, groups)),
     )
 

@@ -294,6 +294,8 @@ def lag_figures(lag, s, g, points: list[int], now_ms: int) -> list:
     ``points``, an id or a time), and what its writers leave in a copy of the group."""
     figures = [outcome(lambda: lag.group_lag(s, g)), outcome(lambda: lag.time_lag_ms(s, g, now_ms)),
                outcome(lambda: lag.oldest_pending_ms(g, now_ms)),
+               outcome(lambda: lag.oldest_pending_idle_ms(g, now_ms)),
+               outcome(lambda: lag.groups_progress([s, s], [g, g], now_ms)),
                outcome(lambda: lag.position_earliest(s)), outcome(lambda: lag.position_latest(s))]
     for p in points:
         figures += [outcome(lambda: lag.range_has_tombstones(s, p, None)),
@@ -316,9 +318,9 @@ def lag_figures(lag, s, g, points: list[int], now_ms: int) -> list:
 @settings(max_examples=150, deadline=None)
 @given(ops=st.lists(stream_ops, max_size=30), max_entries=st.sampled_from([1, 2, 3, 100]),
        last_id=lag_points, entries_read=st.integers(-1, 40), pending=st.lists(lag_points, max_size=4),
-       points=st.lists(lag_points, max_size=6), now_ms=st.integers(0, 40))
+       points=st.lists(lag_points, max_size=6), now_ms=st.integers(0, 40), nacked=st.booleans())
 def test_lag_figures_agree_with_the_source(ops, max_entries, last_id, entries_read, pending, points,
-                                           now_ms):
+                                           now_ms, nacked):
     """lag.py compiled and as source read the same stream and group alike (nodes opened,
     sealed, with deleted entries; counters known, unknown and wrong)."""
     fast, spec = both("streamdb.engine.lag")
@@ -331,6 +333,8 @@ def test_lag_figures_agree_with_the_source(ops, max_entries, last_id, entries_re
     consumer = g.create_consumer(b"c", 0)
     for sid in pending:
         g.add_pending(sid, consumer, now_ms // 2)
+    if nacked and pending:
+        g.nack(min(pending), 0)                 # released: no owner, idle -1
     assert lag_figures(fast, s, g, points, now_ms) == lag_figures(spec, s, g, points, now_ms)
 
 
