@@ -37,6 +37,9 @@ COMPILED_SOURCES = (
     "streamdb/engine/groups.py",
     "streamdb/engine/policies.py",
     "streamdb/engine/keyspace.py",
+    # (a metrics scrape asks every group its lag, time lag and oldest pending age:
+    # 54.7 -> 46.4 million instructions a scrape of 300 streams x 3 groups, callgrind)
+    "streamdb/engine/lag.py",
     # (the handlers' COUNT, keyword and id parsing: interpreted, an XADD/XREADGROUP/
     # XACK/XRANGE mix measured 44.4k -> 45.6k instructions a request, callgrind)
     "streamdb/commands/args.py",

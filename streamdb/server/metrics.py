@@ -39,12 +39,12 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from itertools import compress, repeat
-from operator import attrgetter, itemgetter
+from itertools import chain, compress, islice, repeat
+from operator import attrgetter, itemgetter, rshift
 
 from .. import log
 from ..engine.groups import ENTRIES_READ_INVALID
-from ..engine.lag import group_lag, oldest_pending_ms, time_lag_ms
+from ..engine.lag import groups_progress
 from ..engine.nodecache import CACHE
 from ..engine.stream import Stream
 from ..memory import rss_memory, used_memory
@@ -129,13 +129,17 @@ class Labels:
     """An entity's labels, escaped and joined once, in the three forms (``own``,
     ``redis``, ``stream``: OWN, REDIS, STREAM above).  Each family writes its own.
     ``encoded``: the three by form, UTF-8 and closed as a sample line has them ('} '
-    after them, before the value): a Table's lines are joined as bytes."""
+    after them, before the value): a Table's lines are joined as bytes.
+    ``children``: for a stream's or a group's labels (``below`` names the labels of
+    the levels under it: "group", "consumer"), its groups' or consumers' Labels by
+    name (``_Children``); None for the rest."""
 
-    __slots__ = ("own", "redis", "stream", "encoded")
+    __slots__ = ("own", "redis", "stream", "encoded", "children")
 
-    def __init__(self, own: str = "", redis: str = "", stream: str = "") -> None:
+    def __init__(self, own: str = "", redis: str = "", stream: str = "", below: tuple[str, ...] = ()) -> None:
         self.own, self.redis, self.stream = own, redis, stream
         self.encoded = tuple(f"{text}}} ".encode() for text in (own, redis, stream))
+        self.children = _Children((own, redis, stream), below) if below else None
 
     @classmethod
     def of(cls, labels: dict[str, str]) -> "Labels":
@@ -145,43 +149,66 @@ class Labels:
     def child(self, name: str, raw: bytes) -> "Labels":
         """These labels and one more (a group's or consumer's name), named alike in
         every form."""
-        text = f'{name}="{_label_value(raw)}"'
-        return Labels(f"{self.own},{text}", f"{self.redis},{text}", f"{self.stream},{text}")
+        return _labels_below((self.own, self.redis, self.stream), (name,), raw)
+
+
+def _labels_below(texts: tuple[str, str, str], below: tuple[str, ...], raw: bytes) -> Labels:
+    """The Labels of ``texts`` (own, redis, stream) and one more, ``below[0]`` =
+    ``raw``, named alike in every form; ``below[1:]`` are the levels under that."""
+    text = f'{below[0]}="{_label_value(raw)}"'
+    own, redis, stream = texts
+    return Labels(f"{own},{text}", f"{redis},{text}", f"{stream},{text}", below[1:])
 
 
 _NO_LABELS = Labels()
 
 # Streams', groups' and consumers' Labels, kept across scrapes as the label values
-# above are: keyed by (db, key) for a stream, by (its parent's Labels, label name,
-# name) for a group or consumer.  Building them, four f-strings and an object per
-# group or consumer, was a third of the traversal's CPU time (12 of 38 ms,
-# tools/bench_metrics.py's keyspace, in-process).  Emptied when it outgrows
-# LABEL_CACHE_MAX (~8 MB at most: three label texts, an object and a key each).
+# above are: a stream's here, by (db, key); a group's in its stream's Labels'
+# ``children``, a consumer's in its group's.  Building them, four f-strings and an
+# object per group or consumer, was a third of the traversal's CPU time (12 of 38 ms,
+# tools/bench_metrics.py's keyspace, in-process).  All are dropped (this emptied)
+# when LABEL_CACHE_MAX have been made since the last time (~8 MB at most: three
+# label texts, an object and a dict slot each).
 _entity_labels: dict[tuple, Labels] = {}
+_labels_made = 0
 
 
-def _remember_labels(key: tuple, labels: Labels) -> Labels:
-    if len(_entity_labels) >= LABEL_CACHE_MAX:
+def _count_made_labels() -> None:
+    """Notes one more cached Labels; drops them all first when the cache is full."""
+    global _labels_made
+    if _labels_made >= LABEL_CACHE_MAX:
         _entity_labels.clear()
-    _entity_labels[key] = labels
-    return labels
+        _labels_made = 0
+    _labels_made += 1
+
+
+class _Children(dict):
+    """A stream's groups' or a group's consumers' Labels, by name, each made when it
+    is first asked for (``__missing__``): a batch finds all of a stream's or group's
+    with one ``map`` of ``__getitem__`` (C), where a Python call per group and per
+    consumer (a tuple key, a look-up) took ~20% of a scrape.  Keeps its parent's
+    texts, not the parent (no reference cycle: freed as soon as the parent is)."""
+
+    __slots__ = ("texts", "below")
+
+    def __init__(self, texts: tuple[str, str, str], below: tuple[str, ...]) -> None:
+        super().__init__()
+        self.texts, self.below = texts, below
+
+    def __missing__(self, raw: bytes) -> Labels:
+        _count_made_labels()
+        labels = self[raw] = _labels_below(self.texts, self.below, raw)
+        return labels
 
 
 def _stream_labels(db: str, key: bytes) -> Labels:
     labels = _entity_labels.get((db, key))
     if labels is None:
+        _count_made_labels()
         key_label = _label_value(key)
-        labels = _remember_labels((db, key), Labels(
+        labels = _entity_labels[db, key] = Labels(
             f'db="{db}",key="{key_label}"', f'db="db{db}",stream="{key_label}"',
-            f'db="{db}",stream="{key_label}"'))
-    return labels
-
-
-def _child_labels(parent: Labels, name: str, raw: bytes) -> Labels:
-    """``parent.child(name, raw)``, cached."""
-    labels = _entity_labels.get((parent, name, raw))
-    if labels is None:
-        labels = _remember_labels((parent, name, raw), parent.child(name, raw))
+            f'db="{db}",stream="{key_label}"', ("group", "consumer"))
     return labels
 
 
@@ -200,29 +227,30 @@ class _Family:
 
     def lines(self, kept: dict, keep: dict):
         """This family's sample lines, UTF-8, a piece (lines, each ending in a newline)
-        per at most ROWS_PER_PIECE of them.  A table's piece made of the same label and
-        value texts as one in ``kept`` (the scrape before's) is that piece again; each
-        is put in ``keep`` for the next scrape (those of ages are not: the clock moves)."""
+        per at most ROWS_PER_PIECE of them.  A table's piece of the same entities'
+        Labels and the same ints as one in ``kept`` (the scrape before's) is that piece
+        again, its texts not even made; each is put in ``keep`` for the next scrape
+        (those of ages and of columns not all ints are not: see _kept_pieces)."""
         if self.samples:
             yield ("\n".join(self.samples) + "\n").encode()
-        # The values are turned to text once per column (for this family and its alias).
+        # Values are turned to text a piece at a time, once for a family and its alias.
         first = self.name.encode() + b"{"
         for table, index in self.columns:
-            labels, values = table.series(index, self.form)
-            ages = table.in_milliseconds(index)
+            rows, values = table.present(index)
+            reusable = table.reusable(index)
             for start in range(0, len(values), ROWS_PER_PIECE):
                 end = start + ROWS_PER_PIECE
-                piece_labels, piece_values = labels[start:end], values[start:end]
-                if ages:
-                    yield _sample_lines(first, piece_labels, piece_values)
-                    continue
+                piece_rows, piece_values = rows[start:end], values[start:end]
                 key = (self.name, table.names, start)
-                before = kept.get(key)
-                if before is not None and before[0] == piece_labels and before[1] == piece_values:
-                    piece = before[2]
-                else:
-                    piece = _sample_lines(first, piece_labels, piece_values)
-                keep[key] = piece_labels, piece_values, piece
+                if reusable:
+                    before = kept.get(key)
+                    if before is not None and before[0] == piece_rows and before[1] == piece_values:
+                        keep[key] = before
+                        yield before[2]
+                        continue
+                piece = _sample_lines(first, *table.texts(index, self.form, start, end))
+                if reusable:
+                    keep[key] = piece_rows, piece_values, piece
                 yield piece
 
 
@@ -244,15 +272,17 @@ def _sample_lines(first: bytes, labels: list[bytes], values: list[bytes]) -> byt
 # pieces, each of which may end a slice of the loop's time.
 ROWS_PER_PIECE = 1000
 
-# The pieces of table lines the last scrape wrote, but those of ages, with the texts
-# they were joined from, by (family, table, first row): (label texts, value texts,
-# piece).  Counts mostly stay the same from one scrape to the next; comparing two
-# pieces' texts (C, a pointer or a few bytes each: ~5 us for 1,000 lines) costs a few
-# percent of joining them (~100-200 us), and sending the same bytes object again
-# spares the allocation of fresh pages for it.
-# Equal texts make an equal piece: a kept piece is never stale.  (~3.5 MB for
-# tools/bench_metrics.py's keyspace: the 70% of its text that is not ages.)
-_kept_pieces: dict[tuple, tuple[list[bytes], list[bytes], bytes]] = {}
+# The pieces of table lines the last scrape wrote, by (family, table, first row):
+# (the rows' Labels, their values, piece); only those of columns that hold ints, not
+# ages.  Counts mostly stay the same from one scrape to the next; comparing two
+# pieces' Labels and values (C, a pointer or a few bytes each: ~5 us for 1,000 lines)
+# spares making their texts and joining them, and sending the same bytes object again
+# spares the allocation of fresh pages for it.  A kept piece is never stale: a Labels
+# is never changed once made, and has no __eq__ (two are equal when they are the same
+# object: the same texts); equal ints have the same text (equal numbers of other types
+# may not: 1, 1.0, True).  (~3.5 MB for tools/bench_metrics.py's keyspace: the 70%
+# of its text that is not ages.)
+_kept_pieces: dict[tuple, tuple[list[Labels], list[int], bytes]] = {}
 
 
 class Table:
@@ -272,15 +302,16 @@ class Table:
     The columns named in ``milliseconds`` hold whole milliseconds, written as seconds
     (an age: the clock's reading less a time)."""
 
-    __slots__ = ("names", "columns", "labels", "_milliseconds", "_texts", "_labels")
+    __slots__ = ("names", "columns", "labels", "_milliseconds", "_present", "_texts", "_labels")
 
     def __init__(self, names: tuple[str, ...], milliseconds=frozenset()) -> None:
         self.names = names
         self.labels: list[Labels] = []
         self.columns: list[list] = [[] for _ in names]
         self._milliseconds = [name in milliseconds for name in names]            # by column
-        self._texts: dict[int, tuple[list[bool] | None, list[bytes]]] = {}   # by column
-        self._labels: dict[int, list[bytes]] = {}                            # by form
+        self._present: dict[int, tuple[list[bool] | None, list, list]] = {}  # by column
+        self._texts: dict[tuple[int, int], list[bytes]] = {}     # by (column, first row)
+        self._labels: dict = {}                # by form, and by (form, column): present rows'
 
     def add(self, labels: Labels, values: tuple) -> None:
         """A row: ``values`` in the order of ``names``."""
@@ -297,21 +328,50 @@ class Table:
         """Whether column ``index`` holds ages (whole ms, written as seconds)."""
         return self._milliseconds[index]
 
-    def series(self, index: int, form: int) -> tuple[list[bytes], list[bytes]]:
-        """(label texts in ``form``, value texts), UTF-8, of column ``index``'s present
-        values."""
-        texts = self._texts.get(index)
+    def present(self, index: int) -> tuple[list[Labels], list]:
+        """(Labels, values) of the rows whose column ``index`` holds a value."""
+        _, rows, values = self._present_rows(index)
+        return rows, values
+
+    def reusable(self, index: int) -> bool:
+        """Whether column ``index``'s pieces may be kept for the next scrape (and one
+        kept taken again): not ages (the clock moves), and all ints."""
+        return not self._milliseconds[index] and set(map(type, self.present(index)[1])) <= _INT
+
+    def texts(self, index: int, form: int, start: int, end: int) -> tuple[list[bytes], list[bytes]]:
+        """(label texts in ``form``, value texts), UTF-8, of rows ``start:end`` of those
+        ``present`` gives.  The values are turned to text a piece at a time (once for a
+        family and its alias): a column of 3,000 ages took ~1-3 ms in one go, longer
+        than a slice of the loop's time may run over."""
+        texts = self._texts.get((index, start))
         if texts is None:
-            values = self.columns[index]
-            present = [value is not None for value in values] if None in values else None
-            if present is not None:
-                values = list(compress(values, present))
-            texts = self._texts[index] = present, _value_texts(values, self._milliseconds[index])
-        labels = self._labels.get(form)
+            values = self._present_rows(index)[2][start:end]
+            texts = self._texts[index, start] = _value_texts(values, self._milliseconds[index])
+        labels = self._labels.get((form, index))
         if labels is None:
-            labels = self._labels[form] = list(map(itemgetter(form), map(_ENCODED, self.labels)))
-        present, values = texts
-        return (labels if present is None else list(compress(labels, present))), values
+            every_row = self._labels.get(form)
+            if every_row is None:
+                every_row = self._labels[form] = list(map(itemgetter(form), map(_ENCODED, self.labels)))
+            present = self._present_rows(index)[0]
+            labels = self._labels[form, index] = every_row if present is None else list(compress(every_row, present))
+        return labels[start:end], texts
+
+    def _present_rows(self, index: int) -> tuple[list[bool] | None, list[Labels], list]:
+        """(which rows hold a value in column ``index``, None when all do; their
+        Labels; their values)."""
+        rows = self._present.get(index)
+        if rows is None:
+            values = self.columns[index]
+            if None in values:
+                present = [value is not None for value in values]
+                rows = present, list(compress(self.labels, present)), list(compress(values, present))
+            else:
+                rows = None, self.labels, values
+            self._present[index] = rows
+        return rows
+
+
+_INT = {int}
 
 
 def _value_texts(values: list, milliseconds: bool = False) -> list[bytes]:
@@ -685,25 +745,18 @@ def _stream_metrics(core, out: Exposition, now: float, budget: int, loop_slice: 
             if not isinstance(stream, Stream) or db.is_expired(key, now_ms):
                 continue
             groups = stream.groups or {}
-            if budget <= 0:
-                truncated += 1 + len(groups) + sum(len(g.consumers) for g in groups.values())
+            consumers = list(map(_consumers, groups.values()))      # a dict per group
+            size = 1 + len(groups) + sum(map(len, consumers))
+            if size <= budget:
+                budget -= size
+            elif budget > 0:                 # the last one: only its first series
+                truncated += size - budget
+                groups, consumers = _first_series(groups, consumers, budget)
+                budget = 0
+            else:
+                truncated += size
                 continue
-            budget -= 1
-            labels = _stream_labels(dbl, key)
-            batch.streams.append((labels, stream, len(groups)))
-            for gname, group in groups.items():
-                if budget <= 0:
-                    truncated += 1 + len(group.consumers)
-                    continue
-                budget -= 1
-                glabels = _child_labels(labels, "group", gname)
-                batch.groups.append((glabels, stream, group))
-                for cname, consumer in group.consumers.items():
-                    if budget <= 0:
-                        truncated += 1
-                        continue
-                    budget -= 1
-                    batch.consumers.append((_child_labels(glabels, "consumer", cname), consumer))
+            batch.add(_stream_labels(dbl, key), stream, groups, consumers)
     batch.write(tables, now_ms)
     out.add("streamdb_metrics_series_truncated", truncated)
 
@@ -716,9 +769,10 @@ STREAMS_PER_BATCH = 32
 
 
 class _Batch:
-    """Streams, groups and consumers listed in one slice, until ``write`` computes
-    their series: rows of (Labels, stream, its number of groups), (Labels, its stream,
-    group) and (Labels, consumer).
+    """Streams listed in one slice, until ``write`` computes their series, with the
+    groups and consumers of theirs to export: a column each of their Labels, the
+    streams, their numbers of groups, the dicts of their groups and the lists of
+    their groups' dicts of consumers.
 
     A column at a time (``map`` over the batch's groups, rather than a function call
     and a tuple per group), ages in whole ms formatted once per distinct value, lines
@@ -726,29 +780,66 @@ class _Batch:
     (``_kept_pieces``): a scrape's steps of tools/bench_metrics.py's keyspace took
     57.6 -> 36.4 ms of CPU, compiled core, in-process (time.process_time, best of 25
     alternated runs, loaded machine); 83 -> 65 million instructions a render of 300
-    streams x 3 groups (callgrind; 83 -> 67 on the Python path)."""
+    streams x 3 groups (callgrind; 83 -> 67 on the Python path).  The groups and
+    consumers, and their Labels (``_Children``), are listed by chained ``map``s (C),
+    not a Python loop: listing 1,000 streams x 3 groups x 1 consumer took 7.7 -> 3.2 ms
+    of CPU (median of 30 alternated runs, in-process, compiled core)."""
 
-    __slots__ = ("streams", "groups", "consumers")
+    __slots__ = ("labels", "streams", "group_counts", "groups", "consumers")
 
     def __init__(self) -> None:
-        self.streams: list[tuple] = []
-        self.groups: list[tuple] = []
-        self.consumers: list[tuple] = []
+        self.labels: list[Labels] = []
+        self.streams: list = []
+        self.group_counts: list[int] = []
+        self.groups: list[dict] = []              # name: group, per stream
+        self.consumers: list[list[dict]] = []     # name: consumer, per group, per stream
+
+    def add(self, labels: Labels, stream, groups: dict, consumers: list[dict]) -> None:
+        """A stream, the ``groups`` of its to export and (a dict per group, in the same
+        order) their ``consumers`` to export."""
+        self.labels.append(labels)
+        self.streams.append(stream)
+        self.group_counts.append(len(stream.groups or ()))
+        self.groups.append(groups)
+        self.consumers.append(consumers)
 
     def write(self, tables, now_ms: int) -> "_Batch":
         """Adds the series of what this holds to ``tables`` (stream, group, consumer);
         returns an empty batch."""
         streams, groups, consumers = tables
-        if self.streams:
-            labels, objects, group_counts = zip(*self.streams)
-            streams.extend(labels, _stream_columns(objects, group_counts, now_ms))
-        if self.groups:
-            labels, of_streams, objects = zip(*self.groups)
-            groups.extend(labels, _group_columns(of_streams, objects, now_ms))
-        if self.consumers:
-            labels, objects = zip(*self.consumers)
-            consumers.extend(labels, _consumer_columns(objects, now_ms))
+        if not self.streams:
+            return self
+        streams.extend(self.labels, _stream_columns(self.streams, self.group_counts, now_ms))
+        group_labels = list(_chained(map(map, map(_children_lookup, self.labels), self.groups)))
+        if group_labels:
+            group_streams = list(_chained(map(repeat, self.streams, map(len, self.groups))))
+            group_objects = list(_chained(map(dict.values, self.groups)))
+            groups.extend(group_labels, _group_columns(group_streams, group_objects, now_ms))
+            consumer_dicts = list(_chained(self.consumers))
+            consumer_labels = list(_chained(map(map, map(_children_lookup, group_labels), consumer_dicts)))
+            if consumer_labels:
+                consumer_objects = list(_chained(map(dict.values, consumer_dicts)))
+                consumers.extend(consumer_labels, _consumer_columns(consumer_objects, now_ms))
         return _Batch()
+
+
+_chained = chain.from_iterable
+_children_lookup = attrgetter("children.__getitem__")      # a Labels' children's, by name
+
+
+def _first_series(groups: dict, consumers: list[dict], budget: int) -> tuple[dict, list[dict]]:
+    """The groups and consumers of a stream (``groups``, and ``consumers`` a dict per
+    group) that fit in what ``budget`` leaves after the stream's own series, in
+    order: a group, its consumers, the next group..."""
+    budget -= 1
+    kept_groups, kept_consumers = {}, []
+    for (name, group), of_group in zip(groups.items(), consumers):
+        if budget <= 0:
+            break
+        kept_groups[name] = group
+        kept_consumers.append(dict(islice(of_group.items(), budget - 1)))
+        budget -= 1 + len(kept_consumers[-1])
+    return kept_groups, kept_consumers
 
 
 # The series of streams, groups and consumers: a family's name in *_SERIES, its
@@ -806,16 +897,16 @@ _GROUP_SERIES = (
 
 def _group_columns(streams, groups, now_ms: int) -> tuple:
     """``streams[i]`` is the stream of ``groups[i]``."""
-    pels = list(map(_pel, groups))
+    lags, time_lags, oldest_ages, oldest_idles = groups_progress(streams, groups, now_ms)
     return (
-        list(map(group_lag, streams, groups)),
-        list(map(len, pels)),
+        lags,
+        list(map(len, map(_pel, groups))),
         list(map(len, map(_consumers, groups))),
-        [sid >> 64 for sid in map(_last_id, groups)],
-        [max(pel.peekitem(0)[1].idle(now_ms), 0) if pel else None for pel in pels],   # the oldest's
+        list(map(rshift, map(_last_id, groups), repeat(64))),       # an id's ms
+        oldest_idles,
         [None if count == ENTRIES_READ_INVALID else count for count in map(_entries_read, groups)],
-        list(map(time_lag_ms, streams, groups, repeat(now_ms))),
-        list(map(oldest_pending_ms, groups, repeat(now_ms))),
+        time_lags,
+        oldest_ages,
         list(map(_dead_lettered, groups)),
     )
 

@@ -600,3 +600,104 @@ def test_the_exposition_of_a_fixed_keyspace_is_pinned(monkeypatch, rows_per_piec
     metrics._entity_labels.clear()
     assert _pinned_keyspace_scrape() == PINNED_KEYSPACE_LINES
     assert _pinned_keyspace_scrape() == PINNED_KEYSPACE_LINES
+
+
+def _in_process_core():
+    """A real Core driven in-process, and a function that runs a command on it."""
+    from inproc import argv
+    from streamdb.server.core import Core
+    core = Core()
+    client = core.new_client(outbox=Delivered(lambda *_: None))
+    return core, lambda *args: core.execute(client, argv(*args))
+
+
+def _exported_entities(text: str) -> list[tuple]:
+    """The streams', groups' and consumers' label sets a scrape exported, in order."""
+    _, s = parse_exposition(text)
+    names = ("streamdb_stream_length", "streamdb_group_pending", "streamdb_consumer_pending")
+    return [dict(labels) for name, labels in s if name in names]
+
+
+def test_the_series_cap_cuts_a_stream_between_its_groups_and_consumers(monkeypatch):
+    """metrics-max-series counts a stream, then each of its groups followed by that
+    group's consumers: a cap that falls inside a stream exports exactly its first
+    series in that order, and counts the rest as truncated.  (In-process, every cap
+    from 1 to past the whole keyspace.)"""
+    from streamdb.server import metrics
+    core, run = _in_process_core()
+    for key in ("a", "b"):
+        run("XADD", key, "1-1", "f", "v")
+        for group, consumers in (("g1", ("c1", "c2")), ("g2", ()), ("g3", ("c3",))):
+            run("XGROUP", "CREATE", key, group, "0")
+            for consumer in consumers:
+                run("XGROUP", "CREATECONSUMER", key, group, consumer)
+    in_order = []                                     # depth first, as the cap counts
+    for key in ("a", "b"):
+        in_order.append({"db": "0", "key": key})
+        for group, consumers in (("g1", ("c1", "c2")), ("g2", ()), ("g3", ("c3",))):
+            in_order.append({"db": "0", "key": key, "group": group})
+            in_order += [{"db": "0", "key": key, "group": group, "consumer": c} for c in consumers]
+    for cap in range(1, len(in_order) + 2):
+        core.config.set("metrics-max-series", str(cap))
+        text = metrics.render(core)
+        exported = _exported_entities(text)
+        kept = in_order[:cap]
+        assert sorted(map(sorted, map(dict.items, exported))) == sorted(map(sorted, map(dict.items, kept))), cap
+        _, s = parse_exposition(text)
+        assert value(s, "streamdb_metrics_series_truncated") == len(in_order) - len(kept)
+
+
+def test_cached_labels_follow_renamed_groups_and_consumers(monkeypatch):
+    """The Labels kept across scrapes (a stream's groups', a group's consumers') never
+    show a group or consumer that is gone, nor miss a new one, and the values beside
+    them are this scrape's: with the caches kept, and emptied every few labels."""
+    from streamdb.server import metrics
+    for cache_max in (metrics.LABEL_CACHE_MAX, 3):
+        monkeypatch.setattr(metrics, "LABEL_CACHE_MAX", cache_max)
+        metrics._entity_labels.clear()
+        core, run = _in_process_core()
+        run("XADD", "s", "1-1", "f", "v")
+        run("XGROUP", "CREATE", "s", "old", "0")
+        run("XGROUP", "CREATECONSUMER", "s", "old", "alice")
+        _, before = parse_exposition(metrics.render(core))
+        assert value(before, "streamdb_consumer_pending", db="0", key="s", group="old", consumer="alice") == 0
+        run("XGROUP", "DESTROY", "s", "old")
+        run("XGROUP", "CREATE", "s", "new", "0")
+        run("XREADGROUP", "GROUP", "new", "bob", "STREAMS", "s", ">")
+        run("XADD", "s", "2-1", "f", "v")
+        text = metrics.render(core)
+        assert [e for e in _exported_entities(text) if "group" in e] == [
+            {"db": "0", "key": "s", "group": "new"},
+            {"db": "0", "key": "s", "group": "new", "consumer": "bob"}]
+        _, after = parse_exposition(text)
+        assert value(after, "streamdb_consumer_pending", db="0", key="s", group="new", consumer="bob") == 1
+        assert value(after, "redis_stream_group_lag", db="db0", stream="s", group="new") == 1
+        assert value(after, "streamdb_stream_length", db="0", key="s") == 2
+
+
+@pytest.mark.parametrize("rows_per_piece", [None, 1])
+def test_a_count_that_changes_between_scrapes_shows_in_the_next(monkeypatch, rows_per_piece):
+    """The pieces kept from the scrape before (_kept_pieces) are taken again only when
+    their entities and values are the same: a length, a pending count and a lag that
+    change between two scrapes show their new values, beside those that did not
+    change; a piece per line, or all of a family's lines in one."""
+    from streamdb.server import metrics
+    if rows_per_piece is not None:
+        monkeypatch.setattr(metrics, "ROWS_PER_PIECE", rows_per_piece)
+    core, run = _in_process_core()
+    for key in ("a", "b", "c"):
+        run("XADD", key, "1-1", "f", "v")
+        run("XGROUP", "CREATE", key, "g", "0")
+        run("XREADGROUP", "GROUP", "g", "w", "STREAMS", key, ">")
+    for _ in range(2):                       # the second scrape takes every piece again
+        _, s = parse_exposition(metrics.render(core))
+    assert [value(s, "redis_stream_length", db="db0", stream=k) for k in "abc"] == [1, 1, 1]
+    run("XADD", "b", "2-1", "f", "v")
+    run("XACK", "c", "g", "1-1")
+    _, s = parse_exposition(metrics.render(core))
+    assert [value(s, "streamdb_stream_length", db="0", key=k) for k in "abc"] == [1, 2, 1]
+    assert [value(s, "redis_stream_length", db="db0", stream=k) for k in "abc"] == [1, 2, 1]
+    assert [value(s, "streamdb_group_pending", db="0", key=k, group="g") for k in "abc"] == [1, 1, 0]
+    assert [value(s, "streamdb_consumer_pending", db="0", key=k, group="g", consumer="w")
+            for k in "abc"] == [1, 1, 0]
+    assert [value(s, "redis_stream_group_lag", db="db0", stream=k, group="g") for k in "abc"] == [0, 1, 0]

@@ -1,6 +1,6 @@
 """The compiled engine modules behave exactly as their sources.
 
-engine/stream.py, sortedids.py, groups.py, ids.py and keyspace.py are each one source that runs
+engine/stream.py, sortedids.py, groups.py, ids.py, keyspace.py and lag.py are each one source that runs
 interpreted and is compiled (streamdb/compiled.py).  The source is the
 specification: random sequences of operations are applied to an object of the
 compiled module and to one of ``compiled.load_source``'s, and every result, every
@@ -20,7 +20,7 @@ from hypothesis import assume, given, settings, strategies as st
 from streamdb import compiled
 
 ENGINE = ("streamdb.engine.stream", "streamdb.engine.sortedids", "streamdb.engine.groups",
-          "streamdb.engine.ids", "streamdb.engine.keyspace")
+          "streamdb.engine.ids", "streamdb.engine.keyspace", "streamdb.engine.lag")
 
 pytestmark = pytest.mark.skipif(
     not all(compiled.is_compiled(importlib.import_module(name)) for name in ENGINE),
@@ -293,6 +293,61 @@ def test_keyspace_operations_agree_with_the_source(ops):
         assert outcome(lambda: apply_keyspace_op(a, wa, op)) == \
             outcome(lambda: apply_keyspace_op(b, wb, op)), op
         assert keyspace_state(a, wa) == keyspace_state(b, wb), op
+
+
+
+# -- lag -----------------------------------------------------------------------------
+
+lag_points = st.builds(mid, st.integers(0, 32), st.integers(0, 3))
+
+
+def lag_figures(lag, s, g, points: list[int], now_ms: int) -> list:
+    """What each of lag.py's readers gives for stream ``s`` and group ``g`` (at each of
+    ``points``, an id or a time), and what its writers leave in a copy of the group."""
+    figures = [outcome(lambda: lag.group_lag(s, g)), outcome(lambda: lag.time_lag_ms(s, g, now_ms)),
+               outcome(lambda: lag.oldest_pending_ms(g, now_ms)),
+               outcome(lambda: lag.oldest_pending_idle_ms(g, now_ms)),
+               outcome(lambda: lag.groups_progress([s, s], [g, g], now_ms)),
+               outcome(lambda: lag.position_earliest(s)), outcome(lambda: lag.position_latest(s))]
+    for p in points:
+        figures += [outcome(lambda: lag.range_has_tombstones(s, p, None)),
+                    outcome(lambda: lag.range_has_tombstones(s, None, p)),
+                    outcome(lambda: lag.estimate_entries_read(s, p)),
+                    outcome(lambda: lag.counter_trusted(s, g, p)),
+                    outcome(lambda: lag.first_entry_after(s, p)),
+                    outcome(lambda: lag.last_entry_before(s, p)),
+                    outcome(lambda: lag.entries_read_at(s, p)),
+                    outcome(lambda: lag.position_at_time(s, p >> 64)),
+                    outcome(lambda: lag.clamp_entries_read(s, p & 0xFF))]
+    copy = type(g)(g.name, g.last_id, g.entries_read)
+    ahead = [p for p in points if p > copy.last_id]
+    if ahead:
+        figures.append(outcome(lambda: lag.advance_entries_read_many(s, copy, sorted(set(ahead)))))
+        figures.append((copy.last_id, copy.entries_read))
+    return figures
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=st.lists(stream_ops, max_size=30), max_entries=st.sampled_from([1, 2, 3, 100]),
+       last_id=lag_points, entries_read=st.integers(-1, 40), pending=st.lists(lag_points, max_size=4),
+       points=st.lists(lag_points, max_size=6), now_ms=st.integers(0, 40), nacked=st.booleans())
+def test_lag_figures_agree_with_the_source(ops, max_entries, last_id, entries_read, pending, points,
+                                           now_ms, nacked):
+    """lag.py compiled and as source read the same stream and group alike (nodes opened,
+    sealed, with deleted entries; counters known, unknown and wrong)."""
+    fast, spec = both("streamdb.engine.lag")
+    s = importlib.import_module("streamdb.engine.stream").Stream()
+    last = [0]
+    for op in ops:
+        outcome(lambda: apply_stream_op(s, last, op, max_entries, 0))
+    groups = importlib.import_module("streamdb.engine.groups")
+    g = groups.ConsumerGroup(b"g", last_id, entries_read)
+    consumer = g.create_consumer(b"c", 0)
+    for sid in pending:
+        g.add_pending(sid, consumer, now_ms // 2)
+    if nacked and pending:
+        g.nack(min(pending), 0)                 # released: no owner, idle -1
+    assert lag_figures(fast, s, g, points, now_ms) == lag_figures(spec, s, g, points, now_ms)
 
 
 def test_a_node_of_bytes_subclasses_encodes_as_one_of_bytes():
