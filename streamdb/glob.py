@@ -21,7 +21,7 @@ from __future__ import annotations
 from functools import partial
 from operator import methodcaller
 
-__all__ = ["glob_match", "glob_matcher"]
+__all__ = ["glob_match", "glob_matcher", "literal_prefix"]
 
 # Redis's stringmatchlen_impl: "if (nesting > 1000) return 0".
 _MAX_NESTING = 1000
@@ -116,6 +116,16 @@ _MATCHERS: dict[bytes, object] = {}
 _MAX_MATCHERS = 4096
 
 
+def literal_prefix(pattern: bytes) -> bytes | None:
+    """The text of a ``prefix*`` pattern before its trailing stars (a literal, not
+    empty), which matches exactly the subjects that start with it; None for any other
+    shape.  (A caller that tests bytes in C does it with a compare: PubSub.publish.)"""
+    head = pattern.rstrip(b"*")
+    if not head or head == pattern or any(c in head for c in b"*?[\\"):
+        return None
+    return head
+
+
 def glob_matcher(pattern: bytes):
     """A one-argument test equal to ``glob_match(pattern, subject)``, for a pattern
     tried against many subjects (KEYS, SCAN MATCH, ACL key patterns).
@@ -128,13 +138,14 @@ def glob_matcher(pattern: bytes):
     m = _MATCHERS.get(pattern)
     if m is not None:
         return m
+    prefix = literal_prefix(pattern)
     head = pattern.rstrip(b"*")
-    if any(c in head for c in b"*?[\\"):
+    if prefix is not None:
+        m = methodcaller("startswith", prefix)              # ("a*" takes "a")
+    elif any(c in head for c in b"*?[\\"):
         m = partial(glob_match, pattern)
     elif head == pattern:
         m = pattern.__eq__
-    elif head:
-        m = methodcaller("startswith", head)                # ("a*" takes "a")
     else:
         m = bool                                           # "*" takes all but b""
     if len(_MATCHERS) < _MAX_MATCHERS:

@@ -2,7 +2,7 @@
 no event loop, no benchmark client sharing the CPUs.
 
     .venv/bin/python tools/bench_request.py [--instructions] [--requests N] [--reads R]
-        [--pipeline P] [--appendfsync always|everysec|no] [--subscribers S]
+        [--pipeline P] [--appendfsync always|everysec|no] [--subscribers S [--pattern]]
 
 The server is wired as ``python -m streamdb --appendonly no --save ''`` wires it
 (__main__.serve: persistence with its changed-key tracker, replication, limits,
@@ -13,8 +13,9 @@ transport each get reads of P (16) ``XADD s * f v`` requests through
 sinks); a turn is R reads and then the loop's end of turn (``Server._end_of_turn``:
 hooks, then each connection's write).  With ``--subscribers S`` (0 or more) the
 requests are bench.py's PUBLISH (its CHANNEL and 32-byte PAYLOAD) instead, and S more
-connections subscribe to that channel: each message is delivered to each of them and
-written at the end of the turn.  Prints the time per request (the machine's other
+connections subscribe to that channel (with ``--pattern``, PSUBSCRIBE to a pattern that
+matches it, as bench_fanout.py's pattern rows): each message is delivered to each of
+them and written at the end of the turn.  Prints the time per request (the machine's other
 load makes it noisy) and, with ``--instructions``, the instructions per request counted
 by callgrind (valgrind): the difference of two runs of different lengths, so start-up
 drops out.  Under callgrind the clock runs ~50x slower than the code, so a node spans
@@ -41,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 from bench import CHANNEL, PAYLOAD  # noqa: E402  (bench.py's PUBLISH rows' message)
+from bench_fanout import PATTERN  # noqa: E402  (bench_fanout.py's pattern rows' pattern)
 
 
 class _Handle:
@@ -88,7 +90,7 @@ class _Transport:
 
 
 def run(requests: int, reads: int, pipeline: int = 16, appendfsync: str = "",
-        subscribers: int = -1) -> float:
+        subscribers: int = -1, pattern: bool = False) -> float:
     """Serve ``requests`` XADDs (PUBLISHes, to ``subscribers`` subscribers, when that is
     not negative); the seconds per request."""
     from streamdb import commands, replication  # noqa: F401  (fills the command table)
@@ -124,7 +126,8 @@ def run(requests: int, reads: int, pipeline: int = 16, appendfsync: str = "",
     for _ in range(max(subscribers, 0)):
         conn = server._new_connection()
         conn.connection_made(_Transport())
-        conn.data_received(encode_request(b"SUBSCRIBE", CHANNEL))
+        conn.data_received(encode_request(b"PSUBSCRIBE", PATTERN) if pattern
+                           else encode_request(b"SUBSCRIBE", CHANNEL))
         listeners.append(conn)
     loop.end_turn()
     if subscribers >= 0:
@@ -143,11 +146,13 @@ def run(requests: int, reads: int, pipeline: int = 16, appendfsync: str = "",
     return elapsed / (turns * pipeline * reads)
 
 
-def instructions(reads: int, pipeline: int, appendfsync: str, subscribers: int) -> int:
+def instructions(reads: int, pipeline: int, appendfsync: str, subscribers: int,
+                 pattern: bool) -> int:
     def count(n: int) -> int:
         out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
                               sys.executable, __file__, "--run", str(n), "--reads", str(reads),
                               "--pipeline", str(pipeline), "--subscribers", str(subscribers),
+                              *(["--pattern"] if pattern else []),
                               *(["--appendfsync", appendfsync] if appendfsync else [])],
                              capture_output=True, text=True, env={**os.environ}).stderr
         return int(re.search(r"Collected : (\d+)", out).group(1))
@@ -164,25 +169,28 @@ def main() -> int:
                     help="with an AOF fsynced so (default: no AOF)")
     ap.add_argument("--subscribers", type=int, default=-1,
                     help="PUBLISH to a channel with this many subscribers (0: none) instead of XADD")
+    ap.add_argument("--pattern", action="store_true",
+                    help="the subscribers PSUBSCRIBE to a pattern that matches the channel")
     ap.add_argument("--run", type=int, default=0, help=argparse.SUPPRESS)   # one counted run
     args = ap.parse_args()
     if args.run:
-        run(args.run, args.reads, args.pipeline, args.appendfsync, args.subscribers)
+        run(args.run, args.reads, args.pipeline, args.appendfsync, args.subscribers, args.pattern)
         return 0
     from streamdb import compiled, protocol
     print(f"core: {' '.join(compiled.status(protocol.CORE, protocol.CORE_REASON))}")
-    request = f"PUBLISH to {args.subscribers} subscribers" if args.subscribers >= 0 else "XADD"
+    request = (f"PUBLISH to {args.subscribers} {'pattern ' if args.pattern else ''}subscribers"
+               if args.subscribers >= 0 else "XADD")
     what = f"{request} -P{args.pipeline}, {args.reads} reads a turn" + \
         (f", appendfsync {args.appendfsync}" if args.appendfsync else "")
-    best = min(run(args.requests, args.reads, args.pipeline, args.appendfsync, args.subscribers)
-               for _ in range(3))
+    best = min(run(args.requests, args.reads, args.pipeline, args.appendfsync, args.subscribers,
+                   args.pattern) for _ in range(3))
     print(f"{what}, in-process: {best * 1e9:.0f} ns per request (best of 3)")
     if args.instructions:
         if shutil.which("valgrind") is None:
             print("valgrind is not installed: no instruction counts")
         else:
             print(f"{what}, in-process: "
-                  f"{instructions(args.reads, args.pipeline, args.appendfsync, args.subscribers)} "
+                  f"{instructions(args.reads, args.pipeline, args.appendfsync, args.subscribers, args.pattern)} "
                   "instructions per request (callgrind)")
     return 0
 

@@ -8,7 +8,7 @@ import fnmatch
 
 import pytest
 
-from streamdb.glob import glob_match, glob_matcher
+from streamdb.glob import glob_match, glob_matcher, literal_prefix
 
 CASES = [
     (b"a*", b"a", True),
@@ -74,3 +74,19 @@ def test_matcher_is_glob_match(pattern):
     subjects = set(SUBJECTS) | {s for _, s, _ in CASES}
     matches = glob_matcher(pattern)
     assert [matches(s) for s in sorted(subjects)] == [glob_match(pattern, s) for s in sorted(subjects)]
+
+
+@pytest.mark.parametrize("pattern", sorted({p for p, _, _ in CASES} | set(SHAPES)))
+def test_literal_prefix_matches_as_glob_match(pattern):
+    """Where literal_prefix names a prefix (PubSub.publish compares it in C), starting
+    with it is matching the pattern."""
+    subjects = set(SUBJECTS) | {s for _, s, _ in CASES}
+    prefix = literal_prefix(pattern)
+    if prefix is not None:
+        assert [s.startswith(prefix) for s in sorted(subjects)] == \
+            [glob_match(pattern, s) for s in sorted(subjects)]
+
+
+def test_literal_prefix_is_only_for_a_literal_then_stars():
+    assert [literal_prefix(p) for p in (b"a*", b"ab**", b"*", b"a", b"a?*", b"\\a*", b"[a]*")] \
+        == [b"a", b"ab", None, None, None, None, None]
