@@ -23,7 +23,7 @@ cdef class RequestParser:
     cpdef Py_ssize_t buffered(self)
     cpdef next_command(self)
     cdef bint start_multibulk(self) except -1
-    cdef start_big(self, Py_ssize_t head, const unsigned char* got, Py_ssize_t k, long long size)
+    cdef bint start_big(self, Py_ssize_t head, const unsigned char* got, Py_ssize_t k, long long size) except -1
     cdef Py_ssize_t fill_big(self, const char* data, Py_ssize_t k)
     cdef list bulks(self)
     cdef list inline(self)

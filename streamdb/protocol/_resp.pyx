@@ -48,6 +48,7 @@ cdef long long INT_MAX = _INT_MAX
 cdef long long UNAUTH_MAX_ARGS = _UNAUTH_MAX_ARGS
 cdef long long UNAUTH_MAX_BULK = _UNAUTH_MAX_BULK
 cdef long long BIG_BULK = _BIG_BULK
+cdef long long IN_PLACE_MAX = 512 * 1024 * 1024
 # A multibulk of up to this many arguments gets its argv list at its size at once.
 cdef long long ARGV_PREALLOC = 1024
 
@@ -273,17 +274,28 @@ cdef class RequestParser:
     # moved whenever the buffer doubled (64 MB at once on the way to 100), then copied
     # into its object once complete, all of 100 MB in one turn (about 90 ms here).
     # Its pages are touched only as the bytes arrive, and only ``buffered()`` counts
-    # towards the query-buffer limit, as before.
+    # towards the query-buffer limit, as before.  A declared size is not trusted past
+    # IN_PLACE_MAX (Redis's default proto-max-bulk-len, the most a default client may
+    # send), nor when the allocation fails: such a bulk waits in the buffer as any
+    # bytes do, so that a hostile length (an AOF frame's, where the limit is 2**62)
+    # allocates only what arrived.
 
-    cdef start_big(self, Py_ssize_t head, const unsigned char* got, Py_ssize_t k,
-                   long long size):
-        """The bulk of ``size`` bytes whose header took ``head`` bytes is received in
-        place from now on; ``got`` holds its first ``k`` (fewer than ``size``)."""
-        self.big = PyBytes_FromStringAndSize(NULL, size)
+    cdef bint start_big(self, Py_ssize_t head, const unsigned char* got, Py_ssize_t k,
+                        long long size) except -1:
+        """Whether the bulk of ``size`` bytes whose header took ``head`` bytes is
+        received in place from now on (``got`` holds its first ``k``, fewer than
+        ``size``); False leaves the parser as it was."""
+        if size > IN_PLACE_MAX:
+            return False
+        try:
+            self.big = PyBytes_FromStringAndSize(NULL, size)
+        except MemoryError:
+            return False
         memcpy(PyBytes_AS_STRING(self.big), got, k)
         self.big_filled = k
         self.big_skip = 2               # its CRLF, skipped unchecked as in bulks
         self.big_head = head
+        return True
 
     cdef Py_ssize_t fill_big(self, const char* data, Py_ssize_t k):
         """Feed's part for the big bulk in progress: how many of ``data``'s ``k``
@@ -383,8 +395,8 @@ cdef class RequestParser:
                 raise ProtocolError("Protocol error: unauthenticated bulk length")
             start = nl + 2
             if start + size + 2 > n:
-                if size >= BIG_BULK and start + size > n:
-                    self.start_big(start - pos, b + start, n - start, size)
+                if size >= BIG_BULK and start + size > n and \
+                        self.start_big(start - pos, b + start, n - start, size):
                     pos = n
                 break
             put_arg(argv, filled, slots, PyBytes_FromStringAndSize(<const char*>b + start, size))

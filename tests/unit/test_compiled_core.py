@@ -270,6 +270,18 @@ def test_a_big_bulk_received_in_place_parses_alike(where, argc):
 
 
 @needs_compiled
+@pytest.mark.parametrize("declared", [2**40, 512 * 1024 * 1024 + 1])
+def test_a_declared_length_past_what_is_received_in_place_allocates_nothing(declared):
+    """A bulk longer than a receive in place may reserve (an AOF frame's parser allows
+    2**62) waits in the buffer as any bytes do: no MemoryError from allocating its
+    declared size, the same trace as the plain parser's, and a bulk cut short at the
+    end of the input is still an incomplete request."""
+    data = b"*2\r\n$4\r\nECHO\r\n$%d\r\n" % declared + b"x" * 100_000
+    trace = both(pieces(data, [len(data) - 50_000]), 1 << 62)
+    assert argvs_of(trace) == []
+
+
+@needs_compiled
 @pytest.mark.parametrize("data, message", [
     (b"*" + b"1" * 70000, "Protocol error: too big mbulk count string"),
     (b"*1\r\n$" + b"1" * 70000, "Protocol error: too big bulk count string"),
