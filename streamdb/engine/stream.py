@@ -449,18 +449,16 @@ def _extend_run(ids: list, first, run: cython.Py_ssize_t) -> cython.void:
     128-bit ints makes each with three big-int operations (~740 instructions an id
     against ~200; a node decode, XREADGROUP COUNT 10 + XACK in-process, callgrind).  A
     run whose sequence numbers would pass 64 bits crosses a millisecond: the range."""
-    if not cython.compiled:
-        ids.extend(range(first, first + run + 1))
-        return
-    seq: cython.ulonglong = PyLong_AsUnsignedLongLongMask(first)
-    last: cython.ulonglong = seq + cython.cast(cython.ulonglong, run)
-    if last < seq:                              # (wrapped around: past 64 bits)
-        ids.extend(range(first, first + run + 1))
-        return
-    high = first - seq
+    seq: cython.ulonglong
     i: cython.Py_ssize_t
-    for i in range(run + 1):
-        ids.append(high + (seq + cython.cast(cython.ulonglong, i)))
+    if cython.compiled:
+        seq = PyLong_AsUnsignedLongLongMask(first)
+        if seq + cython.cast(cython.ulonglong, run) >= seq:     # (no wrap past 64 bits)
+            high = first - seq
+            for i in range(run + 1):
+                ids.append(high + (seq + cython.cast(cython.ulonglong, i)))
+            return
+    ids.extend(range(first, first + run + 1))
 
 
 def unpack_node(blob: bytes) -> tuple:
