@@ -24,6 +24,8 @@ keyspace directly, without locks or copies.  That is also why its work is bounde
   turn comes; one deleted meanwhile is left out);
 * at most ``metrics-max-series`` streams + groups + consumers are exported per
   scrape; the rest are only counted (``streamdb_metrics_series_truncated``);
+* the reply is written ``WRITE_SLICE_BYTES`` at a time, the loop serving clients
+  between two writes;
 * a request head larger than ``MAX_REQUEST_BYTES`` gets 431, one that does not
   arrive within ``REQUEST_TIMEOUT`` seconds is dropped, a reader that does not
   take the reply within ``WRITE_TIMEOUT`` seconds is dropped, and at most
@@ -60,6 +62,10 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # The longest a scrape holds the loop in one go (issue 30: a scrape of 1,000
 # streams x 3 groups must not pause the loop for more than 5 ms).
 SLICE_SECONDS = 0.002
+# The most of a reply written in one go.  The 4.5 MB of a scrape of 1,000 streams x 3
+# groups handed to the socket at once held the loop 1.5-3.5 ms in one writev (strace
+# -T, loaded machine), on top of the slices; 256 KiB is copied in ~0.1 ms.
+WRITE_SLICE_BYTES = 256 * 1024
 
 
 def escape_label_value(text: str) -> str:
@@ -324,10 +330,6 @@ class Table:
         for column, values in zip(self.columns, columns):
             column += values
 
-    def in_milliseconds(self, index: int) -> bool:
-        """Whether column ``index`` holds ages (whole ms, written as seconds)."""
-        return self._milliseconds[index]
-
     def present(self, index: int) -> tuple[list[Labels], list]:
         """(Labels, values) of the rows whose column ``index`` holds a value."""
         _, rows, values = self._present_rows(index)
@@ -376,13 +378,19 @@ _INT = {int}
 
 def _value_texts(values: list, milliseconds: bool = False) -> list[bytes]:
     """``str`` of each value, UTF-8: an int as %d, a float as repr (which Prometheus reads);
-    of ``milliseconds`` (whole ms), the seconds (value / 1000).  Values repeat (counts:
-    0, 1, the same lengths; ages: entities touched in the same millisecond), and str
-    of a number costs more than a line's join: each distinct value is converted once.
-    (Not a column with floats: 0.0 and -0.0 are one dict key.  A value's seconds text
-    depends on nothing else, whatever its type.)"""
+    of ``milliseconds`` (whole ms), the seconds, written as the ms with an exponent:
+    1750 ms is ``1750e-3`` (Go's ParseFloat, which Prometheus uses, reads it as 1.75,
+    exactly as it reads "1.75").  The ages are most of a scrape's distinct values:
+    repr of value / 1000 (a float's shortest digits, dtoa) was ~16% of a scrape's
+    instructions for tools/bench_metrics.py's keyspace (callgrind: 151 -> 127 million
+    so); "%d.%03d" made of the whole seconds and a table of fractions saved only a
+    third of that.  Values repeat (counts: 0, 1, the same lengths; ages: entities
+    touched in the same millisecond), and str of a number costs more than a line's
+    join: each distinct value is converted once.  (Not a column with floats: 0.0 and
+    -0.0 are one dict key.)"""
     if milliseconds:
-        text_of = {value: str(value / 1000).encode() for value in dict.fromkeys(values)}
+        distinct = list(dict.fromkeys(values))
+        text_of = dict(zip(distinct, map(_MS_AS_SECONDS.__mod__, distinct)))
     elif set(map(type, values)) == {int}:
         text_of = {value: str(value).encode() for value in dict.fromkeys(values)}
     else:
@@ -390,6 +398,7 @@ def _value_texts(values: list, milliseconds: bool = False) -> list[bytes]:
     return list(map(text_of.__getitem__, values))
 
 
+_MS_AS_SECONDS = b"%de-3"             # whole milliseconds, as seconds (_value_texts)
 _FORM_TEXT = (attrgetter("own"), attrgetter("redis"), attrgetter("stream"))   # by form
 _ENCODED = attrgetter("encoded")
 
@@ -845,7 +854,8 @@ def _first_series(groups: dict, consumers: list[dict], budget: int) -> tuple[dic
 # The series of streams, groups and consumers: a family's name in *_SERIES, its
 # column (a value per entity of the batch) at the same place in the tuple *_columns
 # returns (None for a series that is absent: unknown lag, nothing pending, ...).
-# Ages are whole milliseconds, written as seconds (the families in _MILLISECONDS).
+# Ages are whole milliseconds, none negative, written as seconds (the families in
+# _MILLISECONDS).
 
 _last_id = attrgetter("last_id")
 _length = attrgetter("length")
@@ -875,7 +885,8 @@ def _stream_columns(streams, group_counts, now_ms: int) -> tuple:
         list(map(_length, streams)),
         group_counts,
         last_ms,
-        [now_ms - ms if sid else None for sid, ms in zip(last_ids, last_ms)],
+        # (an entry from the future, an id set ahead of the clock, is 0 old: as lag.py's ages)
+        [(now_ms - ms if now_ms > ms else 0) if sid else None for sid, ms in zip(last_ids, last_ms)],
         list(map(_entries_added, streams)),
         [None if retention is None else retention.trimmed_entries or None
          for retention in map(_retention, streams)],
@@ -965,8 +976,7 @@ class MetricsEndpoint:
         try:
             reply = await self._reply_for(reader)
             if reply is not None:
-                writer.writelines(reply)
-                await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
+                await asyncio.wait_for(_write_in_slices(writer, reply), WRITE_TIMEOUT)
         except (asyncio.TimeoutError, ConnectionError):
             pass
         finally:
@@ -999,6 +1009,24 @@ class MetricsEndpoint:
             log.log(log.WARNING, f"Metrics scrape failed: {type(e).__name__}: {e}")
             return _response(500, b"scrape failed\n")
         return _response(200, body, CONTENT_TYPE, head_only=method == "HEAD")
+
+
+async def _write_in_slices(writer: asyncio.StreamWriter, pieces: list[bytes]) -> None:
+    """Writes ``pieces`` in order, at most about WRITE_SLICE_BYTES at a time, letting
+    the loop run other work after each (drain alone would not: it returns at once
+    while the socket takes everything)."""
+    batch: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        batch.append(piece)
+        size += len(piece)
+        if size >= WRITE_SLICE_BYTES:
+            writer.writelines(batch)
+            batch, size = [], 0
+            await writer.drain()
+            await asyncio.sleep(0)
+    writer.writelines(batch)
+    await writer.drain()
 
 
 async def start_metrics(core) -> list:

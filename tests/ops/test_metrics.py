@@ -494,9 +494,9 @@ PINNED_KEYSPACE_LINES = [
     'streamdb_stream_length{db="0",key="o\\"rd\\\\ers\\n\\\\xff"} 4',
     'streamdb_stream_length{db="0",key="empty"} 0',
     'streamdb_stream_length{db="1",key="jobs"} 1',
-    'streamdb_stream_last_entry_age_seconds{db="0",key="o\\"rd\\\\ers\\n\\\\xff"} 11.745',
-    'streamdb_stream_last_entry_age_seconds{db="0",key="empty"} 1700000001.745',
-    'streamdb_stream_last_entry_age_seconds{db="1",key="jobs"} 1.75',
+    'streamdb_stream_last_entry_age_seconds{db="0",key="o\\"rd\\\\ers\\n\\\\xff"} 11745e-3',
+    'streamdb_stream_last_entry_age_seconds{db="0",key="empty"} 1700000001745e-3',
+    'streamdb_stream_last_entry_age_seconds{db="1",key="jobs"} 1750e-3',
     'streamdb_stream_entries_added_total{db="0",key="o\\"rd\\\\ers\\n\\\\xff"} 5',
     'streamdb_stream_entries_added_total{db="0",key="empty"} 1',
     'streamdb_stream_entries_added_total{db="1",key="jobs"} 1',
@@ -504,21 +504,21 @@ PINNED_KEYSPACE_LINES = [
     'streamdb_group_pending{db="0",key="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 2',
     'streamdb_group_pending{db="0",key="o\\"rd\\\\ers\\n\\\\xff",group="audit"} 0',
     'streamdb_group_pending{db="1",key="jobs",group="workers"} 0',
-    'streamdb_group_oldest_pending_idle_seconds{db="0",key="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 1.75',
+    'streamdb_group_oldest_pending_idle_seconds{db="0",key="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 1750e-3',
     'streamdb_group_entries_read{db="0",key="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 2',
-    'streamdb_stream_group_lag_seconds{db="0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 11.747',
-    'streamdb_stream_group_lag_seconds{db="0",stream="o\\"rd\\\\ers\\n\\\\xff",group="audit"} 11.745',
-    'streamdb_stream_group_lag_seconds{db="1",stream="jobs",group="workers"} 0.0',
-    'streamdb_stream_group_oldest_pending_seconds{db="0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 11.749',
-    'streamdb_stream_group_oldest_pending_seconds{db="0",stream="o\\"rd\\\\ers\\n\\\\xff",group="audit"} 0.0',
-    'streamdb_stream_group_oldest_pending_seconds{db="1",stream="jobs",group="workers"} 0.0',
+    'streamdb_stream_group_lag_seconds{db="0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 11747e-3',
+    'streamdb_stream_group_lag_seconds{db="0",stream="o\\"rd\\\\ers\\n\\\\xff",group="audit"} 11745e-3',
+    'streamdb_stream_group_lag_seconds{db="1",stream="jobs",group="workers"} 0e-3',
+    'streamdb_stream_group_oldest_pending_seconds{db="0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 11749e-3',
+    'streamdb_stream_group_oldest_pending_seconds{db="0",stream="o\\"rd\\\\ers\\n\\\\xff",group="audit"} 0e-3',
+    'streamdb_stream_group_oldest_pending_seconds{db="1",stream="jobs",group="workers"} 0e-3',
     'streamdb_stream_group_dead_lettered_total{db="0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 0',
     'streamdb_stream_group_dead_lettered_total{db="0",stream="o\\"rd\\\\ers\\n\\\\xff",group="audit"} 0',
     'streamdb_stream_group_dead_lettered_total{db="1",stream="jobs",group="workers"} 0',
     'streamdb_consumer_pending{db="0",key="o\\"rd\\\\ers\\n\\\\xff",group="billing",consumer="alice"} 2',
     'streamdb_consumer_pending{db="1",key="jobs",group="workers",consumer="bob"} 0',
-    'streamdb_consumer_idle_seconds{db="0",key="o\\"rd\\\\ers\\n\\\\xff",group="billing",consumer="alice"} 1.75',
-    'streamdb_consumer_idle_seconds{db="1",key="jobs",group="workers",consumer="bob"} 1.75',
+    'streamdb_consumer_idle_seconds{db="0",key="o\\"rd\\\\ers\\n\\\\xff",group="billing",consumer="alice"} 1750e-3',
+    'streamdb_consumer_idle_seconds{db="1",key="jobs",group="workers",consumer="bob"} 1750e-3',
     'redis_stream_length{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff"} 4',
     'redis_stream_length{db="db0",stream="empty"} 0',
     'redis_stream_length{db="db1",stream="jobs"} 1',
@@ -529,8 +529,8 @@ PINNED_KEYSPACE_LINES = [
     'redis_stream_group_entries_read{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing"} 2',
     'redis_stream_group_consumer_messages_pending{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing",consumer="alice"} 2',
     'redis_stream_group_consumer_messages_pending{db="db1",stream="jobs",group="workers",consumer="bob"} 0',
-    'redis_stream_group_consumer_idle_seconds{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing",consumer="alice"} 1.75',
-    'redis_stream_group_consumer_idle_seconds{db="db1",stream="jobs",group="workers",consumer="bob"} 1.75',
+    'redis_stream_group_consumer_idle_seconds{db="db0",stream="o\\"rd\\\\ers\\n\\\\xff",group="billing",consumer="alice"} 1750e-3',
+    'redis_stream_group_consumer_idle_seconds{db="db1",stream="jobs",group="workers",consumer="bob"} 1750e-3',
     'redis_db_keys{db="db0"} 2',
     'redis_db_keys{db="db1"} 1',
     'redis_db_keys_expiring{db="db0"} 0',
@@ -701,3 +701,19 @@ def test_a_count_that_changes_between_scrapes_shows_in_the_next(monkeypatch, row
     assert [value(s, "streamdb_consumer_pending", db="0", key=k, group="g", consumer="w")
             for k in "abc"] == [1, 1, 0]
     assert [value(s, "redis_stream_group_lag", db="db0", stream=k, group="g") for k in "abc"] == [0, 1, 0]
+
+
+def test_an_entry_from_the_future_is_zero_seconds_old():
+    """An id set ahead of the clock (XADD with an explicit id) gives its stream a last
+    entry age of 0, as the group ages count an entry from the future, not a negative
+    one."""
+    from streamdb.server import metrics
+    core, run = _in_process_core()
+    future_ms = int(core.clock() * 1000) + 3_600_000
+    run("XADD", "ahead", f"{future_ms}-0", "f", "v")
+    run("XGROUP", "CREATE", "ahead", "g", "0")
+    _, samples = parse_exposition(metrics.render(core))
+    ages = {name: value for (name, labels), value in samples.items()
+            if name in ("streamdb_stream_last_entry_age_seconds", "streamdb_stream_group_lag_seconds")}
+    assert ages == {"streamdb_stream_last_entry_age_seconds": 0.0,
+                    "streamdb_stream_group_lag_seconds": 0.0}
