@@ -13,7 +13,11 @@ Redis, ...), takes the median over rounds (3 by default) and prints one table:
 workload, Redis figure, StreamDB figure, ratio (StreamDB/Redis), target,
 PASS/FAIL, the Python path's figure and ratio.  Progress goes to stderr.
 
-Workloads (names for --only), targets as the table states them:
+Workloads (names for --only), targets as the table states them.  The throughput rows
+are held to at least Redis's rate (issue 32: XADD -P 16 with its p99 within 1.2x, and
+XREADGROUP + XACK, at least 1.0x, and every other row staying there), but for the
+PUBLISH rows without pipelining (issue 29: at least 0.9x) and the dead-letter row
+(issue 30: a policy costs at most 3%); the latency rows keep their own limits.
 
   xadd      XADD, 50 clients, no pipelining (redis-benchmark)         req/s
   xaddp16   XADD, 50 clients, pipeline 16 (redis-benchmark)           req/s, p99
@@ -618,15 +622,15 @@ def _xadd_bench(srv, n: int, pipeline: int) -> dict:
 
 def w_xadd(servers, cfg) -> list[Row]:
     res = alternate(servers, cfg.rounds, "xadd", lambda srv: _xadd_bench(srv, cfg.xadd_n, 1))
-    return [measured("XADD, 50 clients, -P 1", "req/s", res, "rps", ">=", 0.9),
+    return [measured("XADD, 50 clients, -P 1", "req/s", res, "rps", ">=", 1.0),
             measured("  (p99 latency, info)", "ms", res, "p99", "info", None)]
 
 
 def w_xaddp16(servers, cfg) -> list[Row]:
     res = alternate(servers, cfg.rounds, "xadd -P 16",
                     lambda srv: _xadd_bench(srv, cfg.xaddp_n, 16))
-    return [measured("XADD, 50 clients, -P 16", "req/s", res, "rps", ">=", 0.7),
-            measured("XADD -P 16 p99 latency", "ms", res, "p99", "<=", 1.5)]
+    return [measured("XADD, 50 clients, -P 16", "req/s", res, "rps", ">=", 1.0),
+            measured("XADD -P 16 p99 latency", "ms", res, "p99", "<=", 1.2)]
 
 
 # The channel and message of the PUBLISH rows (and bench_fanout.py's default).
@@ -649,7 +653,7 @@ def _publish_rows(servers, cfg, n: int, pipeline: int) -> list[Row]:
         res = alternate(servers, cfg.rounds, f"publish, {subscribers} subscribers, -P {pipeline}",
                         lambda srv: _publish_bench(srv, subscribers, n, pipeline))
         rows.append(measured(f"PUBLISH, {subscribers} subscribers, 50 clients, -P {pipeline}",
-                             "req/s", res, "rps", ">=", 0.9))
+                             "req/s", res, "rps", ">=", 0.9 if pipeline == 1 else 1.0))
     return rows
 
 
@@ -672,7 +676,7 @@ def w_xrange(servers, cfg) -> list[Row]:
     for srv in servers.values():
         delete(srv.port, b"xr")
     return [measured(f"XRANGE - + COUNT 10 ({cfg.xrange_preload // 1000}k-entry stream)",
-                     "req/s", res, "rps", ">=", 0.9)]
+                     "req/s", res, "rps", ">=", 1.0)]
 
 
 def _group_rate(srv, n: int, dead_letter_policy: bool = False) -> dict:
@@ -693,7 +697,7 @@ def w_xgroup(servers, cfg) -> list[Row]:
     res = alternate(servers, cfg.rounds, "xreadgroup+xack",
                     lambda srv: _group_rate(srv, cfg.group_n))
     return [measured("XREADGROUP COUNT 10 + XACK, 10 consumers", "entries/s", res, "eps",
-                     ">=", 0.8)]
+                     ">=", 1.0)]
 
 
 def w_xgroupdlq(servers, cfg) -> list[Row]:
@@ -711,7 +715,7 @@ def w_ping(servers, cfg) -> list[Row]:
     """What every request costs before any command runs: parse, dispatch, reply."""
     res = alternate(servers, cfg.rounds, "ping",
                     lambda srv: redis_benchmark(srv.port, 50, cfg.ping_n, 1, "PING"))
-    return [measured("PING, 50 clients", "req/s", res, "rps", ">=", 0.95)]
+    return [measured("PING, 50 clients", "req/s", res, "rps", ">=", 1.0)]
 
 
 def w_xlen(servers, cfg) -> list[Row]:
@@ -723,7 +727,7 @@ def w_xlen(servers, cfg) -> list[Row]:
                     lambda srv: redis_benchmark(srv.port, 50, cfg.ping_n, 1, "XLEN", "xl"))
     for srv in servers.values():
         delete(srv.port, b"xl")
-    return [measured("XLEN, 50 clients", "req/s", res, "rps", ">=", 0.95)]
+    return [measured("XLEN, 50 clients", "req/s", res, "rps", ">=", 1.0)]
 
 
 def w_memory(servers, cfg) -> list[Row]:
@@ -785,7 +789,7 @@ def w_loadtest(servers, cfg) -> list[Row]:
     what = (f"{w.connections} connections, {w.consumers} blocked consumers, "
             f"{w.producers} producers, {w.seconds:g} s")
     problems = {kind: sum(x["problems"] for x in values) for kind, values in res.items()}
-    return [measured(f"loadtest XADD throughput ({what})", "req/s", res, "rps", ">=", 0.9),
+    return [measured(f"loadtest XADD throughput ({what})", "req/s", res, "rps", ">=", 1.0),
             measured("  (loadtest XADD p50, info)", "ms", res, "p50", "info", None),
             measured("  (loadtest XADD p99, info)", "ms", res, "p99", "info", None),
             measured("loadtest XADD p99.9", "ms", res, "p999", "<=", 1.5),

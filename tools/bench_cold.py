@@ -22,7 +22,9 @@ Workloads (names for --only), with their targets:
             PING answered, against Redis (RDB-preamble AOF)         <= 0.5x
   huge      5N entries (50M; --quick 5M): RSS under 256 MB, then every entry
             read back by paging; and the restart time of 5N entries against
-            that of N/10 entries (both StreamDB, both with the cache)   < 2x
+            that of N/10 entries (both StreamDB, both with the cache)   <= 1.3x
+            (issue 32's target; the history-larger-than-memory work held it
+            under 2x)
 
 Uses the building blocks of tools/bench.py and tools/bench_persistence.py.  Prints
 a table; ``--write`` replaces the ``bench_cold.py`` section of docs/PERFORMANCE.md
@@ -208,7 +210,7 @@ def w_huge(cfg) -> list[Row]:
             Row(f"{big_n:,} entries: entries read back by paging", "entries", big_n, seen,
                 ">=", 1.0),
             Row(f"restart with {big_n:,} entries against {small_n:,} (+ tail each)", "ms",
-                statistics.median(res["redis"]), statistics.median(res["streamdb"]), "<=", 2.0,
+                statistics.median(res["redis"]), statistics.median(res["streamdb"]), "<=", 1.3,
                 f"'Redis 7.0' column = StreamDB with {small_n:,} entries")]
 
 
