@@ -50,6 +50,7 @@ from ..engine.lag import groups_progress
 from ..engine.nodecache import CACHE
 from ..engine.stream import Stream
 from ..memory import rss_memory, used_memory
+from .columns import present_mask, value_texts
 
 __all__ = ["start_metrics", "render", "render_sliced", "ScrapeRecord", "Exposition", "Table", "Labels",
            "escape_label_value", "REDIS_EXPORTER_NAMES"]
@@ -285,21 +286,22 @@ ROWS_PER_PIECE = 1000
 # spares making their texts and joining them, and sending the same bytes object again
 # spares the allocation of fresh pages for it.  A kept piece is never stale: a Labels
 # is never changed once made, and has no __eq__ (two are equal when they are the same
-# object: the same texts); equal ints have the same text (equal numbers of other types
-# may not: 1, 1.0, True).  (~3.5 MB for tools/bench_metrics.py's keyspace: the 70%
+# object: the same texts); equal ints have the same text (a table's values are ints).
+# (~3.5 MB for tools/bench_metrics.py's keyspace: the 70%
 # of its text that is not ages.)
 _kept_pieces: dict[tuple, tuple[list[Labels], list[int], bytes]] = {}
 
 
 class Table:
     """The series of one kind of entity (stream, group or consumer): a column of values
-    per family (None where an entity's series is absent) beside a column of the
+    per family, ints (None where an entity's series is absent), beside a column of the
     entities' Labels.
 
     A scrape of 1,000 streams x 3 groups writes ~45,000 lines, nearly all from
     tables.  Formatting each line in Python (a call, an f-string, an append: ~1 us a
     line) was most of a scrape's time; a table turns each column's values into text
-    once (``_value_texts``) and ``_Family.lines`` joins a family's lines in C.
+    once (server/columns.py's ``value_texts``, compiled) and ``_Family.lines`` joins
+    a family's lines in C.
     Measured in-process on tools/bench_metrics.py's keyspace, plain Python, with the
     entity labels cached (_entity_labels): 85 -> 61 ms of CPU a scrape
     (time.process_time, best of 3 alternated runs, loaded machine); 103 -> 79 million
@@ -337,8 +339,8 @@ class Table:
 
     def reusable(self, index: int) -> bool:
         """Whether column ``index``'s pieces may be kept for the next scrape (and one
-        kept taken again): not ages (the clock moves), and all ints."""
-        return not self._milliseconds[index] and set(map(type, self.present(index)[1])) <= _INT
+        kept taken again): not ages (the clock moves)."""
+        return not self._milliseconds[index]
 
     def texts(self, index: int, form: int, start: int, end: int) -> tuple[list[bytes], list[bytes]]:
         """(label texts in ``form``, value texts), UTF-8, of rows ``start:end`` of those
@@ -348,7 +350,7 @@ class Table:
         texts = self._texts.get((index, start))
         if texts is None:
             values = self._present_rows(index)[2][start:end]
-            texts = self._texts[index, start] = _value_texts(values, self._milliseconds[index])
+            texts = self._texts[index, start] = value_texts(values, self._milliseconds[index])
         labels = self._labels.get((form, index))
         if labels is None:
             every_row = self._labels.get(form)
@@ -364,8 +366,8 @@ class Table:
         rows = self._present.get(index)
         if rows is None:
             values = self.columns[index]
-            if None in values:
-                present = [value is not None for value in values]
+            present = present_mask(values)
+            if present is not None:
                 rows = present, list(compress(self.labels, present)), list(compress(values, present))
             else:
                 rows = None, self.labels, values
@@ -373,32 +375,6 @@ class Table:
         return rows
 
 
-_INT = {int}
-
-
-def _value_texts(values: list, milliseconds: bool = False) -> list[bytes]:
-    """``str`` of each value, UTF-8: an int as %d, a float as repr (which Prometheus reads);
-    of ``milliseconds`` (whole ms), the seconds, written as the ms with an exponent:
-    1750 ms is ``1750e-3`` (Go's ParseFloat, which Prometheus uses, reads it as 1.75,
-    exactly as it reads "1.75").  The ages are most of a scrape's distinct values:
-    repr of value / 1000 (a float's shortest digits, dtoa) was ~16% of a scrape's
-    instructions for tools/bench_metrics.py's keyspace (callgrind: 151 -> 127 million
-    so); "%d.%03d" made of the whole seconds and a table of fractions saved only a
-    third of that.  Values repeat (counts: 0, 1, the same lengths; ages: entities
-    touched in the same millisecond), and str of a number costs more than a line's
-    join: each distinct value is converted once.  (Not a column with floats: 0.0 and
-    -0.0 are one dict key.)"""
-    if milliseconds:
-        distinct = list(dict.fromkeys(values))
-        text_of = dict(zip(distinct, map(_MS_AS_SECONDS.__mod__, distinct)))
-    elif set(map(type, values)) == {int}:
-        text_of = {value: str(value).encode() for value in dict.fromkeys(values)}
-    else:
-        return list(map(str.encode, map(str, values)))
-    return list(map(text_of.__getitem__, values))
-
-
-_MS_AS_SECONDS = b"%de-3"             # whole milliseconds, as seconds (_value_texts)
 _FORM_TEXT = (attrgetter("own"), attrgetter("redis"), attrgetter("stream"))   # by form
 _ENCODED = attrgetter("encoded")
 
