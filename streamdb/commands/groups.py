@@ -34,7 +34,9 @@ from itertools import islice, repeat
 import cython
 
 from .. import log
-from ..engine import MAX_ID, MIN_ID, Stream, format_id
+from ..engine import MAX_ID, MIN_ID
+from ..engine.ids import format_id
+from ..engine.stream import Stream   # groups.pxd cimports Stream and format_id from these modules
 from ..engine.groups import (DEAD_LETTER_FIELDS, ENTRIES_READ_INVALID, MAX_DELIVERY_COUNT,
                              Consumer, ConsumerGroup, PendingEntry, next_delivery_count)
 from ..engine.lag import advance_entries_read_many, clamp_entries_read

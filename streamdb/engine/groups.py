@@ -23,8 +23,6 @@ and metrics layers read and set them.  Times, counts and ids stay Python ints
 
 from __future__ import annotations
 
-from itertools import repeat
-
 import cython
 
 from .ids import MIN_ID
@@ -217,7 +215,7 @@ class ConsumerGroup:
         """``add_pending(sid, consumer, now_ms)`` of each of ``sids``: entries new to
         the group (XREADGROUP ``>``), ascending; returns their PendingEntry."""
         pes: list = [PendingEntry(consumer, now_ms, 1) for _ in sids]
-        if not (self.pel.append_new(sids, pes) and consumer.pending.append_new(sids, repeat(None))):
+        if not (self.pel.append_new(sids, pes) and consumer.pending.append_new(sids, None)):
             # Not above everything pending (an XCLAIM FORCE of ids never delivered):
             # one at a time.  (The first append_new changes nothing when it fails;
             # the second cannot fail when the first did not.)
