@@ -19,9 +19,8 @@ from console_helpers import ADMIN, READER, STREAM_ENTRIES, ConsoleServer, pendin
 from helpers import ROOT, wait_until
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (make test installs it)")
-from selenium.common.exceptions import WebDriverException  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support import expected_conditions  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -60,6 +59,22 @@ def shots(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("screenshots")
 
 
+def _replaced(old_page) -> bool:
+    """Whether the element ``old_page`` left the document: stale, as WebDriver says it,
+    or (Chromium, while the next document is being swapped in) "Node with given id does
+    not belong to the document", an inspector error expected_conditions.staleness_of
+    does not take for staleness (seen failing a click's wait once in a few runs)."""
+    try:
+        old_page.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as e:
+        if "does not belong to the document" in str(e):
+            return True
+        raise
+    return False
+
+
 class Console:
     """The browser pointed at one server's console."""
 
@@ -88,7 +103,7 @@ class Console:
         old_page = self.find("html")
         element.click()
         wait = WebDriverWait(self.driver, 15)
-        wait.until(expected_conditions.staleness_of(old_page))
+        wait.until(lambda _: _replaced(old_page))
         wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
 
     def log_in(self, user: str, password: str) -> None:
