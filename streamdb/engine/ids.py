@@ -65,10 +65,11 @@ def format_id(sid) -> bytes:
 
 
 @cython.cfunc
-@cython.inline
-def _put_digits(buf: cython.p_char, end: cython.Py_ssize_t,
-                value: cython.ulonglong) -> cython.Py_ssize_t:
-    """Write ``value`` in decimal just before ``buf[end]``; returns where it starts."""
+def put_digits(buf: cython.p_char, end: cython.Py_ssize_t,
+               value: cython.ulonglong) -> cython.Py_ssize_t:
+    """Write ``value`` in decimal just before ``buf[end]``; returns where it starts.
+    (A C function of the compiled form, ids.pxd: server/columns.py writes a metrics
+    value's digits with it too.)"""
     while True:
         end -= 1
         buf[end] = 48 + value % 10          # '0' + digit
@@ -91,10 +92,10 @@ def _format_id_c(sid) -> bytes:
     except OverflowError:
         return None
     buf = cython.declare(cython.char[42])   # two 20-digit halves and the dash
-    start: cython.Py_ssize_t = _put_digits(buf, 42, PyLong_AsUnsignedLongLongMask(sid))
+    start: cython.Py_ssize_t = put_digits(buf, 42, PyLong_AsUnsignedLongLongMask(sid))
     start -= 1
     buf[start] = 45                         # '-'
-    start = _put_digits(buf, start, ms)
+    start = put_digits(buf, start, ms)
     return buf[start:42]
 
 

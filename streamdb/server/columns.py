@@ -53,7 +53,8 @@ def _other_text(value, milliseconds: cython.bint) -> bytes:
 @cython.cfunc
 def _int_text(value, suffix: bytes, milliseconds: cython.bint) -> bytes:
     """An int's ``b"%d" % value + suffix`` (compiled form only): the digits of one that
-    fits in 64 bits written backwards into a buffer; others formatted by Python."""
+    fits in 64 bits written into a buffer (engine/ids.py's put_digits, which formats
+    ids); others formatted by Python."""
     overflow: cython.int = 0
     if not isinstance(value, int):
         return _other_text(value, milliseconds)
@@ -62,18 +63,13 @@ def _int_text(value, suffix: bytes, milliseconds: cython.bint) -> bytes:
         return b"%d" % value + suffix
     buf = cython.declare(cython.char[32])
     end: cython.Py_ssize_t = 32 - len(suffix)
-    pos: cython.Py_ssize_t = end
+    pos: cython.Py_ssize_t
     negative: cython.bint = n < 0
     # (as unsigned: -LLONG_MIN does not fit in a long long)
     u: cython.ulonglong = cython.cast(cython.ulonglong, n)
     if negative:
         u = ~u + 1
-    while True:
-        pos -= 1
-        buf[pos] = cython.cast(cython.char, 48 + u % 10)
-        u //= 10
-        if u == 0:
-            break
+    pos = put_digits(buf, end, u)
     if negative:
         pos -= 1
         buf[pos] = 45                                    # "-"
