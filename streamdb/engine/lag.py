@@ -291,31 +291,33 @@ def time_lag_ms(s: Stream, g: ConsumerGroup, now_ms: int) -> int:
 def oldest_pending_ms(g: ConsumerGroup, now_ms: int) -> int:
     """The age at ``now_ms`` of the group's oldest pending entry (its lowest id; NACKed
     ones included); 0 when nothing is pending."""
-    pel = g.pel
-    return _age_ms(pel.peekitem(0)[0], now_ms) if pel else 0
+    return _oldest_pending(g, now_ms)[0]
 
 
 @cython.ccall
 def oldest_pending_idle_ms(g: ConsumerGroup, now_ms: int) -> int | None:
     """Milliseconds at ``now_ms`` since the group's oldest pending entry (its lowest id)
     was last delivered, 0 for a NACKed one; None when nothing is pending."""
-    pel = g.pel
-    return _idle_ms(pel.peekitem(0)[1], now_ms) if pel else None
+    return _oldest_pending(g, now_ms)[1]
 
 
 @cython.cfunc
-def _idle_ms(pe, now_ms: int) -> int:
-    """A pending entry's idle time for the metrics: 0 for a NACKed one (idle -1)."""
+def _oldest_pending(g: ConsumerGroup, now_ms: int) -> tuple:
+    """(oldest_pending_ms, oldest_pending_idle_ms) of ``g``, its oldest pending entry
+    looked up once (a metrics scrape asks both of every group)."""
+    pel = g.pel
+    if not pel:
+        return 0, None
+    sid, pe = pel.peekitem(0)
     idle: int = pe.idle(now_ms)
-    return idle if idle > 0 else 0
+    return _age_ms(sid, now_ms), (idle if idle > 0 else 0)
 
 
 def groups_progress(streams: list, groups: list, now_ms: int) -> tuple[list, list, list, list]:
     """What a metrics scrape asks of every group, in one call: ``group_lag``,
     ``time_lag_ms``, ``oldest_pending_ms`` and ``oldest_pending_idle_ms`` of each of
     ``groups`` (``streams[i]`` is the stream of ``groups[i]``), a list each.  (Compiled,
-    a C loop of C calls: a map of each over the groups made a Python call per group.
-    The oldest pending entry is looked up once for its two figures.)"""
+    a C loop of C calls: a map of each over the groups made a Python call per group.)"""
     lags, time_lags, oldest_ages, oldest_idles = [], [], [], []
     i: cython.Py_ssize_t
     s: Stream
@@ -323,12 +325,7 @@ def groups_progress(streams: list, groups: list, now_ms: int) -> tuple[list, lis
         s, g = streams[i], groups[i]
         lags.append(group_lag(s, g))
         time_lags.append(time_lag_ms(s, g, now_ms))
-        pel = g.pel
-        if pel:
-            sid, pe = pel.peekitem(0)
-            oldest_ages.append(_age_ms(sid, now_ms))
-            oldest_idles.append(_idle_ms(pe, now_ms))
-        else:
-            oldest_ages.append(0)
-            oldest_idles.append(None)
+        oldest_age, oldest_idle = _oldest_pending(g, now_ms)
+        oldest_ages.append(oldest_age)
+        oldest_idles.append(oldest_idle)
     return lags, time_lags, oldest_ages, oldest_idles
